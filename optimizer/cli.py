@@ -1,0 +1,70 @@
+"""``optimize INSTANCE.yaml``: one command for the three problems.
+
+The instance's top-level section picks the problem: ``experts:`` (hot-expert placement),
+``buildout:`` (rack build-out sizing), otherwise a deployment (``model``/``hardware``/
+``workload``). Exit codes are listed in :mod:`optimizer.errors`.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from optimizer.errors import EXIT_BAD_INPUT, InputError
+from optimizer.problems import exit_code_for, problem_for
+from optimizer.schema_base import apply_overrides, read_yaml
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("instance", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--objective", default=None,
+              help="deployment: cost|makespan|latency|energy (default cost); experts: max-load|inter-node|migration "
+                   "(default max-load); buildout: gpus|cost|racks (default gpus).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Terminal tables or one JSON object on stdout.")
+@click.option("--time-limit", "time_limit", type=float, default=None,
+              help="Wall-clock limit for the solver, seconds (default: the problem's own).")
+@click.option("--set", "overrides", multiple=True, metavar="dotted.key=value",
+              help="Override any instance field for a what-if run, e.g. --set hardware.servers=2.")
+@click.option("--output", "output_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for output files (expert placements, plots).")
+def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
+         overrides: tuple[str, ...], output_dir: Path | None) -> None:
+    """Solve INSTANCE.yaml to a proven optimum and explain the result."""
+    try:
+        if time_limit is not None and time_limit <= 0:
+            raise InputError("--time-limit", "", f"must be positive (got {time_limit})")
+        raw = read_yaml(instance)
+        raw = apply_overrides(raw, list(overrides), instance)
+        problem = problem_for(raw, instance)
+        report = problem.run(raw, instance, objective, time_limit, output_dir)
+    except InputError as exc:
+        click.echo(exc.line(), err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2, default=_json_default))
+    else:
+        from rich.console import Console
+
+        report.render(Console())
+    sys.exit(exit_code_for(report.status))
+
+
+def _json_default(obj):
+    import numpy as np
+
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,133 @@
+"""Shared schema conventions: strict pydantic models, YAML loading, error conversion.
+
+Every input model is frozen and forbids unknown keys, so a typo is an error rather than
+a silently ignored field. Units live in field names (``memory_gb``, ``latency_us``); they
+are converted exactly once, when the resolved problem is built.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from optimizer.errors import InputError
+
+
+class StrictModel(BaseModel):
+    """Base of every input model: frozen, unknown keys rejected, no coercion of str to number."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+
+def _loc_to_field(loc: tuple[Any, ...], prefix: str = "") -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            # pydantic puts union member / function tags in loc; keep only real field names
+            if str(part).startswith("function-") or "[" in str(part) and "]" in str(part) and not out:
+                continue
+            out = f"{out}.{part}" if out else str(part)
+    return out
+
+
+def validation_error_to_input_error(err: ValidationError, file: str | Path, prefix: str = "") -> InputError:
+    """Turn the first pydantic error into an InputError naming file, dotted field and problem."""
+    first = err.errors()[0]
+    loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and (p.startswith("function-") or p in {"str", "int", "float", "dict", "list", "bool"})))
+    field = _loc_to_field(loc, prefix)
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif first["type"] == "missing":
+        msg = "required field is missing"
+    if "input" in first and first["type"] not in ("missing", "extra_forbidden") and not isinstance(first["input"], (dict, list)):
+        msg = f"{msg} (got {first['input']!r})"
+    return InputError(file, field, msg)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping from ``path``.
+
+    Raises:
+        InputError: the file is missing, unreadable, not YAML, or not a mapping.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(p, "", "file not found")
+    if p.is_dir():
+        raise InputError(p, "", "is a folder, expected a YAML file")
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise InputError(p, "", f"cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise InputError(p, where, f"not valid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise InputError(p, "", "expected a YAML mapping at the top level")
+    return data
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str], file: str | Path) -> dict[str, Any]:
+    """Apply ``--set dotted.key=value`` overrides to a raw instance mapping (a copy).
+
+    The value is parsed as YAML (``4``, ``[4]``, ``null``, ``{at_ms: 20, stall_ms: 40}``).
+    A path segment that is an integer indexes a list (``workload.sessions.0.count=2``).
+
+    Raises:
+        InputError: malformed override, or a path through a non-container.
+    """
+    import copy
+
+    data = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise InputError(file, item, "--set expects dotted.key=value")
+        key, _, value_text = item.partition("=")
+        parts = [k for k in key.strip().split(".") if k]
+        if not parts:
+            raise InputError(file, item, "--set expects dotted.key=value")
+        try:
+            value = yaml.safe_load(value_text) if value_text.strip() else None
+        except yaml.YAMLError:
+            raise InputError(file, key, f"--set value {value_text!r} is not valid YAML") from None
+        node: Any = data
+        for i, part in enumerate(parts[:-1]):
+            nxt = _child(node, part, key, file)
+            if nxt is None:
+                nxt = {}
+                _assign(node, part, nxt, key, file)
+            node = nxt
+        _assign(node, parts[-1], value, key, file)
+    return data
+
+
+def _child(node: Any, part: str, key: str, file: str | Path) -> Any:
+    if isinstance(node, dict):
+        return node.get(part)
+    if isinstance(node, list) and part.lstrip("-").isdigit():
+        idx = int(part)
+        if -len(node) <= idx < len(node):
+            return node[idx]
+        raise InputError(file, key, f"--set index {idx} is out of range (list has {len(node)} items)")
+    raise InputError(file, key, f"--set cannot descend into {type(node).__name__} at '{part}'")
+
+
+def _assign(node: Any, part: str, value: Any, key: str, file: str | Path) -> None:
+    if isinstance(node, dict):
+        node[part] = value
+    elif isinstance(node, list) and part.lstrip("-").isdigit():
+        idx = int(part)
+        if not -len(node) <= idx < len(node):
+            raise InputError(file, key, f"--set index {idx} is out of range (list has {len(node)} items)")
+        node[idx] = value
+    else:
+        raise InputError(file, key, f"--set cannot assign into {type(node).__name__} at '{part}'")
