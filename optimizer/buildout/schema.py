@@ -1,0 +1,283 @@
+"""The ``buildout:`` section of an instance: strict input schema and the resolved problem.
+
+Input units are in the field names (``power_budget_kw``, ``port_bandwidth_gb_s``). They are
+converted exactly once, in :func:`resolve`, to the integer units the CP-SAT model needs:
+
+* power: whole watts (resolution 1 W). Server, fixed and second-tier power are rounded *up*
+  to a whole watt and the budget and per-rack limits *down*, so a plan that fits the integer
+  model fits the kW figures.
+* cost: hundredths of the cost unit (resolution 0.01).
+* oversubscription: an exact fraction (``Fraction(str(x))``), used only in integer
+  arithmetic when the leaf port splits are enumerated.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+from pydantic import Field, ValidationError, field_validator
+
+from optimizer.errors import InputError
+from optimizer.schema_base import StrictModel, read_yaml, validation_error_to_input_error
+
+PosFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+PosInt = Annotated[int, Field(strict=True, ge=1)]
+NonNegInt = Annotated[int, Field(strict=True, ge=0)]
+
+OBJECTIVES = ("gpus", "cost", "racks")
+DEFAULT_OBJECTIVE = "gpus"
+SERVERS_FILE = Path(__file__).resolve().parents[2] / "instances" / "hardware" / "buildout_servers.yaml"
+
+
+class ServerTypeIn(StrictModel):
+    """One server type: a name from ``instances/hardware/buildout_servers.yaml`` or inline figures.
+
+    Inline fields override the data file's figure for that name; a name that is not in the
+    data file needs ``gpus``, ``power_kw`` and ``rack_units`` (``cost`` only for ``--objective cost``).
+    """
+
+    name: Annotated[str, Field(strict=True, min_length=1)]
+    max_count: Optional[NonNegInt] = None
+    gpus: Optional[PosInt] = None
+    power_kw: Optional[PosFloat] = None
+    rack_units: Optional[PosInt] = None
+    cost: Optional[NonNegFloat] = None
+
+
+class RacksIn(StrictModel):
+    """Rack limits. A rack is either air or liquid cooled; ``null`` means that cooling is not available."""
+
+    air_cooled_kw: Optional[PosFloat]
+    liquid_cooled_kw: Optional[PosFloat] = None
+    rack_units: PosInt
+
+
+class FabricIn(StrictModel):
+    """A leaf/spine switch fabric for the GPUs' links (scale-up or scale-out)."""
+
+    switch_radix: Annotated[int, Field(strict=True, ge=2)]
+    port_bandwidth_gb_s: PosFloat
+    gpu_links: PosInt
+    max_oversubscription: PosFloat
+    second_tier_power_kw: NonNegFloat
+    one_tier_max_gpus: PosInt
+
+
+class BuildoutIn(StrictModel):
+    power_budget_kw: PosFloat
+    fixed_power_kw: NonNegFloat = 0.0
+    server_types: list[ServerTypeIn] = Field(min_length=1)
+    install_unit_servers: PosInt = 1
+    target_gpus: Optional[PosInt] = None
+    racks: RacksIn
+    fabric: Optional[FabricIn] = None
+
+    @field_validator("server_types")
+    @classmethod
+    def _unique_names(cls, v: list[ServerTypeIn]) -> list[ServerTypeIn]:
+        seen: set[str] = set()
+        for st in v:
+            if st.name in seen:
+                raise ValueError(f"server type '{st.name}' is listed twice")
+            seen.add(st.name)
+        return v
+
+
+class InstanceIn(StrictModel):
+    name: Optional[Annotated[str, Field(strict=True)]] = None
+    buildout: BuildoutIn
+
+
+# ----------------------------------------------------------------------------- resolved
+
+
+@dataclass(frozen=True)
+class ServerType:
+    """A resolved server type. ``power_w`` is ``power_kw`` rounded up to a whole watt."""
+
+    name: str
+    gpus: int
+    power_kw: float
+    rack_units: int
+    cost: float | None
+    max_count: int | None
+    source: str
+
+    @property
+    def power_w(self) -> int:
+        return kw_to_w_up(self.power_kw)
+
+    @property
+    def cost_c(self) -> int | None:
+        """Cost in hundredths of the cost unit (None when unknown)."""
+        return None if self.cost is None else int(round(self.cost * 100))
+
+
+@dataclass(frozen=True)
+class Fabric:
+    switch_radix: int
+    port_bandwidth_gb_s: float
+    gpu_links: int
+    max_oversubscription: Fraction
+    second_tier_power_kw: float
+    one_tier_max_gpus: int
+
+    @property
+    def second_tier_power_w(self) -> int:
+        return kw_to_w_up(self.second_tier_power_kw)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The resolved build-out problem (see the module docstring for units)."""
+
+    name: str
+    file: str
+    power_budget_kw: float
+    fixed_power_kw: float
+    types: tuple[ServerType, ...]
+    install_unit_servers: int
+    target_gpus: int | None
+    air_cooled_kw: float | None
+    liquid_cooled_kw: float | None
+    rack_units: int
+    fabric: Fabric | None
+    cost_unit: str
+
+    @property
+    def budget_w(self) -> int:
+        return kw_to_w_down(self.power_budget_kw)
+
+    @property
+    def fixed_w(self) -> int:
+        return kw_to_w_up(self.fixed_power_kw)
+
+    def cooling_limits_w(self) -> dict[str, int]:
+        """Per-rack power limit by cooling kind, watts, for the kinds that are available."""
+        out = {}
+        if self.air_cooled_kw is not None:
+            out["air"] = kw_to_w_down(self.air_cooled_kw)
+        if self.liquid_cooled_kw is not None:
+            out["liquid"] = kw_to_w_down(self.liquid_cooled_kw)
+        return out
+
+    def type(self, name: str) -> ServerType:
+        for t in self.types:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+def kw_to_w_up(kw: float) -> int:
+    """kW -> whole watts, rounded up (tolerating float noise: 10.2 kW -> 10200 W)."""
+    return int(math.ceil(kw * 1000 - 1e-6))
+
+
+def kw_to_w_down(kw: float) -> int:
+    """kW -> whole watts, rounded down (tolerating float noise)."""
+    return int(math.floor(kw * 1000 + 1e-6))
+
+
+def load_server_data(path: Path = SERVERS_FILE) -> tuple[dict[str, dict[str, Any]], str]:
+    """Read ``buildout_servers.yaml``: ``({name: {gpus, power_kw, rack_units, cost, source}}, cost_unit)``.
+
+    Raises:
+        InputError: the file is missing or malformed.
+    """
+    data = read_yaml(path)
+    servers = data.get("servers")
+    if not isinstance(servers, dict):
+        raise InputError(path, "servers", "missing or not a mapping")
+    for name, entry in servers.items():
+        if not isinstance(entry, dict):
+            raise InputError(path, f"servers.{name}", "expected a mapping")
+        for key in ("gpus", "power_kw", "rack_units", "cost", "source"):
+            if key not in entry:
+                raise InputError(path, f"servers.{name}.{key}", "required field is missing")
+    return servers, str(data.get("cost_unit", "cost unit"))
+
+
+def parse(raw: dict[str, Any], path: str | Path) -> InstanceIn:
+    """Validate the raw instance mapping.
+
+    Raises:
+        InputError: unknown key, wrong type or out-of-range value (file, dotted field, problem).
+    """
+    try:
+        return InstanceIn.model_validate(raw)
+    except ValidationError as err:
+        raise validation_error_to_input_error(err, path) from None
+
+
+def resolve(inst: InstanceIn, path: str | Path, objective: str,
+            servers_file: Path = SERVERS_FILE) -> Problem:
+    """Fill catalog figures, check cross-field rules and build the :class:`Problem`.
+
+    Raises:
+        InputError: unknown server name, missing inline figure, no cooling available, a
+            missing ``target_gpus`` for the cost/racks objectives, or a missing cost for the
+            cost objective.
+    """
+    b = inst.buildout
+    data, cost_unit = load_server_data(servers_file)
+    types = []
+    costs_from_file = True
+    for i, st in enumerate(b.server_types):
+        where = f"buildout.server_types[{i}]"
+        base = data.get(st.name, {})
+        fig = {}
+        for key in ("gpus", "power_kw", "rack_units", "cost"):
+            val = getattr(st, key)
+            fig[key] = val if val is not None else base.get(key)
+        if not base:
+            for key in ("gpus", "power_kw", "rack_units"):
+                if fig[key] is None:
+                    known = ", ".join(sorted(data))
+                    raise InputError(path, f"{where}.{key}",
+                                     f"'{st.name}' is not in {servers_file.name} (known: {known}); "
+                                     f"give gpus, power_kw and rack_units inline")
+        if objective == "cost" and fig["cost"] is None:
+            raise InputError(path, f"{where}.cost", "the cost objective needs a cost for every server type")
+        if st.cost is not None or not base:
+            costs_from_file = False
+        overridden = [k for k in ("gpus", "power_kw", "rack_units", "cost") if getattr(st, k) is not None]
+        source = "inline" if not base else str(base.get("source", "")).strip()
+        if base and overridden:
+            source = f"{source} [overridden inline: {', '.join(overridden)}]"
+        types.append(ServerType(
+            name=st.name, gpus=int(fig["gpus"]), power_kw=float(fig["power_kw"]),
+            rack_units=int(fig["rack_units"]), cost=None if fig["cost"] is None else float(fig["cost"]),
+            max_count=st.max_count, source=source))
+    if b.racks.air_cooled_kw is None and b.racks.liquid_cooled_kw is None:
+        raise InputError(path, "buildout.racks", "no cooling available: give air_cooled_kw or liquid_cooled_kw")
+    if objective in ("cost", "racks") and b.target_gpus is None:
+        raise InputError(path, "buildout.target_gpus", f"the {objective} objective needs a target_gpus")
+    fab = None
+    if b.fabric is not None:
+        f = b.fabric
+        fab = Fabric(f.switch_radix, f.port_bandwidth_gb_s, f.gpu_links,
+                     Fraction(str(f.max_oversubscription)).limit_denominator(10**6),
+                     f.second_tier_power_kw, f.one_tier_max_gpus)
+    return Problem(
+        name=inst.name or Path(path).stem, file=str(path),
+        power_budget_kw=b.power_budget_kw, fixed_power_kw=b.fixed_power_kw, types=tuple(types),
+        install_unit_servers=b.install_unit_servers, target_gpus=b.target_gpus,
+        air_cooled_kw=b.racks.air_cooled_kw, liquid_cooled_kw=b.racks.liquid_cooled_kw,
+        rack_units=b.racks.rack_units, fabric=fab,
+        cost_unit=cost_unit if costs_from_file else "cost unit")
+
+
+def load(raw: dict[str, Any], path: str | Path, objective: str | None) -> tuple[Problem, str]:
+    """Parse and resolve an instance; returns ``(problem, objective name)``.
+
+    Raises:
+        InputError: bad input, including an unknown objective name.
+    """
+    obj = objective or DEFAULT_OBJECTIVE
+    if obj not in OBJECTIVES:
+        raise InputError(path, "--objective", f"unknown objective '{obj}' for buildout (use one of: {', '.join(OBJECTIVES)})")
+    return resolve(parse(raw, path), path, obj), obj

@@ -1,0 +1,45 @@
+"""Hardware catalog: ``instances/hardware/catalog.yaml`` (data with sources, not code).
+
+The catalog file ships inside the repository; :func:`catalog_path` finds it next to the
+package. Every entry carries a ``source`` string naming the datasheet or paper.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from optimizer.errors import InputError
+from optimizer.schema_base import read_yaml
+
+
+def catalog_path() -> Path:
+    """Path of the hardware catalog YAML (``instances/hardware/catalog.yaml``)."""
+    return Path(__file__).resolve().parent.parent / "instances" / "hardware" / "catalog.yaml"
+
+
+@lru_cache(maxsize=1)
+def load_catalog() -> dict[str, dict[str, dict[str, Any]]]:
+    """Return ``{"gpus": {name: fields}, "servers": {name: fields}}`` from the catalog file.
+
+    Raises:
+        InputError: the catalog is missing or malformed.
+    """
+    data = read_yaml(catalog_path())
+    for section in ("gpus", "servers"):
+        if not isinstance(data.get(section), dict):
+            raise InputError(catalog_path(), section, "catalog section missing or not a mapping")
+    return data
+
+
+def lookup(kind: str, name: str, file: str | Path, field: str) -> dict[str, Any]:
+    """Catalog entry ``name`` of section ``kind`` ("gpus" or "servers"), without its source.
+
+    Raises:
+        InputError: unknown name (the message lists the known names).
+    """
+    cat = load_catalog()[kind]
+    if name not in cat:
+        known = ", ".join(sorted(cat))
+        raise InputError(file, field, f"unknown catalog name '{name}' (known: {known})")
+    return {k: v for k, v in cat[name].items() if k != "source"} | {"name": name}

@@ -1,0 +1,308 @@
+"""Deployment instance: input schema (pydantic) and the resolved problem (plain data, SI units).
+
+Input units live in field names (``memory_gb``, ``deadline_ms``, ``latency_us``); this
+module converts them once, into bytes, seconds, bytes/s and FLOP/s, when the
+:class:`Problem` is built. GB is decimal (1e9 B), GiB binary (2**30 B).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import ConfigDict, Field, ValidationError, field_validator
+
+from optimizer.catalog import lookup
+from optimizer.deployment.collectives import AllReduceTable, read_nccl_allreduce_log
+from optimizer.deployment.model_config import ModelShape, read_model_config
+from optimizer.errors import InputError
+from optimizer.schema_base import StrictModel, validation_error_to_input_error
+
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
+DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+
+GB = 1e9
+GIB = 2 ** 30
+
+
+class _In(StrictModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class ModelIn(_In):
+    config: str = Field(min_length=1, description="HuggingFace config.json, path relative to the instance file")
+    weight_dtype: DType = "bf16"
+    kv_dtype: DType = "bf16"
+
+
+class GpuIn(_In):
+    name: str
+    memory_gb: float = Field(gt=0)
+    memory_bandwidth_gb_s: float = Field(gt=0)
+    bf16_tflops: float = Field(gt=0)
+    power_w: float = Field(gt=0)
+
+
+class LinkIn(_In):
+    bandwidth_gb_s: float = Field(gt=0, description="per GPU per direction")
+    latency_us: float = Field(ge=0, description="per communication round (alpha)")
+    allreduce_log: Optional[str] = Field(default=None, description="nccl-tests all_reduce_perf output, relative path")
+
+
+class ServerIn(_In):
+    name: str
+    gpus: int = Field(gt=0)
+    power_kw: float = Field(gt=0)
+    scale_up: LinkIn
+    scale_out: LinkIn
+
+
+class HardwareIn(_In):
+    gpu: Union[str, GpuIn]
+    server: Union[str, ServerIn]
+    servers: int = Field(default=1, gt=0)
+
+
+class SessionGroupIn(_In):
+    name: str = Field(min_length=1)
+    count: int = Field(default=1, gt=0)
+    context_tokens: int = Field(ge=0, description="tokens already in the KV cache")
+    new_tokens: int = Field(gt=0, description="decode steps still to run")
+    deadline_ms: Optional[float] = Field(default=None, gt=0, description="finish by this time (inclusive); null: none")
+
+    @field_validator("name")
+    @classmethod
+    def _no_slash(cls, v: str) -> str:
+        if "/" in v:
+            raise ValueError("must not contain '/' (session ids are name/index)")
+        return v
+
+
+class WorkloadIn(_In):
+    sessions: list[SessionGroupIn] = Field(min_length=1)
+    min_on_time_fraction: float = Field(default=1.0, ge=0, le=1)
+
+
+class DeploymentIn(_In):
+    reserve_gib_per_gpu: float = Field(default=0.0, ge=0, description="activations and workspace per GPU")
+    tensor_parallel: Optional[list[int]] = Field(default=None, min_length=1)
+    allreduce: Literal["ring", "tree", "best", "measured"] = "ring"
+
+    @field_validator("tensor_parallel")
+    @classmethod
+    def _positive_unique(cls, v):
+        if v is None:
+            return v
+        for p in v:
+            if p <= 0:
+                raise ValueError(f"degrees must be positive (got {p})")
+        if len(set(v)) != len(v):
+            raise ValueError("degrees must be distinct")
+        return sorted(v)
+
+
+class FaultIn(_In):
+    gpu: Optional[int] = Field(default=None, ge=0, description="global GPU index (server*gpus + local); null: any GPU")
+    at_ms: float = Field(ge=0)
+    stall_ms: float = Field(gt=0)
+
+
+class InstanceIn(_In):
+    name: str = ""
+    model: ModelIn
+    hardware: HardwareIn
+    workload: WorkloadIn
+    deployment: DeploymentIn = DeploymentIn()
+    faults: list[FaultIn] = Field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- resolved
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU in SI units: bytes, bytes/s, FLOP/s, watts."""
+
+    name: str
+    memory_bytes: float
+    hbm_bytes_per_s: float
+    peak_flops: float
+    power_w: float
+
+
+@dataclass(frozen=True)
+class Link:
+    """One network tier, per GPU per direction: bytes/s and seconds per round."""
+
+    bandwidth_bytes_per_s: float
+    alpha_s: float
+    table: Optional[AllReduceTable] = None
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    gpus: int
+    power_w: float
+    scale_up: Link
+    scale_out: Link
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    group: str
+    context: int
+    new: int
+    deadline_s: Optional[float]
+    cls: int  # index of its session class
+
+
+@dataclass(frozen=True)
+class SessionClass:
+    """Sessions that are interchangeable for the solver (same context, new tokens, deadline)."""
+
+    index: int
+    context: int
+    new: int
+    deadline_s: Optional[float]
+    session_ids: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.session_ids)
+
+
+@dataclass(frozen=True)
+class Fault:
+    gpu: Optional[int]
+    at_s: float
+    stall_s: float
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A resolved deployment problem: plain data in SI units, no solver objects."""
+
+    name: str
+    path: Path
+    model: ModelShape
+    weight_bytes: float  # bytes per parameter
+    kv_bytes: float  # bytes per KV element
+    gpu: Gpu
+    server: Server
+    servers: int
+    sessions: tuple[Session, ...]
+    classes: tuple[SessionClass, ...]
+    min_on_time_fraction: float
+    reserve_bytes: float
+    degrees: tuple[int, ...]
+    degrees_given: bool
+    allreduce: str
+    faults: tuple[Fault, ...] = field(default_factory=tuple)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.server.gpus * self.servers
+
+    @property
+    def required_on_time(self) -> int:
+        """``ceil(fraction * N)`` sessions must finish by their deadline (inclusive)."""
+        n = len(self.sessions)
+        return min(n, math.ceil(self.min_on_time_fraction * n - 1e-9))
+
+
+def _resolve_path(base: Path, rel: str) -> Path:
+    p = Path(rel)
+    return p if p.is_absolute() else (base.parent / p)
+
+
+def _link(data: LinkIn, base: Path, field_name: str) -> Link:
+    table = None
+    if data.allreduce_log:
+        table = read_nccl_allreduce_log(_resolve_path(base, data.allreduce_log))
+    return Link(data.bandwidth_gb_s * GB, data.latency_us * 1e-6, table)
+
+
+def _validate(cls, data: dict[str, Any], file: Path, prefix: str):
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        raise validation_error_to_input_error(err, file, prefix) from None
+
+
+def build_problem(raw: dict[str, Any], path: Path) -> Problem:
+    """Validate a raw instance mapping and resolve it into a :class:`Problem`.
+
+    Catalog names are looked up in ``instances/hardware/catalog.yaml``; ``model.config`` and
+    ``allreduce_log`` paths are relative to the instance file.
+
+    Raises:
+        InputError: any bad field (file, dotted field and problem in the message).
+    """
+    path = Path(path)
+    inst: InstanceIn = _validate(InstanceIn, raw, path, "")
+    hw = inst.hardware
+    gpu_in = hw.gpu if isinstance(hw.gpu, GpuIn) else _validate(GpuIn, lookup("gpus", hw.gpu, path, "hardware.gpu"), path, "hardware.gpu")
+    if isinstance(hw.server, ServerIn):
+        server_in = hw.server
+    else:
+        server_in = _validate(ServerIn, lookup("servers", hw.server, path, "hardware.server"), path, "hardware.server")
+    gpu = Gpu(gpu_in.name, gpu_in.memory_gb * GB, gpu_in.memory_bandwidth_gb_s * GB, gpu_in.bf16_tflops * 1e12, gpu_in.power_w)
+    server = Server(server_in.name, server_in.gpus, server_in.power_kw * 1e3,
+                    _link(server_in.scale_up, path, "hardware.server.scale_up"),
+                    _link(server_in.scale_out, path, "hardware.server.scale_out"))
+    shape = read_model_config(_resolve_path(path, inst.model.config))
+
+    names = [g.name for g in inst.workload.sessions]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise InputError(path, "workload.sessions", f"session group name '{sorted(dup)[0]}' is used twice")
+    sessions: list[Session] = []
+    class_index: dict[tuple, int] = {}
+    class_ids: list[list[str]] = []
+    for g in inst.workload.sessions:
+        deadline = g.deadline_ms * 1e-3 if g.deadline_ms is not None else None
+        key = (g.context_tokens, g.new_tokens, deadline)
+        if key not in class_index:
+            class_index[key] = len(class_ids)
+            class_ids.append([])
+        c = class_index[key]
+        for i in range(g.count):
+            sid = f"{g.name}/{i}"
+            sessions.append(Session(sid, g.name, g.context_tokens, g.new_tokens, deadline, c))
+            class_ids[c].append(sid)
+    classes = tuple(SessionClass(i, k[0], k[1], k[2], tuple(class_ids[i])) for k, i in class_index.items())
+
+    total = server.gpus * hw.servers
+    if inst.deployment.tensor_parallel is not None:
+        degrees = tuple(inst.deployment.tensor_parallel)
+        given = True
+    else:
+        degrees = tuple(2 ** i for i in range(0, 64) if 2 ** i <= total)
+        given = False
+    for i, f in enumerate(inst.faults):
+        if f.gpu is not None and f.gpu >= total:
+            raise InputError(path, f"faults[{i}].gpu", f"GPU {f.gpu} does not exist ({total} GPUs: 0..{total - 1})")
+    if inst.deployment.allreduce == "measured" and server.scale_out.table is None and server.scale_up.table is None:
+        raise InputError(path, "deployment.allreduce", "'measured' needs hardware.server.scale_out.allreduce_log (an nccl-tests all_reduce_perf file)")
+
+    return Problem(
+        name=inst.name or path.stem,
+        path=path,
+        model=shape,
+        weight_bytes=DTYPE_BYTES[inst.model.weight_dtype],
+        kv_bytes=DTYPE_BYTES[inst.model.kv_dtype],
+        gpu=gpu,
+        server=server,
+        servers=hw.servers,
+        sessions=tuple(sessions),
+        classes=classes,
+        min_on_time_fraction=inst.workload.min_on_time_fraction,
+        reserve_bytes=inst.deployment.reserve_gib_per_gpu * GIB,
+        degrees=degrees,
+        degrees_given=given,
+        allreduce=inst.deployment.allreduce,
+        faults=tuple(Fault(f.gpu, f.at_ms * 1e-3, f.stall_ms * 1e-3) for f in inst.faults),
+    )
