@@ -1,0 +1,55 @@
+"""Family ``deadline``: sessions counted as on time finish by their deadline (inclusive).
+
+aggregate mode, ``deadline[k, by d ms]`` — EDD prefix condition: the on-time sessions of an
+instance, run first in earliest-deadline order, all meet their deadlines iff for every
+deadline level d: ``Σ_{c: d_c ≤ d} t[p][c] · y[k][c] ≤ d`` (Jackson's rule; late sessions
+run after them and do not delay them).
+
+sequence mode, ``deadline[k, position q]``: ``o[k][q] ⇒ F[k][q] ≤ Σ_c d_c · z[k][q][c]``.
+"""
+from __future__ import annotations
+
+from optimizer.result import ConstraintKey
+
+FAMILY = "deadline"
+
+
+def _ms(ticks: int) -> str:
+    from optimizer.deployment.formulation import TIME_UNIT_S
+
+    return f"{ticks * TIME_UNIT_S * 1e3:g} ms"
+
+
+def add(f) -> None:
+    if f.mode == "aggregate":
+        _add_edd(f)
+    else:
+        _add_positions(f)
+
+
+def _add_edd(f) -> None:
+    for k in f.slots:
+        ys = {c: y for (kk, c), y in f.y.items() if kk == k.index}
+        levels = sorted({f.deadline_ticks[c] for c in ys})
+        for d in levels:
+            terms = [f.ticks(k, c) * y for c, y in ys.items() if f.deadline_ticks[c] <= d]
+            f.nm.add(ConstraintKey(FAMILY, f"{k.label}, by {_ms(d)}"), sum(terms) <= d)
+
+
+def position_deadline(f, k, q):
+    """Deadline (ticks) of the session at position q of slot k, as an expression."""
+    terms = []
+    for c in f.classes:
+        z = f.z.get((k.index, q, c.index))
+        if z is None:
+            continue
+        d = f.deadline_ticks[c.index]
+        terms.append((d if d is not None else f.horizon) * z)
+    return sum(terms) if terms else 0
+
+
+def _add_positions(f) -> None:
+    for k in f.slots:
+        for q in range(f.Q[k.index]):
+            f.nm.add(ConstraintKey(FAMILY, f"{k.label}, position {q}"),
+                     f.F[k.index, q] <= position_deadline(f, k, q), enforce=[f.o[k.index, q]])

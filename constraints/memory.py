@@ -1,0 +1,20 @@
+"""Family ``memory[instance k]``: KV cache of the instance's sessions fits each GPU (eq. 6-1).
+
+``(resident − norms)/p + norms + reserve + Σ_sessions kv_token·(context+new)/min(p,KVH) ≤ memory``.
+The static part is a constant per degree, so the constraint is
+``Σ_c kv_bytes[p][c] · x[k][c] ≤ room_bytes[p]`` (bytes; KV rounded up, room rounded down).
+Every session assigned to an instance keeps its KV resident for the whole run.
+"""
+from __future__ import annotations
+
+from optimizer.result import ConstraintKey
+
+FAMILY = "memory"
+
+
+def add(f) -> None:
+    for k in f.slots:
+        opt = f.options[k.degree]
+        terms = [opt.kv_bytes[c] * x for (kk, c), x in f.x.items() if kk == k.index]
+        if terms:
+            f.nm.add(ConstraintKey(FAMILY, k.label), sum(terms) <= opt.room_bytes)

@@ -1,0 +1,15 @@
+"""Build-out objective ``gpus``: the most GPUs the budget and limits allow (maximise sum_t g_t n_t)."""
+from __future__ import annotations
+
+NAME = "gpus"
+SENSE = "max"
+UNIT = "GPUs"
+
+
+def expr(ctx):
+    """Objective in model units (GPUs)."""
+    return ctx.gpus
+
+
+def to_unit(value: float, ctx) -> float:
+    return int(round(value))

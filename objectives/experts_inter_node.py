@@ -1,0 +1,10 @@
+"""Objective ``inter-node``: maximise locally served tokens ``sum w[e] * u[e,n] / N``
+(equivalently minimise tokens crossing nodes) subject to the max-load cap."""
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+
+def set_objective(model: cp_model.CpModel, cover_terms: list[tuple[int, cp_model.IntVar]]) -> None:
+    if cover_terms:
+        model.maximize(cp_model.LinearExpr.weighted_sum([v for _, v in cover_terms], [c for c, _ in cover_terms]))

@@ -1,0 +1,12 @@
+"""Objective ``max-load``: minimise the busiest GPU's load ``T`` (per layer), plus
+``migration_weight`` load units per expert copy moved when a previous placement is given."""
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+
+def set_objective(model: cp_model.CpModel, T: cp_model.IntVar, moves_expr=None, move_weight: int = 0) -> None:
+    if moves_expr is not None and move_weight > 0:
+        model.minimize(T + move_weight * moves_expr)
+    else:
+        model.minimize(T)

@@ -1,0 +1,9 @@
+"""Objective ``migration``: fewest expert copies moved (``x[e,g] = 1`` where the previous
+placement had no replica of ``e`` on ``g``) subject to the max-load target."""
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+
+def set_objective(model: cp_model.CpModel, moves_expr) -> None:
+    model.minimize(moves_expr)

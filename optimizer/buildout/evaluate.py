@@ -1,0 +1,108 @@
+"""An independent evaluator of a build-out plan (no solver, no model code).
+
+Checks a plan against the problem's limits in the input units (kW, U, ports) and computes
+the figures the report prints. Tests cross-check every solver plan with it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil
+
+from optimizer.buildout.schema import Problem
+
+EPS_KW = 1e-6
+
+
+@dataclass
+class Evaluation:
+    """Figures of a plan and the limits it breaks (``violations`` empty when valid)."""
+
+    gpus: int
+    power_kw: float
+    second_tier: bool
+    racks: dict[str, int]
+    install_units: int
+    leaves: int
+    spine: int
+    gpu_links: int
+    uplinks: int
+    violations: list[str] = field(default_factory=list)
+
+
+def power_kw(p: Problem, servers: dict[str, int]) -> float:
+    """Power drawn by a set of servers, kW: fixed load + servers + second tier if needed (eq. 6-11)."""
+    gpus = sum(p.type(n).gpus * c for n, c in servers.items())
+    kw = p.fixed_power_kw + sum(p.type(n).power_kw * c for n, c in servers.items())
+    if p.fabric is not None and gpus > p.fabric.one_tier_max_gpus:
+        kw += p.fabric.second_tier_power_kw
+    return kw
+
+
+def evaluate(p: Problem, servers: dict[str, int], racks: list[tuple[str, dict[str, int], int]],
+             leaves: list[tuple[int, int, int]] | None = None, spine: int = 0) -> Evaluation:
+    """Evaluate a plan.
+
+    Args:
+        servers: servers per type name.
+        racks: (cooling, {type: servers in the rack}, number of such racks).
+        leaves: (downlinks, uplinks, number of such leaf chips) when the problem has a fabric.
+        spine: spine chips.
+    """
+    v: list[str] = []
+    gpus = sum(p.type(n).gpus * c for n, c in servers.items())
+    kw = power_kw(p, servers)
+    if kw > p.power_budget_kw + EPS_KW:
+        v.append(f"power {kw:.3f} kW > budget {p.power_budget_kw} kW")
+    u = p.install_unit_servers
+    for n, c in servers.items():
+        t = p.type(n)
+        if c % u:
+            v.append(f"{n}: {c} servers is not a multiple of the install unit {u}")
+        if t.max_count is not None and c > t.max_count:
+            v.append(f"{n}: {c} servers > max_count {t.max_count}")
+    if p.target_gpus is not None and gpus < p.target_gpus:
+        v.append(f"{gpus} GPUs < target {p.target_gpus}")
+    limits = {"air": p.air_cooled_kw, "liquid": p.liquid_cooled_kw}
+    placed = {n: 0 for n in servers}
+    count = {"air": 0, "liquid": 0}
+    for cooling, content, mult in racks:
+        lim = limits.get(cooling)
+        if lim is None:
+            v.append(f"{cooling} cooling is not available")
+            continue
+        rk = sum(p.type(n).power_kw * c for n, c in content.items())
+        ru = sum(p.type(n).rack_units * c for n, c in content.items())
+        if rk > lim + EPS_KW:
+            v.append(f"{cooling} rack draws {rk:.3f} kW > {lim} kW")
+        if ru > p.rack_units:
+            v.append(f"{cooling} rack holds {ru}U > {p.rack_units}U")
+        count[cooling] += mult
+        for n, c in content.items():
+            placed[n] = placed.get(n, 0) + c * mult
+    for n, c in servers.items():
+        if placed.get(n, 0) < c:
+            v.append(f"{n}: only {placed.get(n, 0)} of {c} servers have a rack")
+    tier2 = p.fabric is not None and gpus > p.fabric.one_tier_max_gpus
+    n_leaves = links = ups = 0
+    if p.fabric is not None:
+        f = p.fabric
+        links = f.gpu_links * gpus
+        down_cap = 0
+        for d, up, mult in leaves or []:
+            n_leaves += mult
+            ups += up * mult
+            down_cap += d * mult
+            if d + up > f.switch_radix:
+                v.append(f"leaf split {d}+{up} ports > radix {f.switch_radix}")
+            if up > 0 and d > f.max_oversubscription * up:
+                v.append(f"leaf {d} down / {up} up exceeds oversubscription {float(f.max_oversubscription):g}")
+            if tier2 and up == 0:
+                v.append("a two-tier leaf needs uplinks")
+        if down_cap < links:
+            v.append(f"leaf downlink ports {down_cap} < GPU links {links}")
+        if spine * f.switch_radix < ups:
+            v.append(f"spine ports {spine * f.switch_radix} < leaf uplinks {ups}")
+        if not tier2 and (ups or spine):
+            v.append("a one-tier fabric has no spine")
+    n_units = sum(ceil(c / u) for c in servers.values())
+    return Evaluation(gpus, round(kw, 6), tier2, count, n_units, n_leaves, spine, links, ups, v)

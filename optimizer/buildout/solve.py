@@ -1,0 +1,154 @@
+"""Lexicographic solve of the build-out model with CP-SAT.
+
+Stages (each a CP-SAT solve of the same model; after a stage its objective is fixed at the
+value found, ``==`` when proven optimal, otherwise ``<=``/``>=`` so later stages cannot
+make it worse):
+
+1. the primary objective (``gpus`` max, ``cost`` min or ``racks`` min);
+2. fewest racks, then fewest liquid racks (air preferred on ties) — one integer objective,
+   see :mod:`objectives.buildout_racks`;
+3. lowest cost (when every server type has a cost and cost was not the primary);
+4. least power;
+5. fewest switch chips, then fewest leaf-spine links (with a fabric).
+
+The reported status is ``optimal`` only when every stage was proven optimal; the reported
+bound and gap are those of the primary stage.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from objectives import buildout_cost, buildout_gpus, buildout_racks
+from optimizer.buildout.model import Ctx, build, values
+from optimizer.buildout.schema import Problem
+from optimizer.cpsat import NamedModel, solve_cp
+from optimizer.result import ConstraintKey, SolverStats, Status, relative_gap
+
+OBJECTIVE_MODULES = {"gpus": buildout_gpus, "cost": buildout_cost, "racks": buildout_racks}
+DEFAULT_TIME_LIMIT_S = 60.0
+
+
+def objective_unit(p: Problem, objective: str) -> str:
+    mod = OBJECTIVE_MODULES[objective]
+    return mod.unit(p) if hasattr(mod, "unit") else mod.UNIT
+
+
+@dataclass
+class StageResult:
+    name: str
+    status: Status
+    value: float | None
+    time_s: float
+
+
+@dataclass
+class SolveResult:
+    """Outcome of :func:`solve`.
+
+    ``plan`` is the raw solution (:func:`optimizer.buildout.model.values`) or None;
+    ``objective``/``bound`` are in the objective's unit; ``conflict`` holds the conflicting
+    keys when infeasible.
+    """
+
+    status: Status
+    objective: str
+    plan: dict[str, Any] | None
+    value: float | None
+    bound: float | None
+    stats: SolverStats
+    stages: list[StageResult] = field(default_factory=list)
+    conflict: list[ConstraintKey] | None = None
+
+
+def _all_vars(ctx: Ctx) -> list:
+    out = list(ctx.n.values()) + list(ctx.k.values()) + list(ctx.y) + list(ctx.w)
+    for v in (ctx.z, ctx.l1, ctx.s):
+        if not isinstance(v, int):
+            out.append(v)
+    return out
+
+
+def _stages(p: Problem, objective: str, ctx: Ctx) -> list[tuple[str, Any, str]]:
+    mod = OBJECTIVE_MODULES[objective]
+    st = [(objective, mod.expr(ctx), mod.SENSE), ("racks, then liquid racks", buildout_racks.secondary_expr(ctx), "min")]
+    if objective != "cost" and all(t.cost is not None for t in p.types):
+        st.append(("cost", ctx.cost_c, "min"))
+    st.append(("power", ctx.power_w, "min"))
+    if p.fabric is not None:
+        st.append(("switch chips", ctx.leaves + ctx.s, "min"))
+        st.append(("leaf-spine links", ctx.uplinks, "min"))
+    return st
+
+
+def solve_primary(nm: NamedModel, ctx: Ctx, objective_expr, sense: str, time_limit_s: float | None):
+    """Solve one stage; returns the :class:`optimizer.cpsat.CpSolveOutcome`."""
+    m = nm.model
+    if sense == "max":
+        m.maximize(objective_expr)
+    else:
+        m.minimize(objective_expr)
+    return solve_cp(m, time_limit_s)
+
+
+def solve(p: Problem, objective: str, time_limit_s: float | None = None) -> SolveResult:
+    """Solve the build-out problem lexicographically (see the module docstring).
+
+    Args:
+        p: resolved problem.
+        objective: "gpus", "cost" or "racks".
+        time_limit_s: wall-clock limit for all stages together (default 60 s).
+    Returns:
+        SolveResult; when infeasible, ``conflict`` names the conflicting constraints.
+    """
+    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    t_start = time.perf_counter()
+    nm, ctx = build(p)
+    mod = OBJECTIVE_MODULES[objective]
+    stages: list[StageResult] = []
+    plan = None
+    value = bound = None
+    status = Status.OPTIMAL
+    solver_time = 0.0
+    allv = _all_vars(ctx)
+    for i, (name, expr, sense) in enumerate(_stages(p, objective, ctx)):
+        left = limit - (time.perf_counter() - t_start)
+        if left <= 0.01:
+            status = Status.FEASIBLE
+            break
+        out = solve_primary(nm, ctx, expr, sense, left)
+        solver_time += out.time_s
+        if i == 0:
+            if out.status in (Status.INFEASIBLE, Status.TIME_LIMIT):
+                stats = SolverStats("cp-sat", out.status, solver_time, None, None, None, 1)
+                conflict = None
+                if out.status == Status.INFEASIBLE:
+                    enm, _ = build(p, explain=True)
+                    conflict = enm.conflicting_keys(time_limit_s=max(1.0, limit - (time.perf_counter() - t_start)))
+                return SolveResult(out.status, objective, None, None, None, stats,
+                                   [StageResult(name, out.status, None, out.time_s)], conflict or [])
+            value, bound = mod.to_unit(out.objective, ctx), mod.to_unit(out.bound, ctx)
+            status = out.status
+        elif out.status not in (Status.OPTIMAL, Status.FEASIBLE):
+            stages.append(StageResult(name, out.status, None, out.time_s))
+            status = Status.FEASIBLE
+            break
+        elif out.status == Status.FEASIBLE:
+            status = Status.FEASIBLE
+        stages.append(StageResult(name, out.status, out.objective, out.time_s))
+        plan = values(out.solver, ctx)
+        val = int(round(out.objective))
+        m = nm.model
+        if out.status == Status.OPTIMAL:
+            m.add(expr == val)
+        elif sense == "max":
+            m.add(expr >= val)
+        else:
+            m.add(expr <= val)
+        m.clear_hints()
+        for v in allv:
+            m.add_hint(v, out.solver.value(v))
+    gap = relative_gap(value, bound) if stages and stages[0].status == Status.FEASIBLE else 0.0
+    stats = SolverStats("cp-sat", status, solver_time, value, bound, gap, len(stages))
+    return SolveResult(status, objective, plan, value, bound, stats, stages)

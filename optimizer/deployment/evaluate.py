@@ -1,0 +1,194 @@
+"""Independent evaluator: re-checks a deployment plan with the performance model alone.
+
+It knows nothing of the formulation: given instances (degree, GPUs, ordered sessions) it
+rebuilds the timeline in exact floating point, checks memory per GPU, GPU use, that every
+session is served once, the on-time fraction in every fault scenario, and computes all
+four objectives. The solver's plan must pass this re-check (tests assert it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from optimizer.deployment.perf import PerfModel
+from optimizer.deployment.schema import Fault, Problem
+
+EPS_S = 1e-9  # deadline comparisons tolerate 1 ns of floating-point noise
+
+
+@dataclass
+class PlannedInstance:
+    """One instance of a plan.
+
+    Attributes:
+        id: display id, e.g. ``i0``.
+        degree: TP degree.
+        servers: servers it occupies.
+        gpus: global GPU ids (server·G + local), length = degree.
+        sessions: session ids in run order.
+    """
+
+    id: str
+    degree: int
+    servers: tuple[int, ...]
+    gpus: tuple[int, ...]
+    sessions: list[str]
+
+
+@dataclass
+class Plan:
+    instances: list[PlannedInstance]
+
+
+@dataclass
+class SessionTiming:
+    id: str
+    instance: str
+    start_s: float
+    finish_s: float
+    deadline_s: Optional[float]
+
+    @property
+    def on_time(self) -> bool:
+        return self.deadline_s is None or self.finish_s <= self.deadline_s + EPS_S
+
+
+@dataclass
+class ScenarioResult:
+    """Outcome of one run (nominal, or with one fault)."""
+
+    label: str
+    gpu: Optional[int]
+    fault: Optional[Fault]
+    sessions: list[SessionTiming]
+    makespan_s: float
+    on_time: int
+    cost_gpu_s: float
+    mean_finish_s: float
+    energy_kj: float
+
+
+@dataclass
+class Evaluation:
+    problem: Problem
+    plan: Plan
+    nominal: ScenarioResult
+    scenarios: list[ScenarioResult]
+    memory_per_gpu: dict[str, float]  # instance id -> bytes per GPU
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def worst(self) -> ScenarioResult:
+        """The scenario with the highest cost (ties: larger makespan); nominal without faults."""
+        pool = self.scenarios or [self.nominal]
+        return max(pool, key=lambda r: (r.cost_gpu_s, r.makespan_s, r.mean_finish_s))
+
+    def worst_by(self, objective: str) -> ScenarioResult:
+        pool = self.scenarios or [self.nominal]
+        key = {"cost": lambda r: (r.cost_gpu_s, r.makespan_s),
+               "makespan": lambda r: (r.makespan_s, r.cost_gpu_s),
+               "energy": lambda r: (r.makespan_s, r.cost_gpu_s),
+               "latency": lambda r: (r.mean_finish_s, r.cost_gpu_s)}[objective]
+        return max(pool, key=key)
+
+    def objective_value(self, objective: str) -> float:
+        w = self.worst_by(objective)
+        return {"cost": w.cost_gpu_s, "makespan": w.makespan_s * 1e3,
+                "energy": w.energy_kj, "latency": w.mean_finish_s * 1e3}[objective]
+
+    @property
+    def feasible(self) -> bool:
+        return not self.violations
+
+
+def _timeline(perf: PerfModel, problem: Problem, inst: PlannedInstance, fault: Optional[Fault],
+              by_id) -> list[SessionTiming]:
+    out, t = [], 0.0
+    hit = False
+    for sid in inst.sessions:
+        s = by_id[sid]
+        svc = perf.service_time_s(inst.degree, s.context, s.new)
+        start, finish = t, t + svc
+        if fault is not None and not hit and finish > fault.at_s:
+            hit = True  # running at the fault: restart from the first step after the stall
+            start = fault.at_s + fault.stall_s
+            finish = start + svc
+        out.append(SessionTiming(sid, inst.id, start, finish, s.deadline_s))
+        t = finish
+    return out
+
+
+def _scenario(perf, problem, plan, label, gpu, fault, by_id) -> ScenarioResult:
+    timings = []
+    for inst in plan.instances:
+        f = fault if (fault is not None and gpu in inst.gpus) else None
+        timings += _timeline(perf, problem, inst, f, by_id)
+    makespan = max((t.finish_s for t in timings), default=0.0)
+    on = sum(t.on_time for t in timings)
+    cost = problem.total_gpus * makespan / on if on else float("inf")
+    mean = sum(t.finish_s for t in timings) / len(timings) if timings else 0.0
+    energy = problem.server.power_w * problem.servers * makespan / 1e3
+    return ScenarioResult(label, gpu, fault, timings, makespan, on, cost, mean, energy)
+
+
+def evaluate(problem: Problem, plan: Plan, perf: Optional[PerfModel] = None) -> Evaluation:
+    """Re-check ``plan`` against ``problem``.
+
+    Returns:
+        Evaluation with the nominal run, one scenario per (fault, GPU) — a fault without
+        ``gpu`` expands to every GPU of every server — memory per GPU per instance, and the
+        list of violated limits (empty when the plan is valid).
+    """
+    perf = perf or PerfModel(problem)
+    by_id = {s.id: s for s in problem.sessions}
+    G = problem.server.gpus
+    violations: list[str] = []
+    seen: dict[str, str] = {}
+    gpu_owner: dict[int, str] = {}
+    memory: dict[str, float] = {}
+    for inst in plan.instances:
+        if inst.degree not in problem.degrees:
+            violations.append(f"{inst.id}: TP{inst.degree} is not an allowed degree")
+        if len(inst.gpus) != inst.degree or len(set(inst.gpus)) != inst.degree:
+            violations.append(f"{inst.id}: has {len(set(inst.gpus))} distinct GPUs for TP{inst.degree}")
+        for g in inst.gpus:
+            if not 0 <= g < problem.total_gpus:
+                violations.append(f"{inst.id}: GPU {g} does not exist")
+            elif g in gpu_owner:
+                violations.append(f"GPU {g} is used by {gpu_owner[g]} and {inst.id}")
+            gpu_owner[g] = inst.id
+        if inst.degree <= G and len({g // G for g in inst.gpus}) > 1:
+            violations.append(f"{inst.id}: TP{inst.degree} fits one server but spans several")
+        if not inst.sessions:
+            violations.append(f"{inst.id}: serves no session")
+        for sid in inst.sessions:
+            if sid not in by_id:
+                violations.append(f"{inst.id}: unknown session {sid}")
+            elif sid in seen:
+                violations.append(f"session {sid} is on {seen[sid]} and {inst.id}")
+            seen[sid] = inst.id
+        known = [by_id[s] for s in inst.sessions if s in by_id]
+        mem = perf.memory_per_gpu(inst.degree, [(s.context, s.new) for s in known])
+        memory[inst.id] = mem
+        if mem > problem.gpu.memory_bytes * (1 + 1e-12):
+            violations.append(f"{inst.id}: needs {mem / 1e9:.2f} GB per GPU > {problem.gpu.memory_bytes / 1e9:g} GB")
+    missing = [s.id for s in problem.sessions if s.id not in seen]
+    if missing:
+        violations.append(f"sessions not served: {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''}")
+    if violations:
+        nominal = ScenarioResult("nominal", None, None, [], 0.0, 0, float("inf"), 0.0, 0.0)
+        return Evaluation(problem, plan, nominal, [], memory, violations)
+
+    nominal = _scenario(perf, problem, plan, "nominal", None, None, by_id)
+    need = problem.required_on_time
+    if nominal.on_time < need:
+        violations.append(f"nominal: {nominal.on_time} of {len(problem.sessions)} on time < {need} required")
+    scenarios: list[ScenarioResult] = []
+    for fi, fault in enumerate(problem.faults):
+        gpus = range(problem.total_gpus) if fault.gpu is None else [fault.gpu]
+        for g in gpus:
+            r = _scenario(perf, problem, plan, f"fault{fi} gpu {g}", g, fault, by_id)
+            scenarios.append(r)
+            if r.on_time < need:
+                violations.append(f"fault{fi} on GPU {g}: {r.on_time} of {len(problem.sessions)} on time < {need} required")
+    return Evaluation(problem, plan, nominal, scenarios, memory, violations)

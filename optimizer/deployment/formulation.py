@@ -1,0 +1,320 @@
+"""CP-SAT formulation of the deployment problem.
+
+Decision variables:
+  * instance slots: for every allowed TP degree p and server s, ``floor(G/p)`` candidate
+    instances (``min`` with the session count); degrees above G span ``p/G`` whole servers.
+    ``used[k]`` says whether slot k is an instance of the plan. Slots that are identical
+    (same degree, same servers) are ordered (used, then load) to remove symmetry.
+  * sessions: identical sessions form a class (same context, new tokens and deadline).
+    - ``aggregate`` mode: ``x[k][c]`` sessions of class c on slot k, ``y[k][c]`` of them on
+      time. Sessions on one instance run one after another; on-time ones first in EDD order,
+      late ones after, which is optimal for the on-time count (Moore-Hodgson argument), so
+      the deadline family is the EDD prefix condition and no order variables are needed.
+    - ``sequence`` mode (faults or the latency objective): ``z[k][q][c]`` = position q of
+      slot k holds a class-c session, with start/finish times per position.
+
+Integer resolution (CP-SAT needs integer coefficients):
+  * time: 1 tick = 10 ns (:data:`TIME_UNIT_S`); service times are rounded up and deadlines
+    down, so a plan the solver calls on time is on time in exact arithmetic;
+  * memory: bytes; KV per session rounded up, room per GPU rounded down.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ortools.sat.python import cp_model
+
+from optimizer.cpsat import NamedModel
+from optimizer.deployment.perf import PerfModel
+from optimizer.deployment.schema import Problem
+
+TIME_UNIT_S = 1e-8  # one CP-SAT time tick = 10 ns
+
+
+def ticks_up(seconds: float) -> int:
+    return int(math.ceil(seconds / TIME_UNIT_S - 1e-6))
+
+
+def ticks_down(seconds: float) -> int:
+    return int(math.floor(seconds / TIME_UNIT_S + 1e-6))
+
+
+@dataclass(frozen=True)
+class Option:
+    """Per-degree constants of the performance model, in solver units.
+
+    Attributes:
+        degree: TP degree p.
+        static_bytes: weights + norms + reserve per GPU (bytes, exact).
+        room_bytes: memory left for KV per GPU, rounded down (bytes, may be negative).
+        kv_bytes: per class, KV bytes per GPU per session, rounded up.
+        cap: per class, how many such sessions fit one instance.
+        service_s: per class, service time in seconds (exact).
+        ticks: per class, service time in ticks (rounded up).
+    """
+
+    degree: int
+    static_bytes: float
+    room_bytes: int
+    kv_bytes: tuple[int, ...]
+    cap: tuple[int, ...]
+    service_s: tuple[float, ...]
+    ticks: tuple[int, ...]
+
+
+def build_options(problem: Problem, perf: PerfModel, degrees) -> dict[int, Option]:
+    out = {}
+    for p in degrees:
+        static = perf.static_bytes_per_gpu(p)
+        room = int(math.floor(problem.gpu.memory_bytes - static))
+        kv = tuple(int(math.ceil(perf.kv_bytes_per_gpu(p, c.context, c.new))) for c in problem.classes)
+        cap = tuple(max(0, room // k) if k > 0 else len(problem.sessions) for k in kv)
+        cap = tuple(min(cp, len(problem.sessions)) if room >= 0 else 0 for cp in cap)
+        svc = tuple(perf.service_time_s(p, c.context, c.new) for c in problem.classes)
+        out[p] = Option(p, static, room, kv, cap, svc, tuple(ticks_up(s) for s in svc))
+    return out
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A candidate instance: degree, the servers it occupies and GPUs per server.
+
+    ``label`` is the element key used in constraint names, e.g. ``tp2#1@s0`` (the second
+    TP2 slot on server 0) or ``tp16#0@s0-1`` (spanning servers 0 and 1).
+    """
+
+    index: int
+    degree: int
+    servers: tuple[int, ...]
+    gpus_each: int
+    ordinal: int
+
+    @property
+    def label(self) -> str:
+        srv = f"s{self.servers[0]}" if len(self.servers) == 1 else f"s{self.servers[0]}-{self.servers[-1]}"
+        return f"tp{self.degree}#{self.ordinal}@{srv}"
+
+
+def degree_fits_hardware(problem: Problem, p: int) -> Optional[str]:
+    """None if TP-``p`` instances can be placed on the hardware, else the reason."""
+    g, s = problem.server.gpus, problem.servers
+    if p > g * s:
+        return f"tp{p} needs {p} GPUs > {g * s} available"
+    if p > g and p % g:
+        return f"tp{p} spans servers but is not a multiple of {g} GPUs per server"
+    return None
+
+
+def build_slots(problem: Problem, options: dict[int, Option]) -> list[Slot]:
+    g, n_srv = problem.server.gpus, problem.servers
+    n = len(problem.sessions)
+    slots: list[Slot] = []
+    for p in sorted(options, reverse=True):
+        if max(options[p].cap, default=0) == 0:
+            continue
+        if p <= g:
+            per_server = min(g // p, n)
+            for s in range(n_srv):
+                for i in range(per_server):
+                    slots.append(Slot(len(slots), p, (s,), p, i))
+        else:
+            m = p // g
+            for j in range(min(n_srv // m, n)):
+                slots.append(Slot(len(slots), p, tuple(range(j * m, (j + 1) * m)), g, j))
+    return slots
+
+
+@dataclass
+class Scenario:
+    """One way the run can unfold: the plan without faults, or with one fault.
+
+    Attributes:
+        label: element key, e.g. ``nominal`` or ``fault0@tp2#1@s0``.
+        makespan_terms: the scenario's makespan is the max of these expressions (ticks).
+        on_time: expression, sessions on time.
+        finish_sum: expression, sum of finish times (ticks), sequence mode only.
+        enforce: literals under which the scenario happens (empty: always).
+    """
+
+    label: str
+    makespan_terms: list
+    on_time: object
+    finish_sum: object = None
+    enforce: list = field(default_factory=list)
+
+
+class Formulation:
+    """Builds the CP-SAT model for one deployment problem.
+
+    Args:
+        problem: the resolved problem.
+        perf: its performance model.
+        degrees: the TP degrees the plan may use (subset of ``problem.degrees``).
+        mode: ``aggregate`` or ``sequence`` (see module docstring).
+        latency: build per-session finish-time variables (sequence mode).
+        explain: guard every named constraint with an assumption literal.
+    """
+
+    def __init__(self, problem: Problem, perf: PerfModel, degrees, mode: str,
+                 latency: bool = False, explain: bool = False):
+        self.problem = problem
+        self.perf = perf
+        self.mode = mode
+        self.latency = latency
+        self.nm = NamedModel(explain=explain)
+        self.model: cp_model.CpModel = self.nm.model
+        self.options = build_options(problem, perf, degrees)
+        self.slots = build_slots(problem, self.options)
+        self.classes = problem.classes
+        self.n_sessions = len(problem.sessions)
+        self.required = problem.required_on_time
+        self.scenarios: list[Scenario] = []
+        # horizon: every session on its slowest degree, plus every fault's delay
+        worst = sum(c.count * max(o.ticks[c.index] for o in self.options.values()) for c in self.classes) if self.options else 0
+        delay = sum(ticks_up(f.at_s + f.stall_s) for f in problem.faults)
+        self.horizon = max(1, worst + delay + 1)
+        self.deadline_ticks = [ticks_down(c.deadline_s) if c.deadline_s is not None else None for c in self.classes]
+        self._build_variables()
+
+    # ------------------------------------------------------------------ variables
+    def cap(self, k: Slot, c: int) -> int:
+        return min(self.options[k.degree].cap[c], self.classes[c].count)
+
+    def ticks(self, k: Slot, c: int) -> int:
+        return self.options[k.degree].ticks[c]
+
+    def _build_variables(self) -> None:
+        m = self.model
+        self.x: dict[tuple[int, int], object] = {}
+        self.used: dict[int, object] = {}
+        self.W: dict[int, cp_model.IntVar] = {}
+        self.M = m.new_int_var(0, self.horizon, "makespan")
+        if self.mode == "aggregate":
+            self._aggregate_variables()
+        else:
+            self._sequence_variables()
+
+    def _aggregate_variables(self) -> None:
+        m = self.model
+        self.y: dict[tuple[int, int], cp_model.IntVar] = {}
+        for k in self.slots:
+            u = m.new_bool_var(f"used[{k.label}]")
+            self.used[k.index] = u
+            terms = []
+            for c in self.classes:
+                ub = self.cap(k, c.index)
+                if ub <= 0:
+                    continue
+                x = m.new_int_var(0, ub, f"x[{k.label},{c.index}]")
+                self.x[k.index, c.index] = x
+                m.add(x <= ub * u)
+                terms.append(x)
+                if c.deadline_s is not None:
+                    y = m.new_int_var(0, ub, f"y[{k.label},{c.index}]")
+                    m.add(y <= x)
+                    self.y[k.index, c.index] = y
+            if terms:
+                m.add(sum(terms) >= u)
+            else:
+                m.add(u == 0)
+            w = m.new_int_var(0, self.horizon, f"W[{k.label}]")
+            m.add(w == sum(self.ticks(k, c) * x for (kk, c), x in self.x.items() if kk == k.index))
+            self.W[k.index] = w
+        on = [y for y in self.y.values()]
+        on += [x for (k, c), x in self.x.items() if self.classes[c].deadline_s is None]
+        self.on_time_total = sum(on) if on else 0
+
+    def positions(self, k: Slot) -> int:
+        """Positions of slot k: the most sessions that fit it by memory (at most N)."""
+        opt = self.options[k.degree]
+        sizes = sorted(opt.kv_bytes[c.index] for c in self.classes for _ in range(c.count) if opt.cap[c.index] > 0)
+        room, q = opt.room_bytes, 0
+        for s in sizes:
+            if s > room:
+                break
+            room -= s
+            q += 1
+        return q
+
+    def _sequence_variables(self) -> None:
+        m = self.model
+        self.z: dict[tuple[int, int, int], cp_model.IntVar] = {}
+        self.F: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.o: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.filled: dict[tuple[int, int], object] = {}
+        self.Q: dict[int, int] = {}
+        self.C: dict[tuple[int, int], cp_model.IntVar] = {}
+        for k in self.slots:
+            Q = self.positions(k)
+            self.Q[k.index] = Q
+            prev_f = 0
+            prev_filled = None
+            for q in range(Q):
+                zs = {}
+                for c in self.classes:
+                    if self.cap(k, c.index) > 0:
+                        zs[c.index] = m.new_bool_var(f"z[{k.label},{q},{c.index}]")
+                        self.z[k.index, q, c.index] = zs[c.index]
+                filled = sum(zs.values()) if zs else 0
+                m.add(filled <= 1)
+                if prev_filled is not None:
+                    m.add(filled <= prev_filled)
+                f = m.new_int_var(0, self.horizon, f"F[{k.label},{q}]")
+                m.add(f == prev_f + sum(self.ticks(k, c) * v for c, v in zs.items()))
+                o = m.new_bool_var(f"o[{k.label},{q}]")
+                m.add(o <= filled)
+                self.F[k.index, q], self.o[k.index, q], self.filled[k.index, q] = f, o, filled
+                if self.latency:
+                    cv = m.new_int_var(0, self.horizon, f"C[{k.label},{q}]")
+                    fl = m.new_bool_var(f"filled[{k.label},{q}]")
+                    m.add(fl == filled)
+                    m.add(cv == f).only_enforce_if(fl)
+                    m.add(cv == 0).only_enforce_if(~fl)
+                    self.C[k.index, q] = cv
+                prev_f, prev_filled = f, filled
+            for c in self.classes:
+                vs = [self.z[k.index, q, c.index] for q in range(Q) if (k.index, q, c.index) in self.z]
+                if vs:
+                    self.x[k.index, c.index] = sum(vs)
+            u = m.new_bool_var(f"used[{k.label}]")
+            self.used[k.index] = u
+            if Q:
+                m.add(u == self.filled[k.index, 0])
+            else:
+                m.add(u == 0)
+            w = m.new_int_var(0, self.horizon, f"W[{k.label}]")
+            m.add(w == (self.F[k.index, Q - 1] if Q else 0))
+            self.W[k.index] = w
+        self.on_time_total = sum(self.o.values()) if self.o else 0
+
+    # ------------------------------------------------------------------ helpers
+    def slots_on_server(self, s: int) -> list[Slot]:
+        return [k for k in self.slots if s in k.servers]
+
+    def identical_runs(self) -> list[list[Slot]]:
+        """Groups of interchangeable slots (same degree, same servers), in ordinal order."""
+        groups: dict[tuple, list[Slot]] = {}
+        for k in self.slots:
+            groups.setdefault((k.degree, k.servers), []).append(k)
+        return [sorted(v, key=lambda s: s.ordinal) for v in groups.values() if len(v) > 1]
+
+    def finish_sum(self):
+        c = getattr(self, "C", None)
+        return sum(c.values()) if c else 0
+
+    def build(self) -> "Formulation":
+        """Add every constraint family, then the nominal scenario (and fault scenarios)."""
+        from constraints import assignment, deadline, fault, gpus_per_server, makespan, memory, on_time, symmetry
+
+        gpus_per_server.add(self)
+        assignment.add(self)
+        memory.add(self)
+        deadline.add(self)
+        makespan.add(self)
+        symmetry.add(self)
+        self.scenarios.append(Scenario("nominal", [self.M], self.on_time_total, self.finish_sum()))
+        fault.add(self)
+        on_time.add(self)
+        return self

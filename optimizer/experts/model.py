@@ -1,0 +1,212 @@
+"""CP-SAT model of one layer's placement, or of a sub-problem over some of its GPUs.
+
+Decisions (``constraints/experts_*.py`` name every constraint):
+
+* even split: ``z[e,g,k]`` = expert ``e`` has ``k`` replicas here and one of them on GPU ``g``;
+  ``y[e,k]`` picks the count (``replica_count``); ``sum_{e,k} z[e,g,k] = slots[g]``
+  (``gpu_slots``); ``sum_{e,k} u[e,k] z[e,g,k] <= T`` (``gpu_load``) where ``u[e,k]`` is the
+  per-replica load ``w[e]/k`` in load units. Replicas of one expert sit on distinct GPUs
+  because ``sum_k z[e,g,k]`` is 0/1.
+* optimised split: Booleans ``x[e,g]`` and integer shares ``s[e,g]`` (``token_split``).
+
+Load units: tokens times ``scale`` rounded to the nearest integer; ``scale`` is chosen by
+:func:`choose_scale` (an exact common multiple of the replica counts when it is small, so
+small instances are solved exactly; otherwise about 1e8 units per layer, i.e. a resolution
+of 1e-8 of the layer's tokens per replica).
+
+A sub-problem frees the replicas on a subset of GPUs and keeps everything else fixed: experts
+whose replicas all sit in the subset may change their count (options given by the caller);
+the others keep their count and their per-replica load.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from constraints import experts_load, experts_locality, experts_replicas, experts_slots
+from objectives import experts_inter_node, experts_max_load, experts_migration
+from optimizer.cpsat import NamedModel, solve_cp
+from optimizer.result import Status
+
+LOAD_UNITS_PER_LAYER = 1e8
+
+
+def choose_scale(total_tokens: float, max_count: int, split: str) -> tuple[float, bool]:
+    """Load units per token, and whether per-replica loads are then exact integers.
+
+    Even split: ``lcm(1..max_count)`` when that keeps the layer under 1e8 units (exact),
+    else ``1e8 / total_tokens`` (rounded). Optimised split: 1 (whole tokens, exact).
+    """
+    if split == "optimal":
+        return 1.0, True
+    lcm = 1
+    for k in range(2, max_count + 1):
+        lcm = lcm * k // math.gcd(lcm, k)
+        if lcm * total_tokens > LOAD_UNITS_PER_LAYER:
+            break
+    if lcm * max(total_tokens, 1) <= LOAD_UNITS_PER_LAYER:
+        return float(lcm), True
+    return LOAD_UNITS_PER_LAYER / max(total_tokens, 1.0), False
+
+
+@dataclass
+class Item:
+    """One expert inside a (sub-)problem.
+
+    Attributes:
+        e: logical expert id.
+        options: even split: ``(replicas here, per-replica load units)`` choices.
+        amount: optimised split: load units this expert must place here.
+        min_inside: optimised split: replicas it must keep here (1 if it lives only here).
+        max_inside: optimised split: at most this many replicas here.
+        covered_outside: nodes already hosting the expert outside the sub-problem.
+        cover_weight: objective weight of covering one more node (inter-node).
+        current: GPUs holding it now (for the hint), and current count option.
+    """
+
+    e: int
+    options: list[tuple[int, int]] = field(default_factory=list)
+    amount: int = 0
+    min_inside: int = 0
+    max_inside: int = 0
+    covered_outside: frozenset = frozenset()
+    cover_weight: int = 0
+    current_gpus: tuple = ()
+    current_shares: dict = field(default_factory=dict)
+
+
+@dataclass
+class SubProblem:
+    layer: int
+    gpus: list[int]
+    slots: list[int]
+    node_of: list[int]
+    items: list[Item]
+    split: str
+    objective: str                   # max-load | inter-node | migration
+    cap: int | None = None           # upper bound on every GPU load here (units)
+    prev: np.ndarray | None = None   # [experts, gpus] previous X (global GPU index)
+    move_weight: int = 0             # load units per move (max-load objective)
+    t_lower: int = 0
+
+
+@dataclass
+class SubResult:
+    status: Status
+    X: dict                 # (e, g) -> 1
+    shares: dict            # (e, g) -> units (optimised split)
+    T: int | None
+    objective: float | None
+    bound: float | None
+    time_s: float
+
+
+def build_and_solve(sp: SubProblem, time_limit_s: float, hint: bool = True, workers: int = 1) -> SubResult:
+    """Build the CP-SAT model of ``sp`` and solve it.
+
+    Returns:
+        SubResult with the chosen replicas, shares, the max load ``T`` (units) and the
+        objective value and bound in model units.
+    """
+    nm = NamedModel()
+    m = nm.model
+    G = sp.gpus
+    cap_hi = sp.cap if sp.cap is not None else _total_units(sp)
+    T = m.new_int_var(min(sp.t_lower, cap_hi), cap_hi, "T")
+    xs: dict[tuple[int, int], object] = {}         # (e, g) -> expression 0/1
+    load_terms: dict[int, list] = {g: [] for g in G}
+    slot_terms: dict[int, list] = {g: [] for g in G}
+    hints: list[tuple[object, int]] = []
+    shares: dict[tuple[int, int], cp_model.IntVar] = {}
+    z_all: dict[tuple[int, int, int], cp_model.IntVar] = {}
+    for it in sp.items:
+        if sp.split == "even":
+            z: dict[int, dict[int, cp_model.IntVar]] = {}
+            y: dict[int, object] = {}
+            cur_k = len(it.current_gpus)
+            for k, units in it.options:
+                if k == 0:
+                    continue
+                z[k] = {g: m.new_bool_var(f"z[{it.e},{g},{k}]") for g in G}
+                y[k] = m.new_bool_var(f"y[{it.e},{k}]") if len(it.options) > 1 else 1
+                for g in G:
+                    load_terms[g].append((units, z[k][g]))
+                    slot_terms[g].append(z[k][g])
+                    z_all[it.e, g, k] = z[k][g]
+                    if hint:
+                        hints.append((z[k][g], int(k == cur_k and g in it.current_gpus)))
+                if hint and not isinstance(y[k], int):
+                    hints.append((y[k], int(k == cur_k)))
+            if len(it.options) > 1 and any(k == 0 for k, _ in it.options):
+                raise ValueError("a count option of 0 must be the only option")
+            experts_replicas.add(nm, sp.layer, it.e, z, y)
+            for g in G:
+                terms = [z[k][g] for k in z]
+                if terms:
+                    xs[it.e, g] = sum(terms)
+        else:
+            x = {g: m.new_bool_var(f"x[{it.e},{g}]") for g in G}
+            s = {g: m.new_int_var(0, it.amount, f"s[{it.e},{g}]") for g in G}
+            experts_load.add_split(nm, sp.layer, it.e, x, s, it.amount)
+            experts_replicas.add_split(nm, sp.layer, it.e, x, it.min_inside)
+            if it.max_inside < len(G):
+                nm.add(experts_replicas.key(sp.layer, it.e), sum(x.values()) <= it.max_inside)
+            for g in G:
+                load_terms[g].append((1, s[g]))
+                slot_terms[g].append(x[g])
+                xs[it.e, g] = x[g]
+                shares[it.e, g] = s[g]
+                if hint:
+                    hints.append((x[g], int(g in it.current_gpus)))
+                    hints.append((s[g], int(it.current_shares.get(g, 0))))
+    for g, s_ in zip(G, sp.slots):
+        experts_slots.add(nm, sp.layer, g, slot_terms[g], s_)
+        experts_load.add(nm, sp.layer, g, load_terms[g], T)
+
+    moves_expr = None
+    if sp.prev is not None:
+        moved = [v for (e, g), v in xs.items() if sp.prev[e, g] == 0]
+        moves_expr = sum(moved) if moved else 0
+    if sp.objective == "max-load":
+        experts_max_load.set_objective(m, T, moves_expr, sp.move_weight)
+    elif sp.objective == "migration":
+        if moves_expr is None:
+            raise ValueError("migration objective needs a previous placement")
+        experts_migration.set_objective(m, moves_expr)
+    elif sp.objective == "inter-node":
+        cover_terms = []
+        nodes = sorted(set(sp.node_of))
+        for it in sp.items:
+            for n in nodes:
+                if n in it.covered_outside or it.cover_weight == 0:
+                    continue
+                on_node = [xs[it.e, g] for g, nn in zip(G, sp.node_of) if nn == n and (it.e, g) in xs]
+                if not on_node:
+                    continue
+                u = m.new_bool_var(f"u[{it.e},{n}]")
+                experts_locality.add(nm, sp.layer, it.e, n, u, on_node)
+                cover_terms.append((it.cover_weight, u))
+        experts_inter_node.set_objective(m, cover_terms)
+    else:
+        raise ValueError(f"unknown objective {sp.objective}")
+    for var, val in hints:
+        m.add_hint(var, val)
+    out = solve_cp(m, time_limit_s, workers=workers)
+    if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
+        return SubResult(out.status, {}, {}, None, None, None, out.time_s)
+    sol = out.solver
+    X = {}
+    for (e, g), expr in xs.items():
+        if sol.value(expr):
+            X[e, g] = 1
+    sh = {k: int(sol.value(v)) for k, v in shares.items() if (k in X)}
+    return SubResult(out.status, X, sh, int(sol.value(T)), out.objective, out.bound, out.time_s)
+
+
+def _total_units(sp: SubProblem) -> int:
+    if sp.split == "even":
+        return int(sum(max(k * u for k, u in it.options) for it in sp.items)) + 1
+    return int(sum(it.amount for it in sp.items)) + 1
