@@ -82,6 +82,37 @@ class NamedModel:
         core = [by_index[i] for i in solver.sufficient_assumptions_for_infeasibility() if i in by_index]
         return sorted(set(core))
 
+    def _infeasible_with(self, keys: list[ConstraintKey], time_limit_s: float) -> bool:
+        self.model.clear_assumptions()
+        self.model.add_assumptions([self._literals[k] for k in keys])
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.max_time_in_seconds = time_limit_s
+        return solver.solve(self.model) == cp_model.INFEASIBLE
+
+    def minimal_conflict(self, time_limit_s: float = 10.0) -> list[ConstraintKey] | None:
+        """A conflicting set of keys from which no key can be dropped (deletion filter).
+
+        Starts from CP-SAT's core and tries to drop each key in turn, keeping the drop when
+        the rest is still infeasible; stops refining (returning the current, still
+        conflicting, set) when the time runs out.
+        """
+        t_end = time.perf_counter() + time_limit_s
+        core = self.conflicting_keys(time_limit_s)
+        if not core:
+            return core
+        i = 0
+        while i < len(core) and len(core) > 1:
+            left = t_end - time.perf_counter()
+            if left <= 0.05:
+                break
+            trial = core[:i] + core[i + 1:]
+            if self._infeasible_with(trial, min(left, 2.0)):
+                core = trial
+            else:
+                i += 1
+        return core
+
 
 @dataclass
 class CpSolveOutcome:

@@ -266,3 +266,41 @@ def _assign_gpus(f: Formulation, solver, chosen) -> list[PlannedInstance]:
             free[s] = free[s][need:]
         out.append(PlannedInstance(f"i{n}", k.degree, k.servers, tuple(sorted(gpus)), order))
     return out
+
+
+def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float) -> Optional[int]:
+    """Most sessions that can finish on time (worst fault scenario) with these degrees,
+    ignoring the on-time requirement; None if the sessions cannot all be placed."""
+    usable = usable_degrees(problem, perf, degrees)
+    if not usable:
+        return None
+    f = Formulation(problem, perf, usable, choose_mode(problem, "cost"))
+    f.required = 0
+    f.build()
+    t = f.model.new_int_var(0, len(problem.sessions), "min_on_time")
+    for sc in f.scenarios:
+        if isinstance(sc.on_time, int):
+            f.model.add(t <= sc.on_time)
+            continue
+        ct = f.model.add(t <= sc.on_time)
+        if sc.enforce:
+            ct.only_enforce_if(sc.enforce)
+    f.model.maximize(t)
+    out = solve_cp(f.model, time_limit_s)
+    if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
+        return None
+    return int(out.solver.value(t))
+
+
+def conflicts(problem: Problem, perf: PerfModel, objective: str, time_limit_s: float = 10.0):
+    """Named constraints that cannot hold together (a minimal set when time allows).
+
+    Returns:
+        (keys, formulation) — keys is empty when the model could not be explained in time.
+    """
+    usable = usable_degrees(problem, perf, problem.degrees)
+    if not usable:
+        return [], None
+    f = build(problem, perf, usable, objective, explain=True)
+    keys = f.nm.minimal_conflict(time_limit_s)
+    return (keys or []), f

@@ -1,0 +1,182 @@
+"""Explanations: binding limits with their slack, why each TP degree alone loses, and the
+named constraints that conflict when no plan exists."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from optimizer.deployment.evaluate import Evaluation
+from optimizer.deployment.formulation import degree_fits_hardware
+from optimizer.deployment.perf import PerfModel
+from optimizer.deployment.schema import Problem
+from optimizer.result import Binding, ConstraintKey, Status
+
+UNITS = {"cost": "GPU·s per on-time session", "makespan": "ms", "latency": "ms", "energy": "kJ"}
+
+
+@dataclass
+class Alternative:
+    """The best plan using only one TP degree, or why none exists.
+
+    ``reason`` is ``objective`` (it exists but is worse, or ``tie``) or the limit that rules it
+    out: ``gpus``, ``memory``, ``deadline``, ``time_limit``.
+    """
+
+    option: str
+    degree: int
+    reason: str
+    detail: str
+    value: Optional[float] = None
+    status: Optional[Status] = None
+    instances: int = 0
+    on_time: Optional[int] = None
+    makespan_ms: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        d = {"option": self.option, "reason": self.reason, "detail": self.detail}
+        if self.value is not None:
+            d["value"] = self.value
+            d["instances"] = self.instances
+            d["on_time"] = self.on_time
+            d["makespan_ms"] = self.makespan_ms
+        if self.status is not None:
+            d["status"] = self.status.value
+        return d
+
+
+def fmt_value(objective: str, v: float) -> str:
+    return f"{v:.3f} {UNITS[objective]}" if objective == "cost" else f"{v:.2f} {UNITS[objective]}"
+
+
+def memory_rejection(problem: Problem, perf: PerfModel, p: int) -> Optional[str]:
+    """``needs X GB per GPU > Y GB`` when not even the smallest session fits a TP-p instance."""
+    if any(perf.max_sessions(p, c.context, c.new) > 0 for c in problem.classes):
+        return None
+    c = min(problem.classes, key=lambda c: c.context + c.new)
+    need = perf.memory_per_gpu(p, [(c.context, c.new)])
+    return f"needs {need / 1e9:.2f} GB per GPU > {problem.gpu.memory_bytes / 1e9:g} GB"
+
+
+def alternatives(problem: Problem, perf: PerfModel, objective: str, best_value: Optional[float],
+                 time_budget_s: float) -> list[Alternative]:
+    """One row per allowed TP degree: its best single-degree plan or the reason it has none."""
+    from optimizer.deployment.solve import max_on_time, solve_deployment
+
+    rows: list[Alternative] = []
+    degrees = list(problem.degrees)
+    t_end = time.perf_counter() + time_budget_s
+    for i, p in enumerate(degrees):
+        name = f"tp{p}"
+        hw = degree_fits_hardware(problem, p)
+        if hw:
+            rows.append(Alternative(name, p, "gpus", hw))
+            continue
+        mem = memory_rejection(problem, perf, p)
+        if mem:
+            rows.append(Alternative(name, p, "memory", mem))
+            continue
+        share = max(0.2, (t_end - time.perf_counter()) / max(1, len(degrees) - i))
+        out = solve_deployment(problem, objective, share, degrees=[p], perf=perf)
+        if out.status in (Status.OPTIMAL, Status.FEASIBLE):
+            ev = out.evaluation
+            w = ev.worst_by(objective)
+            shape = (f"{len(ev.plan.instances)} instance(s), makespan {w.makespan_s * 1e3:.2f} ms, "
+                     f"{w.on_time} of {len(problem.sessions)} on time")
+            if best_value is not None and abs(out.value - best_value) <= 1e-9 * max(1.0, abs(best_value)):
+                reason, detail = "tie", f"as good as the chosen plan: {shape}"
+            else:
+                reason = "objective"
+                pct = f"+{(out.value / best_value - 1) * 100:.1f}% vs chosen: " if best_value else ""
+                detail = pct + shape
+            rows.append(Alternative(name, p, reason, detail, out.value, out.status, len(ev.plan.instances),
+                                    w.on_time, w.makespan_s * 1e3))
+            continue
+        if out.status == Status.TIME_LIMIT:
+            rows.append(Alternative(name, p, "time_limit", "no plan found within the time limit", status=out.status))
+            continue
+        best_on = max_on_time(problem, perf, [p], max(0.2, (t_end - time.perf_counter()) / max(1, len(degrees) - i)))
+        n = len(problem.sessions)
+        if best_on is None:
+            cap = max(perf.max_sessions(p, c.context, c.new) for c in problem.classes)
+            slots = problem.total_gpus // p
+            rows.append(Alternative(name, p, "memory",
+                                    f"{n} sessions do not fit {slots} TP{p} instances (at most {cap} per instance)"))
+        else:
+            need = max(1, problem.required_on_time) if objective == "cost" else problem.required_on_time
+            where = " in the worst fault scenario" if problem.faults else ""
+            rows.append(Alternative(name, p, "deadline", f"{best_on} of {n} on time{where} < {need} required", on_time=best_on))
+    return rows
+
+
+def binding(problem: Problem, perf: PerfModel, ev: Evaluation, objective: str) -> list[Binding]:
+    """Limits that bind (or nearly) at the plan, tightest first, with their slack."""
+    out: list[Binding] = []
+    G = problem.server.gpus
+    used = {s: 0 for s in range(problem.servers)}
+    for inst in ev.plan.instances:
+        for g in inst.gpus:
+            used[g // G] += 1
+    for s, u in used.items():
+        if G - u == 0 or u == 0:
+            pass
+        out.append(Binding(ConstraintKey("gpus_per_server", f"server {s}"), float(G - u), "GPUs",
+                           f"{u} of {G} GPUs in instances" + (" (full)" if u == G else "")))
+    by_id = {s.id: s for s in problem.sessions}
+    cap = problem.gpu.memory_bytes
+    for inst in ev.plan.instances:
+        mem = ev.memory_per_gpu[inst.id]
+        head = cap - mem
+        smallest = min(perf.kv_bytes_per_gpu(inst.degree, c.context, c.new) for c in problem.classes)
+        fits_more = int(head // smallest) if smallest > 0 else 0
+        out.append(Binding(ConstraintKey("memory", inst.id), head / 1e9, "GB",
+                           f"TP{inst.degree}: {mem / 1e9:.2f} of {cap / 1e9:g} GB per GPU; "
+                           + ("no room for another session" if fits_more == 0 else f"room for {fits_more} more session(s)")))
+    w = ev.worst_by(objective)
+    for inst in ev.plan.instances:
+        timings = [t for t in w.sessions if t.instance == inst.id and t.deadline_s is not None and t.on_time]
+        if not timings:
+            continue
+        t = min(timings, key=lambda t: t.deadline_s - t.finish_s)
+        slack_ms = (t.deadline_s - t.finish_s) * 1e3
+        scen = "" if w.label == "nominal" else f" ({w.label})"
+        out.append(Binding(ConstraintKey("deadline", t.id), slack_ms, "ms",
+                           f"finishes at {t.finish_s * 1e3:.2f} ms, deadline {t.deadline_s * 1e3:g} ms{scen}"))
+    need = problem.required_on_time
+    scen = [ev.nominal] + ev.scenarios
+    tight = min(scen, key=lambda r: r.on_time)
+    out.append(Binding(ConstraintKey("on_time", tight.label), float(tight.on_time - need), "sessions",
+                       f"{tight.on_time} of {len(problem.sessions)} on time, {need} required"))
+    last = max(w.sessions, key=lambda t: t.finish_s) if w.sessions else None
+    if last is not None:
+        out.append(Binding(ConstraintKey("makespan", last.instance), 0.0, "ms",
+                           f"{last.instance} finishes last, at {last.finish_s * 1e3:.2f} ms ({last.id})"))
+    return sorted(out, key=_tightness)
+
+
+def _tightness(b: Binding) -> tuple:
+    scale = {"GPUs": 8.0, "GB": 80.0, "ms": 100.0, "sessions": 4.0}.get(b.unit, 1.0)
+    return (b.slack / scale, b.key.family)
+
+
+def conflict_details(problem: Problem, perf: PerfModel, keys: list[ConstraintKey], f) -> list[str]:
+    """One sentence per conflicting key."""
+    out = []
+    slots = {k.label: k for k in f.slots} if f is not None else {}
+    for key in keys:
+        if key.family == "memory" and key.element in slots:
+            k = slots[key.element]
+            opt = f.options[k.degree]
+            caps = ", ".join(f"{opt.cap[c.index]} of {c.session_ids[0].split('/')[0]}" for c in problem.classes)
+            out.append(f"{key}: a TP{k.degree} instance has {opt.room_bytes / 1e9:.2f} GB per GPU for KV cache (holds at most {caps})")
+        elif key.family == "assignment":
+            out.append(f"{key}: every session must be served by one instance")
+        elif key.family == "on_time":
+            out.append(f"{key}: at least {f.required if f is not None else problem.required_on_time} of {len(problem.sessions)} sessions on time")
+        elif key.family == "deadline":
+            out.append(f"{key}: sessions counted on time finish by their deadline")
+        elif key.family == "gpus_per_server":
+            out.append(f"{key}: at most {problem.server.gpus} GPUs in instances")
+        else:
+            out.append(str(key))
+    return out
