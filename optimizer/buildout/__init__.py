@@ -1,0 +1,62 @@
+"""Rack build-out sizing under a kW budget (issue 4).
+
+``optimize INSTANCE.yaml`` with a ``buildout:`` section: how many servers of which types fit
+a power budget, in how many air- or liquid-cooled racks, with how many leaf and spine switch
+chips, installed in whole units; which limit binds and what the next unit would need.
+
+Pipeline: :mod:`.schema` (strict input, unit conversion) -> :mod:`.model` (CP-SAT model,
+constraint families in ``constraints/buildout_*.py``) -> :mod:`.solve` (lexicographic
+objectives from ``objectives/buildout_*.py``) -> :mod:`.evaluate` (independent check) ->
+:mod:`.explain` (binding limits by what-if solves) -> :mod:`.report`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from optimizer.buildout.evaluate import evaluate
+from optimizer.buildout.explain import bindings, conflict_details, leaf_groups
+from optimizer.buildout.report import BuildoutReport
+from optimizer.buildout.schema import Problem, load
+from optimizer.buildout.solve import SolveResult, solve
+from optimizer.result import Conflict, Status
+
+__all__ = ["run", "load", "solve", "solve_instance", "evaluate_plan", "BuildoutReport"]
+
+
+def evaluate_plan(p: Problem, res: SolveResult):
+    """Evaluate a solver plan with the independent evaluator."""
+    plan = res.plan
+    racks = [(pat.cooling, {t.name: c for t, c in zip(p.types, pat.counts) if c}, mult) for pat, mult in plan["racks"]]
+    return evaluate(p, plan["servers"], racks, leaf_groups(p, plan), plan.get("spine", 0))
+
+
+def solve_instance(p: Problem, objective: str, time_limit_s: float | None = None) -> BuildoutReport:
+    """Solve, check the plan independently, explain it; returns the report.
+
+    Raises:
+        RuntimeError: the solver's plan fails the independent evaluation (a modelling bug).
+    """
+    res = solve(p, objective, time_limit_s)
+    if res.plan is None:
+        conflict = None
+        if res.status == Status.INFEASIBLE:
+            keys = res.conflict or []
+            conflict = Conflict(keys, conflict_details(p, keys) or ["the limits cannot all hold"])
+        return BuildoutReport(p, res, conflict=conflict)
+    ev = evaluate_plan(p, res)
+    if ev.violations:
+        raise RuntimeError(f"build-out plan fails the independent check: {ev.violations}")
+    binding = bindings(p, objective, res.value, res.plan, ev)
+    return BuildoutReport(p, res, ev, binding)
+
+
+def run(raw: dict[str, Any], path: Path, objective: str | None, time_limit_s: float | None,
+        output_dir: Path | None) -> BuildoutReport:
+    """CLI entry point (see optimizer/problems.py). ``output_dir`` is unused (no output files).
+
+    Raises:
+        InputError: bad input, including an unknown objective.
+    """
+    p, obj = load(raw, path, objective)
+    return solve_instance(p, obj, time_limit_s)

@@ -1,0 +1,265 @@
+"""Explanations of a build-out result: which limits bind, their slack, what the next unit needs.
+
+Binding is decided by *what-if solves*, never by MILP row duals (which are not shadow
+prices of an integer program): a limit binds the primary objective when relaxing it alone
+makes the optimum strictly better. For the power budget the what-if is "the least power of
+any strictly better plan" (so the message says how many kW more would help). The rack and
+fabric entries describe the per-rack and per-switch limits that fix the secondary counts.
+"""
+from __future__ import annotations
+
+import dataclasses
+from math import ceil
+
+from constraints import (buildout_fabric, buildout_install_unit, buildout_max_count, buildout_power,
+                         buildout_second_tier, buildout_target)
+from optimizer.buildout.evaluate import Evaluation
+from optimizer.buildout.model import build, family_module
+from optimizer.buildout.schema import Problem
+from optimizer.buildout.solve import OBJECTIVE_MODULES, solve_primary
+from optimizer.result import Binding, ConstraintKey, Status
+
+WHATIF_TIME_S = 10.0
+
+
+def kw(x: float) -> str:
+    """Format kW for messages: 10.2, 0.6, 122.4 (no float noise)."""
+    return f"{round(x, 3):g}"
+
+
+def num(x: float | int | None) -> str:
+    """Readable number: 88, 2,400,000, 112.2."""
+    if x is None:
+        return "-"
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    return f"{x:,.2f}"
+
+
+def _primary(p: Problem, objective: str, omit: frozenset[str] = frozenset()) -> float | None:
+    nm, ctx = build(p, omit=omit)
+    mod = OBJECTIVE_MODULES[objective]
+    out = solve_primary(nm, ctx, mod.expr(ctx), mod.SENSE, WHATIF_TIME_S)
+    if out.status != Status.OPTIMAL:
+        return None
+    return mod.to_unit(out.objective, ctx)
+
+
+def _better(objective: str, new: float | None, old: float) -> bool:
+    if new is None:
+        return False
+    return new > old if OBJECTIVE_MODULES[objective].SENSE == "max" else new < old - 1e-9
+
+
+def least_power_kw(p: Problem, objective: str | None = None, value: float | None = None,
+                   min_gpus: int | None = None) -> float | None:
+    """Least total power (kW) of any plan without the power budget that is strictly better than
+    ``value`` in ``objective`` (or that holds ``min_gpus`` GPUs). None when no such plan exists."""
+    need = min_gpus or 0
+    if objective == "gpus":
+        need = max(need, int(value) + 1)
+    nm, ctx = build(p, omit=frozenset({"power"}), min_gpus=need)
+    m = nm.model
+    if need:
+        m.add(ctx.gpus >= need)
+    if objective == "cost":
+        m.add(ctx.cost_c <= int(round(value * 100)) - 1)
+    elif objective == "racks":
+        m.add(ctx.racks() <= int(value) - 1)
+    out = solve_primary(nm, ctx, ctx.power_w, "min", WHATIF_TIME_S)
+    if out.status != Status.OPTIMAL:
+        return None
+    return out.objective / 1000.0
+
+
+def next_unit(p: Problem, servers: dict[str, int], ev: Evaluation) -> tuple[str, float, float, float] | None:
+    """The cheapest (in kW) next install unit: (phrase, server kW, second-tier kW, total kW)."""
+    u = p.install_unit_servers
+    limits = [x for x in (p.air_cooled_kw, p.liquid_cooled_kw) if x is not None]
+    best = None
+    for t in p.types:
+        if t.max_count is not None and servers.get(t.name, 0) + u > t.max_count:
+            continue
+        if t.rack_units > p.rack_units or not any(t.power_kw <= lim + 1e-9 for lim in limits):
+            continue
+        srv = u * t.power_kw
+        tier = 0.0
+        if p.fabric is not None and not ev.second_tier and ev.gpus + u * t.gpus > p.fabric.one_tier_max_gpus:
+            tier = p.fabric.second_tier_power_kw
+        cand = (srv + tier, -t.gpus, t.name, srv, tier)
+        if best is None or cand < best:
+            best = cand
+    if best is None:
+        return None
+    total, _g, name, srv, tier = best
+    phrase = f"one more {name} server" if u == 1 else f"one more install unit ({u} x {name})"
+    return phrase, srv, tier, total
+
+
+def _need_phrase(nu: tuple[str, float, float, float], left_kw: float) -> str:
+    phrase, srv, tier, total = nu
+    parts = f"{kw(total)} kW" if tier == 0 else f"{kw(total)} kW ({kw(srv)} kW servers + {kw(tier)} kW second tier)"
+    return f"{phrase} needs {parts}, {kw(left_kw)} kW left"
+
+
+def bindings(p: Problem, objective: str, value: float, plan: dict, ev: Evaluation) -> list[Binding]:
+    """Binding limits at the reported plan (see the module docstring)."""
+    out: list[Binding] = []
+    servers = plan["servers"]
+    left = p.power_budget_kw - ev.power_kw
+    nu = next_unit(p, servers, ev)
+    unit_name = objective if objective != "gpus" else "GPUs"
+    # power budget
+    need = least_power_kw(p, objective, value)
+    if need is not None:
+        msg = (f"{kw(ev.power_kw)} of {kw(p.power_budget_kw)} kW used" +
+               (f"; {_need_phrase(nu, left)}" if nu and objective == "gpus" else "") +
+               f"; a better plan ({unit_name}) needs at least {kw(need)} kW, {kw(need - p.power_budget_kw)} kW more budget")
+        out.append(Binding(buildout_power.KEY, round(left, 6), "kW", msg))
+    # second tier
+    f = p.fabric
+    if f is not None and f.second_tier_power_kw > 0:
+        p0 = dataclasses.replace(p, fabric=dataclasses.replace(f, second_tier_power_kw=0.0))
+        alt = _primary(p0, objective)
+        if _better(objective, alt, value):
+            slack = 0 if ev.second_tier else f.one_tier_max_gpus - ev.gpus
+            state = ("the plan has a second tier" if ev.second_tier
+                     else f"the plan stays within one tier ({ev.gpus} of {f.one_tier_max_gpus} GPUs)")
+            out.append(Binding(buildout_second_tier.ACTIVATION, slack, "GPUs",
+                               f"more than {f.one_tier_max_gpus} GPUs need {kw(f.second_tier_power_kw)} kW of "
+                               f"second-tier switching; {state}; without that power the optimum would be "
+                               f"{num(alt)} {_unit(p, objective)}"))
+    # install unit
+    u = p.install_unit_servers
+    if u > 1:
+        alt = _primary(dataclasses.replace(p, install_unit_servers=1), objective)
+        if _better(objective, alt, value):
+            msg = f"servers come in whole units of {u}"
+            if nu:
+                msg += f": {_need_phrase(nu, left)}"
+            msg += f"; with single servers the optimum would be {num(alt)} {_unit(p, objective)}"
+            out.append(Binding(ConstraintKey(buildout_install_unit.FAMILY, "all types"), round(left, 6), "kW", msg))
+    # max_count
+    for t in p.types:
+        if t.max_count is not None and servers.get(t.name, 0) >= t.max_count:
+            types = tuple(dataclasses.replace(x, max_count=None) if x.name == t.name else x for x in p.types)
+            alt = _primary(dataclasses.replace(p, types=types), objective)
+            if _better(objective, alt, value):
+                out.append(Binding(ConstraintKey(buildout_max_count.FAMILY, t.name), 0, "servers",
+                                   f"all {t.max_count} allowed {t.name} servers are used; without the cap the "
+                                   f"optimum would be {num(alt)} {_unit(p, objective)}"))
+    # target
+    if p.target_gpus is not None and objective in ("cost", "racks"):
+        out.append(Binding(buildout_target.KEY, ev.gpus - p.target_gpus, "GPUs",
+                           f"the plan must hold at least {p.target_gpus} GPUs; it holds {ev.gpus}"))
+    out.extend(rack_bindings(p, plan))
+    out.extend(fabric_bindings(p, plan, ev))
+    return out
+
+
+def _unit(p: Problem, objective: str) -> str:
+    mod = OBJECTIVE_MODULES[objective]
+    return mod.unit(p) if hasattr(mod, "unit") else mod.UNIT
+
+
+def rack_bindings(p: Problem, plan: dict) -> list[Binding]:
+    """Per-rack limits (cooling power, rack units) that stop a full rack taking one more server."""
+    present = [p.type(n) for n, c in plan["servers"].items() if c > 0]
+    limits = {"air": p.air_cooled_kw, "liquid": p.liquid_cooled_kw}
+    found: dict[tuple[str, str], dict] = {}
+    for pat, mult in plan["racks"]:
+        content = {t.name: c for t, c in zip(p.types, pat.counts) if c}
+        rk = sum(p.type(n).power_kw * c for n, c in content.items())
+        ru = sum(p.type(n).rack_units * c for n, c in content.items())
+        lim = limits[pat.cooling]
+        blocks = {}
+        for t in present:
+            over_kw = rk + t.power_kw > lim + 1e-9
+            over_u = ru + t.rack_units > p.rack_units
+            if not (over_kw or over_u):
+                blocks = None
+                break
+            if over_kw:
+                blocks.setdefault("rack_power", (t, rk + t.power_kw))
+            if over_u:
+                blocks.setdefault("rack_units", (t, ru + t.rack_units))
+        if not blocks:
+            continue
+        what = " + ".join(f"{c} x {n}" for n, c in content.items())
+        for fam, (t, after) in blocks.items():
+            slack = round(lim - rk, 6) if fam == "rack_power" else p.rack_units - ru
+            cur = found.get((fam, pat.cooling))
+            if cur is None or slack < cur["slack"]:
+                found[(fam, pat.cooling)] = {"slack": slack, "racks": mult + (cur["racks"] if cur else 0),
+                                             "what": what, "rk": rk, "ru": ru, "t": t, "after": after}
+            else:
+                cur["racks"] += mult
+    out = []
+    for (fam, cooling), d in sorted(found.items()):
+        lim = limits[cooling]
+        if fam == "rack_power":
+            msg = (f"{cooling}-cooled racks ({kw(lim)} kW each): fullest holds {d['what']} = {kw(d['rk'])} kW; "
+                   f"one more {d['t'].name} would draw {kw(d['after'])} kW")
+            out.append(Binding(ConstraintKey(fam, cooling), d["slack"], "kW", msg))
+        else:
+            msg = (f"{cooling}-cooled racks ({p.rack_units}U): fullest holds {d['what']} = {d['ru']}U; "
+                   f"one more {d['t'].name} would need {d['after']}U")
+            out.append(Binding(ConstraintKey(fam, cooling), d["slack"], "U", msg))
+    return out
+
+
+def fabric_bindings(p: Problem, plan: dict, ev: Evaluation) -> list[Binding]:
+    """Leaf and spine port use; what one more server's links would need."""
+    f = p.fabric
+    if f is None:
+        return []
+    out = []
+    r = f.switch_radix
+    leaves = leaf_groups(p, plan)
+    down_cap = sum(d * c for d, _u, c in leaves)
+    free = down_cap - ev.gpu_links
+    g = max((t.gpus for t in p.types if plan["servers"].get(t.name, 0) > 0), default=max(t.gpus for t in p.types))
+    more = g * p.install_unit_servers * f.gpu_links
+    if ev.second_tier:
+        d_max = max(d for d, _u, _c in leaves) if leaves else 0
+        per = f"{d_max} downlinks per leaf" if d_max else "no leaves"
+    else:
+        d_max = r
+        per = f"one tier, {r} downlinks per leaf"
+    extra = max(0, ceil((more - free) / d_max)) if d_max else 0
+    out.append(Binding(buildout_fabric.LEAF_DOWN, free, "ports",
+                       f"{ev.leaves} leaf chips ({per}): {ev.gpu_links} GPU links on {down_cap} downlink ports; "
+                       f"{'one more server' if p.install_unit_servers == 1 else 'one more install unit'} "
+                       f"({more} links) needs {extra} more leaf chip{'s' if extra != 1 else ''}"))
+    if ev.second_tier:
+        spine_free = ev.spine * r - ev.uplinks
+        out.append(Binding(buildout_fabric.SPINE, spine_free, "ports",
+                           f"{ev.spine} spine chips: {ev.uplinks} leaf uplinks on {ev.spine * r} spine ports"))
+    return out
+
+
+def leaf_groups(p: Problem, plan: dict) -> list[tuple[int, int, int]]:
+    """(downlinks, uplinks, chips) groups of the plan's leaf switches."""
+    if p.fabric is None:
+        return []
+    out = [(d, u, c) for d, u, c in plan.get("leaves_split", [])]
+    if plan.get("leaves_one_tier"):
+        out.insert(0, (p.fabric.switch_radix, 0, plan["leaves_one_tier"]))
+    return out
+
+
+def conflict_details(p: Problem, keys: list[ConstraintKey]) -> list[str]:
+    """One line per conflicting key, plus the power a target would need when power is in the conflict."""
+    lines = []
+    for k in keys:
+        try:
+            lines.append(f"{k}: {family_module(k.family).describe(k, p)}")
+        except KeyError:
+            lines.append(str(k))
+    fams = {k.family for k in keys}
+    if "power" in fams and p.target_gpus is not None:
+        need = least_power_kw(p, min_gpus=p.target_gpus)
+        if need is not None:
+            lines.append(f"the least power of any plan with {p.target_gpus} GPUs is {kw(need)} kW "
+                         f"> {kw(p.power_budget_kw)} kW budget")
+    return lines

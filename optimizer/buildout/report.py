@@ -1,0 +1,160 @@
+"""The build-out report: the ``--format json`` object and the rich tables."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from optimizer.buildout.evaluate import Evaluation
+from optimizer.buildout.explain import kw, leaf_groups, num
+from optimizer.buildout.schema import Problem
+from optimizer.buildout.solve import OBJECTIVE_MODULES, SolveResult, objective_unit
+from optimizer.result import Binding, Conflict, Status
+
+
+@dataclass
+class BuildoutReport:
+    """Result of one build-out run (``status``, ``to_dict()``, ``render(console)``)."""
+
+    problem: Problem
+    result: SolveResult
+    evaluation: Evaluation | None = None
+    binding: list[Binding] = field(default_factory=list)
+    conflict: Conflict | None = None
+
+    @property
+    def status(self) -> Status:
+        return self.result.status
+
+    # ------------------------------------------------------------------ JSON
+    def plan_dict(self) -> dict[str, Any] | None:
+        res, p, ev = self.result, self.problem, self.evaluation
+        if res.plan is None or ev is None:
+            return None
+        servers = {n: c for n, c in res.plan["servers"].items()}
+        layout = []
+        for pat, mult in res.plan["racks"]:
+            content = {t.name: c for t, c in zip(p.types, pat.counts) if c}
+            layout.append({"cooling": pat.cooling, "count": mult, "servers": content,
+                           "power_kw": round(sum(p.type(n).power_kw * c for n, c in content.items()), 6),
+                           "rack_units": sum(p.type(n).rack_units * c for n, c in content.items())})
+        fabric = None
+        if p.fabric is not None:
+            f = p.fabric
+            groups = []
+            for d, u, c in leaf_groups(p, res.plan):
+                groups.append({"count": c, "downlinks": d, "uplinks": u,
+                               "downlink_gb_s": d * f.port_bandwidth_gb_s,
+                               "uplink_gb_s": u * f.port_bandwidth_gb_s,
+                               "oversubscription": (d / u) if u else None,
+                               "unused_ports": f.switch_radix - d - u})
+            ratios = [g["oversubscription"] for g in groups if g["oversubscription"] is not None]
+            fabric = {
+                "tiers": 2 if ev.second_tier else 1,
+                "gpu_links": ev.gpu_links,
+                "leaf_spine_links": ev.uplinks,
+                "leaves": groups,
+                "oversubscription": max(ratios) if ratios else None,
+                "max_oversubscription": float(f.max_oversubscription),
+                "second_tier_power_kw": f.second_tier_power_kw if ev.second_tier else 0.0,
+            }
+        cost = None
+        if all(t.cost is not None for t in p.types):
+            cost = round(sum(p.type(n).cost * c for n, c in servers.items()), 2)
+        return {
+            "servers": servers,
+            "gpus": ev.gpus,
+            "power_kw": ev.power_kw,
+            "power_budget_kw": p.power_budget_kw,
+            "racks": {"air": ev.racks["air"], "liquid": ev.racks["liquid"]},
+            "switches": {"leaf": ev.leaves, "spine": ev.spine},
+            "install_units": ev.install_units,
+            "install_unit_servers": p.install_unit_servers,
+            "second_tier": ev.second_tier,
+            "cost": cost,
+            "cost_unit": p.cost_unit if cost is not None else None,
+            "rack_layout": layout,
+            "fabric": fabric,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        res, p = self.result, self.problem
+        mod = OBJECTIVE_MODULES[res.objective]
+        solver = res.stats.to_dict()
+        solver["stages"] = [{"name": s.name, "status": s.status.value, "time_s": s.time_s} for s in res.stages]
+        return {
+            "problem": "buildout",
+            "instance": p.name,
+            "status": res.status.value,
+            "objective": {"name": res.objective, "sense": mod.SENSE, "value": res.value,
+                          "unit": objective_unit(p, res.objective), "bound": res.bound},
+            "plan": self.plan_dict(),
+            "binding": [b.to_dict() for b in self.binding],
+            "conflict": self.conflict.to_dict() if self.conflict is not None else None,
+            "solver": solver,
+            "sources": {t.name: t.source for t in p.types},
+        }
+
+    # ------------------------------------------------------------------ tables
+    def render(self, console) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        d = self.to_dict()
+        res, p = self.result, self.problem
+        o = d["objective"]
+        console.print(f"[bold]{p.name}[/bold]  build-out, objective {o['name']} ({o['sense']})  "
+                      f"status [bold]{d['status']}[/bold]")
+        if self.conflict is not None or res.plan is None:
+            if self.conflict is not None:
+                console.print("[red]No plan meets all limits.[/red] Conflicting constraints:")
+                for line in self.conflict.details:
+                    console.print(f"  - {escape(line)}")
+            else:
+                console.print("[red]No plan found within the time limit.[/red]")
+            s = d["solver"]
+            console.print(f"solver {s['name']}: {s['time_s']:.3f} s")
+            return
+        plan = d["plan"]
+        console.print(f"{o['name']} = {num(o['value'])} {o['unit']} (bound {num(o['bound'])}, gap {d['solver']['gap']:.2%})")
+        t = Table(title="Servers")
+        for col in ("type", "servers", "GPUs", "power kW", "rack units"):
+            t.add_column(col, justify="right" if col != "type" else "left")
+        for name, c in plan["servers"].items():
+            st = p.type(name)
+            t.add_row(name, str(c), str(c * st.gpus), kw(c * st.power_kw), str(c * st.rack_units))
+        console.print(t)
+        parts = [f"{kw(p.fixed_power_kw)} kW fixed"] if p.fixed_power_kw else []
+        if plan["second_tier"]:
+            parts.append(f"{kw(p.fabric.second_tier_power_kw)} kW second tier")
+        extra = f" incl. {' and '.join(parts)}" if parts else ""
+        console.print(f"GPUs {plan['gpus']}, power {kw(plan['power_kw'])} of {kw(p.power_budget_kw)} kW{extra}, "
+                      f"install units {plan['install_units']} x {p.install_unit_servers} servers"
+                      + (f", cost {num(plan['cost'])} {plan['cost_unit']}" if plan["cost"] is not None else ""))
+        r = Table(title=f"Racks: {plan['racks']['air']} air, {plan['racks']['liquid']} liquid")
+        for col in ("racks", "cooling", "servers per rack", "kW per rack", "U per rack"):
+            r.add_column(col)
+        for g in plan["rack_layout"]:
+            r.add_row(str(g["count"]), g["cooling"], ", ".join(f"{c} x {n}" for n, c in g["servers"].items()),
+                      kw(g["power_kw"]), str(g["rack_units"]))
+        console.print(r)
+        if plan["fabric"] is not None:
+            fb = plan["fabric"]
+            ft = Table(title=f"Fabric: {fb['tiers']} tier(s), {plan['switches']['leaf']} leaf + "
+                             f"{plan['switches']['spine']} spine chips, {fb['gpu_links']} GPU links, "
+                             f"{fb['leaf_spine_links']} leaf-spine links")
+            for col in ("leaf chips", "down", "up", "down GB/s", "up GB/s", "oversubscription"):
+                ft.add_column(col, justify="right")
+            for g in fb["leaves"]:
+                ft.add_row(str(g["count"]), str(g["downlinks"]), str(g["uplinks"]), f"{g['downlink_gb_s']:g}",
+                           f"{g['uplink_gb_s']:g}", f"{g['oversubscription']:g}:1" if g["oversubscription"] else "-")
+            console.print(ft)
+        b = Table(title="Binding limits")
+        for col in ("constraint", "slack", "detail"):
+            b.add_column(col)
+        for x in d["binding"]:
+            b.add_row(escape(x["constraint"]), f"{x['slack']:g} {x['unit']}", escape(x["detail"]))
+        console.print(b)
+        s = d["solver"]
+        console.print(f"solver {s['name']}: {s['status']}, {s['solves']} solves, {s['time_s']:.3f} s, "
+                      f"bound {num(o['bound'])}, gap {s['gap']:.2%}")
+
