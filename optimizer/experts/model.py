@@ -194,6 +194,8 @@ def build_and_solve(sp: SubProblem, time_limit_s: float, hint: bool = True, work
         raise ValueError(f"unknown objective {sp.objective}")
     for var, val in hints:
         m.add_hint(var, val)
+    if hint and hints:
+        m.add_hint(T, _hint_max(sp))
     out = solve_cp(m, time_limit_s, workers=workers)
     if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return SubResult(out.status, {}, {}, None, None, None, out.time_s)
@@ -204,6 +206,19 @@ def build_and_solve(sp: SubProblem, time_limit_s: float, hint: bool = True, work
             X[e, g] = 1
     sh = {k: int(sol.value(v)) for k, v in shares.items() if (k in X)}
     return SubResult(out.status, X, sh, int(sol.value(T)), out.objective, out.bound, out.time_s)
+
+
+def _hint_max(sp: SubProblem) -> int:
+    load = {g: 0 for g in sp.gpus}
+    for it in sp.items:
+        if sp.split == "even":
+            units = dict(it.options).get(len(it.current_gpus), 0)
+            for g in it.current_gpus:
+                load[g] += units
+        else:
+            for g, v in it.current_shares.items():
+                load[g] += v
+    return max(load.values()) if load else 0
 
 
 def _total_units(sp: SubProblem) -> int:

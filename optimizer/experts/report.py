@@ -1,0 +1,195 @@
+"""Report of an experts run: per-layer table, ``--format json`` object, output files."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optimizer.experts.eplb import log2phy_from
+from optimizer.result import ConstraintKey, Status
+
+
+@dataclass
+class PlanScore:
+    """Scores of one plan on one layer (loads in tokens)."""
+
+    max_load: float
+    mean_load: float
+    balancedness: float
+    bound: float
+    gap: float
+    moves: int | None
+    cross_node_tokens: float
+    evaluation: dict | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_load": self.max_load, "mean_load": self.mean_load, "balancedness": self.balancedness,
+                "bound": self.bound, "gap": self.gap, "moves": self.moves,
+                "cross_node_tokens": self.cross_node_tokens, "next_window": self.evaluation}
+
+
+@dataclass
+class LayerRow:
+    layer: int
+    name: str
+    trivial: PlanScore
+    greedy: PlanScore
+    optimized: PlanScore
+    outcome: Any  # solve.LayerOutcome
+
+
+@dataclass
+class ExpertsReport:
+    meta: dict
+    rows: list[LayerRow]
+    wall_s: float = 0.0
+    moves_from: str = "trivial placement"
+    conflict: list[ConstraintKey] = field(default_factory=list)
+    conflict_detail: str = ""
+    outputs: list[str] = field(default_factory=list)
+
+    @classmethod
+    def infeasible(cls, meta: dict, keys: list[ConstraintKey], detail: str) -> "ExpertsReport":
+        return cls(meta, [], conflict=keys, conflict_detail=detail)
+
+    @property
+    def status(self) -> Status:
+        if self.conflict:
+            return Status.INFEASIBLE
+        return Status.OPTIMAL if all(r.outcome.proven for r in self.rows) else Status.FEASIBLE
+
+    # ----------------------------------------------------------------- summary
+    def summary(self) -> dict[str, Any]:
+        if not self.rows:
+            return {}
+
+        def agg(kind: str) -> dict[str, Any]:
+            ps = [getattr(r, kind) for r in self.rows]
+            out = {"mean_balancedness": float(np.mean([p.balancedness for p in ps])),
+                   "sum_max_load": float(sum(p.max_load for p in ps)),
+                   "mean_gap": float(np.mean([p.gap for p in ps])),
+                   "cross_node_tokens": float(sum(p.cross_node_tokens for p in ps))}
+            mv = [p.moves for p in ps]
+            out["moves"] = None if any(m is None for m in mv) else int(sum(mv))
+            if ps[0].evaluation is not None:
+                out["next_window_mean_balancedness"] = float(np.mean([p.evaluation["balancedness"] for p in ps]))
+                out["next_window_sum_max_load"] = float(sum(p.evaluation["max_load"] for p in ps))
+            return out
+
+        proven = [r.layer for r in self.rows if r.outcome.proven]
+        return {
+            "layers": len(self.rows),
+            "proven_optimal_layers": proven,
+            "proven_optimal_count": len(proven),
+            "max_gap": float(max(r.optimized.gap for r in self.rows)),
+            "greedy_kept_layers": [r.layer for r in self.rows if r.outcome.greedy_kept],
+            "trivial": agg("trivial"), "greedy": agg("greedy"), "optimized": agg("optimized"),
+            "solve_time_s": self.wall_s, "moves_from": self.moves_from,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.meta
+        tr = m["trace"]
+        win = m["windows"]
+        d: dict[str, Any] = {
+            "problem": "experts", "name": m["name"], "objective": m["objective"], "status": self.status.value,
+            "trace": {"file": str(tr.file), "format": tr.format, "windows": tr.num_windows, "window_kind": tr.window_kind,
+                      "layers": tr.num_layers, "experts": tr.num_experts, "top_k": tr.top_k,
+                      "fitted_windows": list(win.fit), "evaluated_windows": list(win.evaluate) if win.evaluate else None},
+            "setup": {"num_gpus": m["num_gpus"], "num_nodes": m["num_nodes"], "slots_per_gpu": m["slots"],
+                      "num_replicas": m["num_replicas"], "num_groups": m["num_groups"], "split": m["split"],
+                      "greedy_policy": m.get("greedy_policy")},
+            "units": {"load": "tokens (routed token-expert assignments)", "gap": "relative to max_load"},
+        }
+        if self.conflict:
+            d["conflict"] = {"constraints": [str(k) for k in self.conflict],
+                             "families": sorted({k.family for k in self.conflict}), "details": [self.conflict_detail]}
+            return d
+        d["layers"] = [{
+            "layer": r.layer, "name": r.name,
+            "trivial": r.trivial.to_dict(), "greedy": r.greedy.to_dict(),
+            "optimized": {**r.optimized.to_dict(), "proven_optimal": r.outcome.proven, "method": r.outcome.mode,
+                          "greedy_kept": r.outcome.greedy_kept, "time_s": r.outcome.time_s,
+                          "solves": r.outcome.solves, "secondary_status": r.outcome.phase2_status,
+                          "notes": r.outcome.notes},
+        } for r in self.rows]
+        d["summary"] = self.summary()
+        d["outputs"] = self.outputs
+        return d
+
+    # ----------------------------------------------------------------- outputs
+    def placement(self) -> dict[str, Any]:
+        slots = self.meta["slots"]
+        E = self.meta["trace"].num_experts
+        p2l = np.stack([r.outcome.plan.phy2log(slots) for r in self.rows])
+        logcnt = np.stack([np.bincount(row, minlength=E) for row in p2l])
+        out = {"phy2log": p2l.tolist(), "log2phy": log2phy_from(p2l, E).tolist(), "logcnt": logcnt.tolist(),
+               "num_gpus": self.meta["num_gpus"], "slots_per_gpu": slots,
+               "layers": [r.name for r in self.rows], "split": self.meta["split"]}
+        if self.meta["split"] == "optimal":
+            out["replica_share"] = [r.outcome.plan.replica_shares(slots).tolist() for r in self.rows]
+        return out
+
+    def write_outputs(self, folder: Path) -> None:
+        if not self.rows:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        pl = self.placement()
+        (folder / "placement.json").write_text(json.dumps(pl))
+        (folder / "sglang_expert_location.json").write_text(json.dumps({"physical_to_logical_map": pl["phy2log"]}))
+        self.outputs = [str(folder / "placement.json"), str(folder / "sglang_expert_location.json")]
+
+    # ----------------------------------------------------------------- table
+    def render(self, console) -> None:
+        from rich.table import Table
+
+        m = self.meta
+        tr = m["trace"]
+        console.print(f"[bold]{m['name'] or 'experts'}[/bold]: {tr.num_layers} layers x {tr.num_experts} experts, "
+                      f"{m['num_replicas']} slots on {m['num_gpus']} GPUs / {m['num_nodes']} nodes, "
+                      f"objective {m['objective']}, split {m['split']}")
+        win = m["windows"]
+        console.print(f"trace {tr.file} ({tr.format}, {tr.num_windows} x {tr.window_kind}); fitted on windows "
+                      f"{win.fit[0]}..{win.fit[1] - 1}" + (f", evaluated on {win.evaluate[0]}..{win.evaluate[1] - 1}"
+                                                          if win.evaluate else ", no evaluation window"))
+        if self.conflict:
+            console.print(f"[red]infeasible[/red]: {self.conflict_detail}")
+            console.print("conflicting constraints: " + ", ".join(str(k) for k in self.conflict))
+            return
+        t = Table(title="Busiest GPU per layer: max load in tokens (balancedness = mean/max)")
+        for col in ("layer", "trivial", "greedy", "optimised", "bound", "gap", "moves", "proven"):
+            t.add_column(col, justify="right")
+        has_eval = self.rows[0].greedy.evaluation is not None
+        if has_eval:
+            t.add_column("next: greedy/opt", justify="right")
+        for r in self.rows:
+            cells = [r.name, f"{r.trivial.max_load:.0f} ({r.trivial.balancedness:.2f})",
+                     f"{r.greedy.max_load:.0f} ({r.greedy.balancedness:.3f})",
+                     f"{r.optimized.max_load:.0f} ({r.optimized.balancedness:.3f})",
+                     f"{r.optimized.bound:.0f}", f"{100 * r.optimized.gap:.2f}%",
+                     "-" if r.optimized.moves is None else str(r.optimized.moves),
+                     "yes" if r.outcome.proven else "no"]
+            if has_eval:
+                cells.append(f"{r.greedy.evaluation['balancedness']:.3f}/{r.optimized.evaluation['balancedness']:.3f}")
+            t.add_row(*cells)
+        console.print(t)
+        s = self.summary()
+        line = (f"status {self.status.value}; mean balancedness trivial {s['trivial']['mean_balancedness']:.3f}, "
+                f"greedy {s['greedy']['mean_balancedness']:.3f}, optimised {s['optimized']['mean_balancedness']:.3f}; "
+                f"mean gap {100 * s['optimized']['mean_gap']:.2f}% (max {100 * s['max_gap']:.2f}%); "
+                f"proven optimal on {s['proven_optimal_count']}/{s['layers']} layers; {s['solve_time_s']:.1f} s")
+        console.print(line)
+        if "next_window_mean_balancedness" in s["greedy"]:
+            console.print(f"next window: mean balancedness greedy {s['greedy']['next_window_mean_balancedness']:.3f}, "
+                          f"optimised {s['optimized']['next_window_mean_balancedness']:.3f}")
+        if s["optimized"]["moves"] is not None:
+            console.print(f"expert copies to load vs {self.moves_from}: greedy {s['greedy']['moves']}, "
+                          f"optimised {s['optimized']['moves']}; cross-node tokens greedy "
+                          f"{s['greedy']['cross_node_tokens']:.0f}, optimised {s['optimized']['cross_node_tokens']:.0f}")
+        if s["greedy_kept_layers"]:
+            console.print(f"greedy plan kept on layers {s['greedy_kept_layers']}")
+        for o in self.outputs:
+            console.print(f"wrote {o}")

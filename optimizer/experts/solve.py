@@ -1,0 +1,407 @@
+"""Optimised placement of every layer: exact CP-SAT model for small layers, CP-SAT
+large-neighbourhood search for large ones, never worse than the greedy baseline.
+
+Per layer (layers are independent; they run on a process pool of ``workers`` processes, and
+the time limit is split evenly across layers):
+
+1. Start from the best of two plans that keep replicas on distinct GPUs: EPLB's greedy plan
+   (when it has no co-located replicas) and a conflict-aware longest-processing-time packing
+   of the apportioned replica counts. Its max load caps ``T`` from above.
+2. Phase 1, max load: small layers (fewer than ``exact_limit`` Booleans) are solved by the full
+   model of :mod:`optimizer.experts.model` with every replica count that can beat the cap.
+   Large layers repeat: free the busiest GPU and a few others, solve that sub-problem exactly
+   with CP-SAT (counts of experts living only there may change by one), keep the result if the
+   busiest GPU got lighter; stop at the analytic bound, at the layer's time, or after a run
+   without improvement.
+3. Phase 2 (``inter-node`` / ``migration``): the same, with ``T <= (1 + tolerance) x`` the
+   phase-1 max load (and never above the greedy max load), optimising node coverage or moves.
+4. The analytic lower bound (valid for every plan) is ``max(total / G, min over counts of the
+   largest load per replica)`` (even split) or ``max(total / G, largest expert / G)``
+   (optimised split); the reported bound is the larger of it and the exact model's bound.
+   A layer is *proven optimal* when the exact model says so or the plan meets the bound.
+5. If the evaluated max load came out above the greedy one (co-located replicas can help
+   greedy in rare cases), the greedy plan is kept and flagged.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optimizer.experts.model import Item, SubProblem, build_and_solve, choose_scale
+from optimizer.experts.plan import LayerPlan, apportion, cross_node_tokens, moves
+from optimizer.result import Status
+
+EXACT_LIMIT = 6000
+EPS = 1e-9
+
+
+@dataclass
+class LayerTask:
+    layer: int
+    w: np.ndarray                 # [E] int tokens (fitted windows)
+    slots: list[int]
+    node_of: list[int]
+    num_nodes: int
+    split: str                    # even | optimal
+    objective: str                # max-load | inter-node | migration
+    greedy: LayerPlan
+    prev: np.ndarray | None       # [E, G] previous replica counts
+    move_weight: float            # tokens per move
+    tolerance: float
+    time_limit_s: float
+    exact_limit: int = EXACT_LIMIT
+    seed: int = 0
+
+
+@dataclass
+class LayerOutcome:
+    layer: int
+    plan: LayerPlan
+    max_load: float
+    bound: float
+    gap: float
+    proven: bool
+    status: Status
+    mode: str                     # exact | lns
+    greedy_kept: bool
+    time_s: float
+    solves: int
+    phase2_status: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------ bounds and starts
+
+def analytic_bound(w: np.ndarray, slots: list[int], split: str) -> float:
+    """Lower bound on the max GPU load (tokens) of any plan; see module docstring."""
+    G = len(slots)
+    R = int(sum(slots))
+    total = float(np.sum(w))
+    if split == "optimal":
+        return max(total / G, float(np.max(w)) / G)
+    c = apportion(w, R, G)
+    return max(total / G, float(np.max(w / c)))
+
+
+def lpt_plan(w: np.ndarray, counts: np.ndarray, slots: list[int]) -> LayerPlan | None:
+    """Heaviest replica first onto the lightest GPU with a free slot and no replica of it."""
+    E, G = len(w), len(slots)
+    X = np.zeros((E, G), dtype=np.int64)
+    load = np.zeros(G)
+    used = np.zeros(G, dtype=np.int64)
+    cap = np.asarray(slots)
+    per = w / counts
+    order = sorted(((per[e], e) for e in range(E) for _ in range(int(counts[e]))), key=lambda t: (-t[0], t[1]))
+    for i, (v, e) in enumerate(order):
+        ok = (used < cap) & (X[e] == 0)
+        if not ok.any():
+            return None
+        # a GPU that must take every remaining item keeps room: prefer lightest feasible
+        cand = np.flatnonzero(ok)
+        g = int(cand[np.argmin(load[cand])])
+        X[e, g] = 1
+        load[g] += v
+        used[g] += 1
+    return LayerPlan.even(X)
+
+
+# ------------------------------------------------------------------ state for the search
+
+class _State:
+    """Current plan of one layer in load units (even split: per-replica units by count)."""
+
+    def __init__(self, task: LayerTask, plan: LayerPlan, scale: float):
+        self.t = task
+        self.scale = scale
+        self.X = (plan.X > 0).astype(np.int64)
+        self.E, self.G = self.X.shape
+        if task.split == "optimal":
+            self.S = _integer_shares(task.w, plan)
+        self.refresh()
+
+    def unit(self, e: int, k: int) -> int:
+        return int(round(self.t.w[e] * self.scale / k))
+
+    def refresh(self) -> None:
+        if self.t.split == "even":
+            c = self.X.sum(axis=1)
+            per = np.array([self.unit(e, int(c[e])) for e in range(self.E)], dtype=np.int64)
+            self.load = (self.X * per[:, None]).sum(axis=0)
+        else:
+            self.load = self.S.sum(axis=0)
+
+    def plan(self) -> LayerPlan:
+        if self.t.split == "even":
+            return LayerPlan.even(self.X)
+        w = self.t.w.astype(np.float64)
+        F = np.where(w[:, None] > 0, self.S / np.maximum(w[:, None], 1), self.X / np.maximum(self.X.sum(1, keepdims=True), 1))
+        return LayerPlan(self.X.copy(), F)
+
+    def moves(self) -> int:
+        return 0 if self.t.prev is None else int(((self.X > 0) & (self.t.prev == 0)).sum())
+
+    def covered(self) -> np.ndarray:
+        cov = np.zeros((self.E, self.t.num_nodes), dtype=bool)
+        for g, n in enumerate(self.t.node_of):
+            cov[:, n] |= self.X[:, g] > 0
+        return cov
+
+
+def _integer_shares(w: np.ndarray, plan: LayerPlan) -> np.ndarray:
+    """Whole-token shares close to ``w * F`` that add up to ``w`` per expert."""
+    raw = w[:, None] * plan.F
+    S = np.floor(raw).astype(np.int64)
+    for e in range(len(w)):
+        rest = int(w[e] - S[e].sum())
+        if rest:
+            order = np.argsort(-(raw[e] - S[e]) - (plan.X[e] > 0) * 1.0, kind="stable")
+            for g in order[:rest]:
+                S[e, g] += 1
+    return S
+
+
+# ------------------------------------------------------------------ sub-problem construction
+
+def _items(st: _State, gpus: list[int], whole: bool, k_options: str) -> list[Item]:
+    t = st.t
+    gset = set(gpus)
+    items = []
+    cov = st.covered() if t.objective == "inter-node" else None
+    for e in range(st.E):
+        inside = [g for g in gpus if st.X[e, g]]
+        total = int(st.X[e].sum())
+        if not inside and not whole:
+            continue
+        outside_nodes = frozenset()
+        if cov is not None:
+            outside_nodes = frozenset(t.node_of[g] for g in range(st.G) if st.X[e, g] and g not in gset)
+        cw = int(round(t.w[e] * st.scale / t.num_nodes)) if t.objective == "inter-node" else 0
+        it = Item(e=e, covered_outside=outside_nodes, cover_weight=cw, current_gpus=tuple(inside))
+        if t.split == "even":
+            if len(inside) == total:  # lives only here: its count may change
+                if k_options == "all":
+                    ks = range(st.lo[e], st.hi[e] + 1)
+                else:
+                    ks = range(max(st.lo[e], total - 1), min(total + 1, len(gpus), st.hi[e]) + 1)
+                it.options = [(k, st.unit(e, k)) for k in ks]
+            else:
+                it.options = [(len(inside), st.unit(e, total))]
+        else:
+            it.amount = int(st.S[e, gpus].sum())
+            it.min_inside = 1 if (len(inside) == total or it.amount > 0) else 0
+            it.max_inside = len(gpus)
+            it.current_shares = {g: int(st.S[e, g]) for g in gpus if st.X[e, g]}
+        items.append(it)
+    return items
+
+
+def _apply(st: _State, gpus: list[int], res) -> None:
+    for g in gpus:
+        st.X[:, g] = 0
+        if st.t.split == "optimal":
+            st.S[:, g] = 0
+    for (e, g) in res.X:
+        st.X[e, g] = 1
+    if st.t.split == "optimal":
+        for (e, g), v in res.shares.items():
+            st.S[e, g] = v
+    st.refresh()
+
+
+def _sub(st: _State, gpus: list[int], objective: str, cap: int, whole: bool, k_options: str) -> SubProblem:
+    t = st.t
+    return SubProblem(layer=t.layer, gpus=gpus, slots=[t.slots[g] for g in gpus],
+                      node_of=[t.node_of[g] for g in gpus], items=_items(st, gpus, whole, k_options),
+                      split=t.split, objective=objective, cap=cap, prev=t.prev,
+                      move_weight=int(round(t.move_weight * st.scale)) if objective == "max-load" else 0)
+
+
+# ------------------------------------------------------------------ the per-layer solve
+
+def solve_layer(t: LayerTask) -> LayerOutcome:
+    t0 = time.perf_counter()
+    deadline = t0 + t.time_limit_s
+    w = np.asarray(t.w, dtype=np.int64)
+    E, G, R = len(w), len(t.slots), int(sum(t.slots))
+    notes: list[str] = []
+    greedy_loads = t.greedy.loads(w)
+    greedy_max = float(greedy_loads.max())
+    lb = analytic_bound(w, t.slots, t.split)
+
+    starts = []
+    if t.greedy.X.max() <= 1:
+        starts.append(t.greedy)
+    lp = lpt_plan(w.astype(np.float64), apportion(w, R, G), t.slots)
+    if lp is not None:
+        starts.append(lp)
+    if not starts:
+        notes.append("no start plan with distinct GPUs; greedy plan kept")
+        return _finish(t, t.greedy, greedy_max, lb, None, "none", True, t0, 0, None, notes)
+    start = min(starts, key=lambda p: float(p.loads(w).max()))
+    start_max = float(start.loads(w).max())
+
+    kmax = min(G, R - E + 1)
+    scale, _exact_units = choose_scale(float(w.sum()), kmax, t.split)
+    st = _State(t, start, scale)
+    lb_units = lb * scale
+
+    # replica-count options that can still beat the start plan
+    lo = np.maximum(1, np.ceil(w / max(start_max, EPS) - EPS)).astype(np.int64)
+    spare = R - int(lo.sum())
+    st.lo = lo
+    st.hi = np.minimum(G, lo + max(spare, 0))
+    n_vars = int((st.hi - st.lo + 1).sum() * G) if t.split == "even" else 2 * E * G
+    mode = "exact" if n_vars <= t.exact_limit else "lns"
+    solves = 0
+    solver_bound = None
+    proven_exact = False
+    phase1_obj = "max-load"
+
+    if mode == "exact":
+        cap = int(st.load.max())
+        budget = max(0.05, (deadline - time.perf_counter()) * (0.5 if t.objective != "max-load" else 1.0))
+        res = build_and_solve(_sub(st, list(range(G)), phase1_obj, cap, True, "all"), budget)
+        solves += 1
+        if res.X:
+            _apply(st, list(range(G)), res)
+            if t.prev is None or t.move_weight == 0:
+                # bound of T; rounding of per-replica units can move a GPU by <= slots/2 units
+                slack = 0.0 if _exact_units else max(t.slots) * 0.5
+                solver_bound = (res.bound - slack) / scale if res.bound is not None else None
+            proven_exact = res.status == Status.OPTIMAL
+    else:
+        _lns(st, phase1_obj, int(st.load.max()), deadline - (0.5 * (deadline - time.perf_counter()) if t.objective != "max-load" else 0), lb_units)
+        solves += st.solves if hasattr(st, "solves") else 0
+
+    phase2 = None
+    if t.objective in ("inter-node", "migration"):
+        t1 = float(st.load.max())
+        cap = int(math.floor(min(t1 * (1 + t.tolerance), greedy_max * scale)))
+        cap = max(cap, int(st.load.max()))
+        if mode == "exact":
+            res = build_and_solve(_sub(st, list(range(G)), t.objective, cap, True, "all"),
+                                  max(0.05, deadline - time.perf_counter()))
+            solves += 1
+            if res.X:
+                _apply(st, list(range(G)), res)
+                phase2 = res.status.value
+        else:
+            st.solves = 0
+            _lns(st, t.objective, cap, deadline, lb_units)
+            solves += st.solves
+            phase2 = "feasible"
+
+    plan = st.plan()
+    mx = float(plan.loads(w).max())
+    greedy_kept = False
+    if mx > greedy_max * (1 + 1e-12):
+        notes.append(f"optimised max load {mx:.1f} above greedy {greedy_max:.1f}: greedy plan kept")
+        plan, mx, greedy_kept, proven_exact = t.greedy, greedy_max, True, False
+    return _finish(t, plan, mx, lb, solver_bound, mode, greedy_kept, t0, solves, phase2, notes,
+                   proven_exact and t.objective == "max-load" and not greedy_kept)
+
+
+def _finish(t, plan, mx, lb, solver_bound, mode, greedy_kept, t0, solves, phase2, notes, proven_exact=False):
+    bound = lb if solver_bound is None else max(lb, min(solver_bound, mx))
+    gap = 0.0 if mx <= 0 else max(0.0, (mx - bound) / mx)
+    proven = proven_exact or gap <= 1e-9
+    if proven:
+        gap = 0.0 if proven_exact and gap < 1e-6 else gap
+    status = Status.OPTIMAL if proven else Status.FEASIBLE
+    return LayerOutcome(t.layer, plan, mx, bound, gap, proven, status, mode, greedy_kept,
+                        time.perf_counter() - t0, solves, phase2, notes)
+
+
+SUB_TIME_S = 0.03
+
+
+def _lns(st: _State, objective: str, cap: int, deadline: float, lb_units: float) -> None:
+    """Large-neighbourhood search: re-solve small GPU subsets exactly with CP-SAT.
+
+    max-load: the busiest GPU with one partner (lightest first, then the next lighter ones);
+    when no partner helps, subsets of three and then four GPUs with random partners. Other
+    objectives: random subsets of ``size`` GPUs. Every accepted step keeps the max load at
+    or under ``cap`` (max-load: under the current max), so the search never gets worse.
+    """
+    t = st.t
+    rng = np.random.default_rng(t.seed + 7919 * t.layer)
+    G = st.G
+    st.solves = getattr(st, "solves", 0)
+    fails = 0
+    size = 2
+    while time.perf_counter() < deadline - 0.005:
+        if objective == "max-load":
+            if st.load.max() <= math.ceil(lb_units - 1e-9):
+                break
+            top = np.flatnonzero(st.load == st.load.max())
+            first = int(top[0]) if len(top) == 1 else int(rng.choice(top))
+            order = [int(g) for g in np.argsort(st.load, kind="stable") if g != first]
+            if size == 2:
+                if fails >= len(order):
+                    size, fails = 3, 0
+                    continue
+                gpus = sorted({first, order[fails]})
+            else:
+                if fails >= 3 * G:
+                    if size >= min(G, 4):
+                        break
+                    size, fails = size + 1, 0
+                    continue
+                gpus = sorted({first, *[int(g) for g in rng.choice(order, size=min(len(order), size - 1), replace=False)]})
+        else:
+            if fails >= 6 * G:
+                break
+            gpus = sorted(int(g) for g in rng.choice(G, size=min(G, max(2, size + 1)), replace=False))
+        sub_cap = int(st.load[gpus].max()) if objective == "max-load" else cap
+        sp = _sub(st, gpus, objective, sub_cap, False, "near")
+        before = _sub_score(st, gpus, objective)
+        res = build_and_solve(sp, min(SUB_TIME_S, max(0.005, deadline - time.perf_counter())))
+        st.solves += 1
+        if not res.X:
+            fails += 1
+            continue
+        saved_X = st.X.copy()
+        saved_S = st.S.copy() if t.split == "optimal" else None
+        old_max = st.load.max()
+        _apply(st, gpus, res)
+        after = _sub_score(st, gpus, objective)
+        limit = old_max if objective == "max-load" else max(old_max, cap)
+        if st.load.max() > limit or not after < before:
+            st.X = saved_X
+            if saved_S is not None:
+                st.S = saved_S
+            st.refresh()
+            fails += 1
+        else:
+            fails = 0
+            if objective == "max-load":
+                size = 2
+
+
+def _sub_score(st: _State, gpus: list[int], objective: str):
+    if objective == "max-load":
+        mv = st.moves() * int(round(st.t.move_weight * st.scale)) if st.t.prev is not None else 0
+        return (int(st.load[gpus].max()) + mv, int(st.load[gpus].sum() == 0))
+    if objective == "migration":
+        return (st.moves(),)
+    cov = st.covered()
+    return (-float((st.t.w[:, None] * cov).sum()),)
+
+
+# ------------------------------------------------------------------ all layers
+
+def solve_layers(tasks: list[LayerTask], workers: int = 2) -> list[LayerOutcome]:
+    """Solve every layer; a process pool of ``workers`` when there are several large layers."""
+    big = len(tasks) > 1 and workers > 1 and tasks[0].w.size * len(tasks[0].slots) >= 1024
+    if not big:
+        return [solve_layer(t) for t in tasks]
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    with ProcessPoolExecutor(max_workers=min(workers, os.cpu_count() or 1, len(tasks)), mp_context=ctx) as ex:
+        return list(ex.map(solve_layer, tasks, chunksize=1))
