@@ -32,8 +32,10 @@ def _add_edd(f) -> None:
         ys = {c: y for (kk, c), y in f.y.items() if kk == k.index}
         levels = sorted({f.deadline_ticks[c] for c in ys})
         for d in levels:
-            terms = [f.ticks(k, c) * y for c, y in ys.items() if f.deadline_ticks[c] <= d]
-            f.nm.add(ConstraintKey(FAMILY, f"{k.label}, by {_ms(d)}"), sum(terms) <= d)
+            due = [c for c in ys if f.deadline_ticks[c] <= d]
+            key = ConstraintKey(FAMILY, f"{k.label}, by {_ms(d)}")
+            f.nm.add(key, sum(f.ticks(k, c) * ys[c] for c in due) <= d)
+            f.key_info[key] = {"slot": k, "deadline_ticks": d, "classes": due}
 
 
 def position_deadline(f, k, q):
@@ -51,5 +53,6 @@ def position_deadline(f, k, q):
 def _add_positions(f) -> None:
     for k in f.slots:
         for q in range(f.Q[k.index]):
-            f.nm.add(ConstraintKey(FAMILY, f"{k.label}, position {q}"),
-                     f.F[k.index, q] <= position_deadline(f, k, q), enforce=[f.o[k.index, q]])
+            key = ConstraintKey(FAMILY, f"{k.label}, position {q}")
+            f.nm.add(key, f.F[k.index, q] <= position_deadline(f, k, q), enforce=[f.o[k.index, q]])
+            f.key_info[key] = {"slot": k, "position": q}

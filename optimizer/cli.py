@@ -48,7 +48,8 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     else:
         from rich.console import Console
 
-        report.render(Console())
+        # a pipe or file gets a fixed, wide layout; a terminal its own width
+        report.render(Console() if sys.stdout.isatty() else Console(width=120))
     sys.exit(exit_code_for(report.status))
 
 

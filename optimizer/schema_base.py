@@ -35,10 +35,21 @@ def _loc_to_field(loc: tuple[Any, ...], prefix: str = "") -> str:
 
 
 def validation_error_to_input_error(err: ValidationError, file: str | Path, prefix: str = "") -> InputError:
-    """Turn the first pydantic error into an InputError naming file, dotted field and problem."""
-    first = err.errors()[0]
-    loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and (p.startswith("function-") or p in {"str", "int", "float", "dict", "list", "bool"})))
-    field = _loc_to_field(loc, prefix)
+    """Turn a pydantic error into an InputError naming file, dotted field and problem.
+
+    For a value that may be a name or a mapping (``gpu: h100-sxm`` or an inline mapping) the
+    most specific error is reported (the deepest field path), and union branch tags
+    (``str``, model class names) are dropped from the path.
+    """
+    errors = err.errors()
+
+    def clean(loc):
+        return tuple(p for p in loc if not (isinstance(p, str) and (
+            p.startswith("function-") or p in {"str", "int", "float", "dict", "list", "bool", "none"}
+            or p[:1].isupper())))
+
+    first = max(errors, key=lambda e: len(clean(e["loc"])))
+    field = _loc_to_field(clean(first["loc"]), prefix)
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
         msg = "unknown key"

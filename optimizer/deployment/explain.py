@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from optimizer.deployment.evaluate import Evaluation
-from optimizer.deployment.formulation import degree_fits_hardware
+from optimizer.deployment.formulation import TIME_UNIT_S, degree_fits_hardware
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.result import Binding, ConstraintKey, Status
@@ -163,6 +163,15 @@ def conflict_details(problem: Problem, perf: PerfModel, keys: list[ConstraintKey
     """One sentence per conflicting key."""
     out = []
     slots = {k.label: k for k in f.slots} if f is not None else {}
+    if f is not None:
+        for c in problem.classes:
+            if c.deadline_s is None:
+                continue
+            best_p = min(f.options, key=lambda p: f.options[p].service_s[c.index])
+            t = f.options[best_p].service_s[c.index]
+            if t > c.deadline_s:
+                out.append(f"{c.session_ids[0].split('/')[0]}: even alone on TP{best_p} a session needs "
+                           f"{t * 1e3:.2f} ms > deadline {c.deadline_s * 1e3:g} ms")
     for key in keys:
         if key.family == "memory" and key.element in slots:
             k = slots[key.element]
@@ -173,8 +182,14 @@ def conflict_details(problem: Problem, perf: PerfModel, keys: list[ConstraintKey
             out.append(f"{key}: every session must be served by one instance")
         elif key.family == "on_time":
             out.append(f"{key}: at least {f.required if f is not None else problem.required_on_time} of {len(problem.sessions)} sessions on time")
+        elif key.family == "deadline" and f is not None and "classes" in f.key_info.get(key, {}):
+            info = f.key_info[key]
+            k = info["slot"]
+            fastest = min(f.options[k.degree].service_s[c] for c in info["classes"])
+            out.append(f"{key}: on a TP{k.degree} instance a session due by "
+                       f"{info['deadline_ticks'] * TIME_UNIT_S * 1e3:g} ms needs at least {fastest * 1e3:.2f} ms")
         elif key.family == "deadline":
-            out.append(f"{key}: sessions counted on time finish by their deadline")
+            out.append(f"{key}: a session counted on time finishes by its deadline")
         elif key.family == "gpus_per_server":
             out.append(f"{key}: at most {problem.server.gpus} GPUs in instances")
         else:

@@ -171,6 +171,7 @@ class Formulation:
         self.n_sessions = len(problem.sessions)
         self.required = problem.required_on_time
         self.scenarios: list[Scenario] = []
+        self.key_info: dict = {}  # ConstraintKey -> what it ranges over (for explanations)
         # horizon: every session on its slowest degree, plus every fault's delay
         worst = sum(c.count * max(o.ticks[c.index] for o in self.options.values()) for c in self.classes) if self.options else 0
         delay = sum(ticks_up(f.at_s + f.stall_s) for f in problem.faults)
@@ -180,7 +181,12 @@ class Formulation:
 
     # ------------------------------------------------------------------ variables
     def cap(self, k: Slot, c: int) -> int:
-        return min(self.options[k.degree].cap[c], self.classes[c].count)
+        """Upper bound of x[k][c]. In explain mode memory is left to the memory family (so
+        that an infeasibility caused by memory names it) unless not even one session fits."""
+        cap = self.options[k.degree].cap[c]
+        if self.nm.explain and cap > 0:
+            return self.classes[c].count
+        return min(cap, self.classes[c].count)
 
     def ticks(self, k: Slot, c: int) -> int:
         return self.options[k.degree].ticks[c]
@@ -248,6 +254,8 @@ class Formulation:
         self.C: dict[tuple[int, int], cp_model.IntVar] = {}
         for k in self.slots:
             Q = self.positions(k)
+            if self.nm.explain:
+                Q = min(Q + 1, self.n_sessions)  # one more than memory allows: memory must say no
             self.Q[k.index] = Q
             prev_f = 0
             prev_filled = None

@@ -218,10 +218,17 @@ def _resolve_path(base: Path, rel: str) -> Path:
     return p if p.is_absolute() else (base.parent / p)
 
 
+def _existing(base: Path, rel: str, field_name: str) -> Path:
+    p = _resolve_path(base, rel)
+    if not p.is_file():
+        raise InputError(base, field_name, f"file not found: {p}")
+    return p
+
+
 def _link(data: LinkIn, base: Path, field_name: str) -> Link:
     table = None
     if data.allreduce_log:
-        table = read_nccl_allreduce_log(_resolve_path(base, data.allreduce_log))
+        table = read_nccl_allreduce_log(_existing(base, data.allreduce_log, f"{field_name}.allreduce_log"))
     return Link(data.bandwidth_gb_s * GB, data.latency_us * 1e-6, table)
 
 
@@ -253,7 +260,7 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
     server = Server(server_in.name, server_in.gpus, server_in.power_kw * 1e3,
                     _link(server_in.scale_up, path, "hardware.server.scale_up"),
                     _link(server_in.scale_out, path, "hardware.server.scale_out"))
-    shape = read_model_config(_resolve_path(path, inst.model.config))
+    shape = read_model_config(_existing(path, inst.model.config, "model.config"))
 
     names = [g.name for g in inst.workload.sessions]
     dup = {n for n in names if names.count(n) > 1}

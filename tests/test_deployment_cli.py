@@ -1,0 +1,123 @@
+"""The ``optimize`` CLI on deployment instances: README command, JSON, --set, exit codes,
+one-line errors for bad input (exit 2) and conflicting constraints when infeasible (exit 3)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.conftest import INSTANCES, shared
+
+BOOK = INSTANCES / "qwen32b_128k.yaml"
+
+
+def _one_line_error(result, *needles):
+    assert result.exit_code == 2, result.output
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_readme_main_command(cli):
+    r = cli(BOOK, "--objective", "cost")
+    assert r.exit_code == 0, r.output
+    assert "optimal" in r.stdout and "0.238" in r.stdout
+    assert "needs 102.03 GB per GPU > 80 GB" in r.stdout
+    assert "gpus_per_server[server 0]" in r.stdout
+
+
+def test_json_output(cli):
+    r = cli(BOOK, "--format", "json")
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)
+    assert d["status"] == "optimal"
+    assert d["objective"]["name"] == "cost"
+    assert round(d["objective"]["value"], 3) == 0.238
+    assert [i["tp"] for i in d["plan"]["instances"]] == [2, 2, 2, 2]
+
+
+def test_set_overrides(cli):
+    r = cli(BOOK, "--format", "json", "--set", "deployment.tensor_parallel=[8]")
+    d = json.loads(r.stdout)
+    assert round(d["objective"]["value"], 3) == 0.439
+    assert d["plan"]["on_time"] == 3
+    r = cli(BOOK, "--format", "json", "--set", "faults=[{at_ms: 20, stall_ms: 40}]")
+    d = json.loads(r.stdout)
+    assert round(d["objective"]["value"], 3) == 0.478
+    assert len(d["fault_scenarios"]) == 8
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--set", "workload.sessions.0.count=0"], ["qwen32b_128k.yaml", "workload.sessions[0].count", "greater than 0"]),
+    (["--set", "workload.sessions.0.context_tokens=-5"], ["workload.sessions[0].context_tokens"]),
+    (["--set", "workload.sessions.0.count=four"], ["workload.sessions[0].count", "integer"]),
+    (["--set", "workload.colour=red"], ["workload.colour", "unknown key"]),
+    (["--set", "hardware.gpu=h900"], ["hardware.gpu", "unknown catalog name 'h900'"]),
+    (["--set", "hardware.servers=0"], ["hardware.servers"]),
+    (["--set", "model.config=nothere.json"], ["model.config", "file not found"]),
+    (["--set", "hardware.gpu={name: x, memory_gb: 80}"], ["hardware.gpu.memory_bandwidth_gb_s", "missing"]),
+    (["--set", "faults=[{gpu: 8, at_ms: 1, stall_ms: 1}]"], ["faults[0].gpu", "does not exist"]),
+    (["--objective", "speed"], ["unknown objective 'speed'"]),
+    (["--set", "deployment.allreduce=measured"], ["deployment.allreduce", "allreduce_log"]),
+])
+def test_bad_input(cli, args, needles):
+    _one_line_error(cli(BOOK, *args), *needles)
+
+
+def test_missing_instance_file(cli, tmp_path):
+    _one_line_error(cli(tmp_path / "nope.yaml"), "nope.yaml", "file not found")
+
+
+def test_malformed_yaml(cli, tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("model: [1,\n")
+    _one_line_error(cli(p), "bad.yaml", "not valid YAML")
+
+
+def _copy_book(tmp_path, config_text: str):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "qwen3-32b.json").write_text(config_text)
+    p = tmp_path / "inst.yaml"
+    shutil.copy(BOOK, p)
+    return p
+
+
+def test_malformed_config_json(cli, tmp_path):
+    _one_line_error(cli(_copy_book(tmp_path, '{"hidden_size": 5120,')), "qwen3-32b.json", "not valid JSON")
+
+
+def test_config_with_bad_field(cli, tmp_path):
+    cfg = json.loads((INSTANCES / "models" / "qwen3-32b.json").read_text())
+    cfg["num_hidden_layers"] = 0
+    _one_line_error(cli(_copy_book(tmp_path, json.dumps(cfg))), "qwen3-32b.json", "num_hidden_layers", "positive")
+
+
+def test_moe_config_not_supported_yet(cli, tmp_path):
+    src = shared("models", "Qwen--Qwen3-30B-A3B.config.json")
+    _one_line_error(cli(_copy_book(tmp_path, src.read_text())), "not supported yet: num_experts")
+
+
+def test_infeasible_names_conflicting_constraints(cli):
+    r = cli(BOOK, "--set", "workload.sessions.0.deadline_ms=30", "--format", "json")
+    assert r.exit_code == 3
+    d = json.loads(r.stdout)
+    assert d["status"] == "infeasible"
+    fams = set(d["conflicts"]["families"])
+    assert {"deadline", "on_time"} <= fams
+    assert any("needs 41.18 ms > deadline 30 ms" in x for x in d["conflicts"]["details"])
+
+
+def test_infeasible_by_memory(cli):
+    r = cli(BOOK, "--set", "workload.sessions.0.count=40", "--set", "workload.min_on_time_fraction=0")
+    assert r.exit_code == 3
+    assert "memory[" in r.stdout and "assignment[" in r.stdout
+
+
+def test_infeasible_when_no_degree_fits(cli):
+    r = cli(BOOK, "--set", "deployment.tensor_parallel=[1]", "--format", "json")
+    assert r.exit_code == 3
+    d = json.loads(r.stdout)
+    assert d["conflicts"]["constraints"] == ["memory[tp1]"]
