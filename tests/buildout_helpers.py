@@ -1,0 +1,54 @@
+"""Helpers for the build-out tests: instance dicts, in-process CLI, solving."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from optimizer.buildout import solve_instance
+from optimizer.buildout.schema import load
+from optimizer.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+INSTANCES = REPO / "instances"
+EXAMPLE = INSTANCES / "hgx_h100_120kw.yaml"
+SECOND_TIER = INSTANCES / "hgx_h100_120kw_second_tier.yaml"
+UNITS4 = INSTANCES / "hgx_h100_120kw_units4.yaml"
+MIXED = INSTANCES / "mixed_hall_1mw.yaml"
+
+
+def raw_of(path: Path = EXAMPLE, **changes) -> dict:
+    """The instance mapping with ``a__b=value`` changes applied (``buildout__power_budget_kw=100``)."""
+    raw = copy.deepcopy(yaml.safe_load(path.read_text()))
+    for dotted, value in changes.items():
+        node = raw
+        parts = dotted.split("__")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = value
+    return raw
+
+
+def report_of(raw: dict, objective: str | None = None, path: str = "test.yaml"):
+    p, obj = load(raw, path, objective)
+    return solve_instance(p, obj)
+
+
+def run_cli(*args) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``optimize ARGS`` run in-process."""
+    r = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def run_json(*args) -> tuple[int, dict]:
+    code, out, _err = run_cli(*args, "--format", "json")
+    return code, json.loads(out)
+
+
+def write_instance(tmp_path: Path, raw: dict, name: str = "inst.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return p
