@@ -1,10 +1,10 @@
 """Build-out objective ``racks``: the fewest racks holding at least ``target_gpus`` GPUs.
 
 Also the secondary objective of every build-out solve: for the chosen servers use the fewest
-racks, preferring air cooling on ties. Lexicographic (racks, liquid racks) as one integer
-objective ``racks * (L + 1) + liquid`` with ``L`` an upper bound on the liquid racks: since
-``0 <= liquid <= L``, one rack fewer always outweighs any change in liquid racks, so the
-weighted optimum is the lexicographic optimum.
+racks, preferring air cooling on ties: (racks, liquid racks) lexicographically, solved as two
+stages (fewest racks; then, with the rack count fixed, fewest liquid racks). Two solves were
+measured to be much faster with CP-SAT than one weighted objective ``racks * (L + 1) + liquid``
+(50 MW benchmark: 0.02 s against 3-22 s), and are exact by construction.
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ def to_unit(value: float, ctx) -> float:
     return int(round(value))
 
 
-def secondary_expr(ctx):
-    """(racks, liquid racks) lexicographically, as one integer; see the module docstring."""
-    weight = ctx.racks_ub + 1
-    return weight * ctx.racks() + ctx.racks("liquid")
+def secondary_stages(ctx) -> list[tuple[str, object, str]]:
+    """The secondary stages (name, expression, sense): fewest racks, then fewest liquid racks."""
+    return [("racks", ctx.racks(), "min"), ("liquid racks", ctx.racks("liquid"), "min")]

@@ -5,8 +5,8 @@ value found, ``==`` when proven optimal, otherwise ``<=``/``>=`` so later stages
 make it worse):
 
 1. the primary objective (``gpus`` max, ``cost`` min or ``racks`` min);
-2. fewest racks, then fewest liquid racks (air preferred on ties) — one integer objective,
-   see :mod:`objectives.buildout_racks`;
+2. fewest racks, then fewest liquid racks (air preferred on ties), two stages, see
+   :mod:`objectives.buildout_racks`;
 3. lowest cost (when every server type has a cost and cost was not the primary);
 4. least power;
 5. fewest switch chips, then fewest leaf-spine links (with a fabric).
@@ -72,7 +72,8 @@ def _all_vars(ctx: Ctx) -> list:
 
 def _stages(p: Problem, objective: str, ctx: Ctx) -> list[tuple[str, Any, str]]:
     mod = OBJECTIVE_MODULES[objective]
-    st = [(objective, mod.expr(ctx), mod.SENSE), ("racks, then liquid racks", buildout_racks.secondary_expr(ctx), "min")]
+    st = [(objective, mod.expr(ctx), mod.SENSE)]
+    st += [s for s in buildout_racks.secondary_stages(ctx) if s[0] != objective]
     if objective != "cost" and all(t.cost is not None for t in p.types):
         st.append(("cost", ctx.cost_c, "min"))
     st.append(("power", ctx.power_w, "min"))
