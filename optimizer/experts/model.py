@@ -91,6 +91,7 @@ class SubProblem:
     prev: np.ndarray | None = None   # [experts, gpus] previous X (global GPU index)
     move_weight: int = 0             # load units per move (max-load objective)
     t_lower: int = 0
+    symmetric: bool = False          # GPUs interchangeable: order their loads (symmetry breaking)
 
 
 @dataclass
@@ -162,9 +163,15 @@ def build_and_solve(sp: SubProblem, time_limit_s: float, hint: bool = True, work
                 if hint:
                     hints.append((x[g], int(g in it.current_gpus)))
                     hints.append((s[g], int(it.current_shares.get(g, 0))))
+    loads = {}
     for g, s_ in zip(G, sp.slots):
         experts_slots.add(nm, sp.layer, g, slot_terms[g], s_)
-        experts_load.add(nm, sp.layer, g, load_terms[g], T)
+        loads[g] = experts_load.add(nm, sp.layer, g, load_terms[g], T)
+    if sp.symmetric:
+        # interchangeable GPUs (same slots, objective blind to GPU identity): loads non-increasing
+        for a, b, sa, sb in zip(G, G[1:], sp.slots, sp.slots[1:]):
+            if sa == sb:
+                m.add(loads[a] >= loads[b])
 
     moves_expr = None
     if sp.prev is not None:

@@ -13,7 +13,7 @@ from optimizer.experts import eplb
 from optimizer.experts.plan import (LayerPlan, balancedness, cross_node_tokens, moves, plan_from_phy2log,
                                     trivial_plan)
 from optimizer.experts.schema import ExpertsSection, parse, slots_list
-from optimizer.experts.solve import LayerTask, solve_layers
+from optimizer.experts.solve import LayerTask, parallel_workers, solve_layers
 from optimizer.experts.traces import Trace, read_trace
 from optimizer.result import ConstraintKey, Status
 
@@ -146,7 +146,7 @@ def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: floa
     prev = [plan_from_phy2log(prev_p2l[i], E, slots) for i in range(L)] if prev_p2l is not None else None
 
     tl = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
-    par = max(1, min(ex.workers, L))
+    par = parallel_workers(L, E, G, ex.workers)
     per_layer = max(0.05, 0.9 * tl * par / L)
     tasks = [LayerTask(i, fit[i], slots, node_of, N, ex.split, objective, greedy[i],
                        prev[i].X if prev is not None else None, ex.migration_weight, ex.max_load_tolerance,

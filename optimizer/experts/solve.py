@@ -263,9 +263,18 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
     phase1_obj = "max-load"
 
     if mode == "exact":
+        symmetric = t.prev is None and len(set(t.slots)) == 1
+        if symmetric:  # order the start plan's GPUs by load so the hint respects symmetry breaking
+            perm = np.argsort(-st.load, kind="stable")
+            st.X = st.X[:, perm]
+            if t.split == "optimal":
+                st.S = st.S[:, perm]
+            st.refresh()
         cap = int(st.load.max())
         budget = max(0.05, (deadline - time.perf_counter()) * (0.5 if t.objective != "max-load" else 1.0))
-        res = build_and_solve(_sub(st, list(range(G)), phase1_obj, cap, True, "all"), budget)
+        sp = _sub(st, list(range(G)), phase1_obj, cap, True, "all")
+        sp.symmetric = symmetric
+        res = build_and_solve(sp, budget)
         solves += 1
         if res.X:
             _apply(st, list(range(G)), res)
@@ -395,13 +404,20 @@ def _sub_score(st: _State, gpus: list[int], objective: str):
 
 # ------------------------------------------------------------------ all layers
 
+def parallel_workers(num_layers: int, num_experts: int, num_gpus: int, workers: int) -> int:
+    """Processes used for the layers: several only for several large layers."""
+    if num_layers > 1 and workers > 1 and num_experts * num_gpus >= 1024:
+        return max(1, min(workers, os.cpu_count() or 1, num_layers))
+    return 1
+
+
 def solve_layers(tasks: list[LayerTask], workers: int = 2) -> list[LayerOutcome]:
-    """Solve every layer; a process pool of ``workers`` when there are several large layers."""
-    big = len(tasks) > 1 and workers > 1 and tasks[0].w.size * len(tasks[0].slots) >= 1024
-    if not big:
+    """Solve every layer; a process pool when :func:`parallel_workers` says so."""
+    n = parallel_workers(len(tasks), len(tasks[0].w), len(tasks[0].slots), workers) if tasks else 1
+    if n == 1:
         return [solve_layer(t) for t in tasks]
     import multiprocessing as mp
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=min(workers, os.cpu_count() or 1, len(tasks)), mp_context=ctx) as ex:
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as ex:
         return list(ex.map(solve_layer, tasks, chunksize=1))

@@ -1,0 +1,170 @@
+"""Optimised placement: brute force on tiny layers, never above greedy, independent evaluator."""
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from optimizer.experts.eplb import rebalance
+from optimizer.experts.plan import plan_from_phy2log
+from optimizer.experts.solve import LayerTask, analytic_bound, solve_layer
+from tests.experts_helpers import REPO, gpu_loads_from_phy2log, run_cli, run_json, write_instance
+
+
+def _task(w, G, S, N=1, groups=1, objective="max-load", split="even", prev=None, tl=5.0, **kw):
+    w = np.asarray(w, dtype=np.int64)
+    slots = [S] * G
+    p2l = rebalance(w[None], G * S, groups, N, G)[0][0]
+    return LayerTask(0, w, slots, [g // (G // N) for g in range(G)], N, split, objective,
+                     plan_from_phy2log(p2l, len(w), slots), prev, 0.0, 0.02, tl, **kw)
+
+
+def brute_force_max_load(w, G, S):
+    """Min over all placements (S distinct experts per GPU, every expert >= 1 replica, even split)."""
+    E = len(w)
+    best = float("inf")
+    combos = list(itertools.combinations(range(E), S))
+    for choice in itertools.product(combos, repeat=G):
+        cnt = np.zeros(E)
+        for c in choice:
+            cnt[list(c)] += 1
+        if (cnt == 0).any():
+            continue
+        mx = max(sum(w[e] / cnt[e] for e in c) for c in choice)
+        best = min(best, mx)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_optimised_equals_brute_force_on_tiny_layers(seed):
+    rng = np.random.default_rng(seed)
+    E = int(rng.integers(3, 6))
+    G = int(rng.integers(2, 4))
+    S = int(rng.integers(max(2, -(-E // G)), min(E, 3) + 1))
+    w = rng.integers(0, 60, E) * rng.integers(1, 4, E)
+    w[0] += 1
+    out = solve_layer(_task(w, G, S))
+    assert out.mode == "exact"
+    bf = brute_force_max_load(w, G, S)
+    greedy_max = _task(w, G, S).greedy.loads(w).max()
+    if out.greedy_kept:
+        # EPLB co-located two replicas of one expert and beat every distinct-GPU plan
+        assert greedy_max < bf - 1e-9 and out.max_load == pytest.approx(greedy_max)
+    else:
+        assert out.max_load == pytest.approx(bf, rel=1e-9, abs=1e-9)
+        assert out.proven and out.gap == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_optimised_never_above_greedy_random(seed):
+    rng = np.random.default_rng(100 + seed)
+    E = int(rng.integers(4, 24))
+    N = int(rng.choice([1, 2]))
+    G = N * int(rng.integers(1, 5))
+    S = int(rng.integers(-(-E // G), min(E, -(-E // G) + 3) + 1))
+    w = (rng.lognormal(0, 1.2, E) * 100).astype(np.int64) + 1
+    groups = int(rng.choice([1, 2])) if E % 2 == 0 else 1
+    t = _task(w, G, S, N=N, groups=groups, tl=0.3)
+    out = solve_layer(t)
+    greedy_max = t.greedy.loads(w).max()
+    assert out.max_load <= greedy_max * (1 + 1e-12)
+    assert out.bound <= out.max_load * (1 + 1e-12)
+    assert out.bound >= analytic_bound(w, t.slots, "even") - 1e-9
+    X = out.plan.X
+    assert (X.sum(axis=0) == S).all()                 # exactly S replicas per GPU
+    assert (X.sum(axis=1) >= 1).all()                 # every expert placed
+    if not out.greedy_kept:
+        assert X.max() <= 1                           # replicas on distinct GPUs
+
+
+def test_split_optimal_not_worse_than_even_and_shares_add_up():
+    w = np.array([900, 40, 30, 25, 20, 10, 5, 1])
+    even = solve_layer(_task(w, 4, 3))
+    opt = solve_layer(_task(w, 4, 3, split="optimal"))
+    assert opt.max_load <= even.max_load + 1e-9
+    assert np.allclose(opt.plan.F.sum(axis=1), 1.0)
+    assert opt.max_load == pytest.approx(w.sum() / 4, abs=1.0)   # perfectly splittable here
+
+
+def test_migration_keeps_previous_plan_when_it_meets_the_target():
+    w = np.array([50, 40, 30, 20, 10, 5])
+    first = solve_layer(_task(w, 3, 3))
+    prev = first.plan.X.copy()
+    again = solve_layer(_task(w, 3, 3, objective="migration", prev=prev))
+    assert int(((again.plan.X > 0) & (prev == 0)).sum()) == 0
+    assert again.max_load <= first.max_load * 1.02 + 1e-9
+
+
+def test_inter_node_covers_more_nodes_within_tolerance():
+    w = np.array([400, 300, 200, 100, 50, 40, 30, 20])
+    base = solve_layer(_task(w, 4, 3, N=2))
+    inter = solve_layer(_task(w, 4, 3, N=2, objective="inter-node"))
+    from optimizer.experts.plan import cross_node_tokens
+    node_of = np.array([0, 0, 1, 1])
+    assert cross_node_tokens(inter.plan, w, node_of, 2) <= cross_node_tokens(base.plan, w, node_of, 2) + 1e-9
+    assert inter.max_load <= base.max_load * 1.02 + 1e-9
+
+
+def test_cli_outputs_checked_by_independent_evaluator(tmp_path):
+    rng = np.random.default_rng(7)
+    loads = (rng.lognormal(0, 1, (3, 2, 12)) * 50).astype(int) + 1   # [windows, layers, experts]
+    (tmp_path / "t.json").write_text(json.dumps(loads.tolist()))
+    inst = write_instance(tmp_path, "t.json", num_gpus=4, num_nodes=2, num_groups=2, slots_per_gpu=4)
+    code, rep = run_json(inst, "--output", tmp_path / "out", "--time-limit", "1.5")
+    assert code == 0
+    assert rep["trace"]["fitted_windows"] == [0, 2] and rep["trace"]["evaluated_windows"] == [2, 3]
+    pl = json.loads((tmp_path / "out" / "placement.json").read_text())
+    sg = json.loads((tmp_path / "out" / "sglang_expert_location.json").read_text())
+    assert sg["physical_to_logical_map"] == pl["phy2log"]
+    fit = loads[:2].sum(axis=0)
+    for i, row in enumerate(pl["phy2log"]):
+        assert len(row) == 16
+        per_gpu = [row[g * 4:(g + 1) * 4] for g in range(4)]
+        assert all(len(set(p)) == 4 for p in per_gpu)                         # distinct GPUs
+        assert pl["logcnt"][i] == np.bincount(row, minlength=12).tolist()
+        for e in range(12):
+            reps = [r for r in pl["log2phy"][i][e] if r >= 0]
+            assert sorted(reps) == [r for r in range(16) if row[r] == e]
+        ld = gpu_loads_from_phy2log(row, fit[i], 4)
+        lay = rep["layers"][i]
+        assert max(ld) == pytest.approx(lay["optimized"]["max_load"])
+        assert lay["optimized"]["max_load"] <= lay["greedy"]["max_load"] + 1e-9
+        assert lay["optimized"]["bound"] <= lay["optimized"]["max_load"] + 1e-9
+        ev = gpu_loads_from_phy2log(row, loads[2, i], 4)
+        assert max(ev) == pytest.approx(lay["optimized"]["next_window"]["max_load"])
+    assert rep["status"] in ("optimal", "feasible")
+    assert set(rep["summary"]) >= {"proven_optimal_layers", "trivial", "greedy", "optimized"}
+
+
+def test_previous_placement_roundtrip_gives_zero_moves(tmp_path):
+    rng = np.random.default_rng(3)
+    loads = (rng.lognormal(0, 1, (2, 10)) * 50).astype(int) + 1
+    (tmp_path / "t.json").write_text(json.dumps(loads.tolist()))
+    inst = write_instance(tmp_path, "t.json", slots_per_gpu=3)
+    code, _ = run_json(inst, "--output", tmp_path / "o1", "--time-limit", "1")
+    assert code == 0
+    inst = write_instance(tmp_path, "t.json", slots_per_gpu=3, previous_placement="o1/placement.json",
+                          max_load_tolerance=0.0)
+    code, rep = run_json(inst, "--objective", "migration", "--time-limit", "1")
+    assert code == 0
+    assert all(lay["optimized"]["moves"] == 0 for lay in rep["layers"])
+    # wrong shape of the previous placement -> exit 2
+    (tmp_path / "bad.json").write_text(json.dumps({"phy2log": [[0, 1, 2]]}))
+    inst = write_instance(tmp_path, "t.json", slots_per_gpu=3, previous_placement="bad.json")
+    code, out = run_cli(inst)
+    assert code == 2 and "bad.json" in out and "wrong shape" in out
+
+
+def test_infeasible_when_slots_exceed_experts(tmp_path):
+    (tmp_path / "t.json").write_text(json.dumps([[5, 3, 1]]))
+    inst = write_instance(tmp_path, "t.json", num_gpus=2, num_nodes=1, slots_per_gpu=4)
+    code, rep = run_json(inst)
+    assert code == 3
+    assert rep["status"] == "infeasible" and "gpu_slots" in rep["conflict"]["families"]
+
+
+def test_readme_command_runs(tmp_path):
+    code, out = run_cli(REPO / "instances" / "deepseek_v3_ep32.yaml", "--time-limit", "2", "--output", tmp_path)
+    assert code == 0
+    assert "Busiest GPU per layer" in out and "balancedness" in out
+    assert (tmp_path / "placement.json").exists()
