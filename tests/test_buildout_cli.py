@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
 from optimizer.buildout.schema import SERVERS_FILE, load_server_data
 
-from tests.buildout_helpers import (EXAMPLE, INSTANCES, MIXED, REPO, SECOND_TIER, UNITS4, raw_of, run_cli,
+from tests.buildout_helpers import (EXAMPLE, MIXED, REPO, SECOND_TIER, UNITS4, raw_of, run_cli,
                                     run_json, write_instance)
 
 
@@ -105,7 +104,7 @@ def _doc_commands() -> list[list[str]]:
     cmds = []
     lines = [ln for d in docs for ln in d.read_text().splitlines()]
     for line in lines:
-        line = line.strip().removeprefix("$ ")
+        line = line.split(" #")[0].strip().removeprefix("$ ")
         if line.startswith("optimize ") and "instances/" in line and "|" not in line:
             parts = line.split()[1:]
             inst = parts[0]

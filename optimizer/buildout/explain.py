@@ -227,10 +227,15 @@ def fabric_bindings(p: Problem, plan: dict, ev: Evaluation) -> list[Binding]:
         d_max = r
         per = f"one tier, {r} downlinks per leaf"
     extra = max(0, ceil((more - free) / d_max)) if d_max else 0
+    what = "one more server" if p.install_unit_servers == 1 else "one more install unit"
+    if not ev.second_tier and ev.gpus + g * p.install_unit_servers > f.one_tier_max_gpus:
+        need = (f"takes the GPUs past {f.one_tier_max_gpus}: it needs a two-tier leaf/spine fabric "
+                f"(leaf ports split into downlinks and uplinks, oversubscription <= {float(f.max_oversubscription):g})")
+    else:
+        need = f"needs {extra} more leaf chip{'s' if extra != 1 else ''}"
     out.append(Binding(buildout_fabric.LEAF_DOWN, free, "ports",
                        f"{ev.leaves} leaf chips ({per}): {ev.gpu_links} GPU links on {down_cap} downlink ports; "
-                       f"{'one more server' if p.install_unit_servers == 1 else 'one more install unit'} "
-                       f"({more} links) needs {extra} more leaf chip{'s' if extra != 1 else ''}"))
+                       f"{what} ({more} links) {need}"))
     if ev.second_tier:
         spine_free = ev.spine * r - ev.uplinks
         out.append(Binding(buildout_fabric.SPINE, spine_free, "ports",

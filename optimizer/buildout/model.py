@@ -91,10 +91,6 @@ class Ctx:
     def uplinks(self):
         return sum(u * w for (_d, u), w in zip(self.splits, self.w))
 
-    @property
-    def racks_ub(self) -> int:
-        return max(1, sum(self.n_ub.values()))
-
 
 def server_bounds(p: Problem, min_gpus: int = 0) -> dict[str, int]:
     """Upper bound on the servers of each type, a multiple of the install unit.
