@@ -121,3 +121,14 @@ def test_documented_commands_run():
         args = [str(REPO / parts[0])] + parts[1:]
         code, _out, err = run_cli(*args)
         assert code in (0, 3), (parts, err)
+
+
+def test_tiny_time_limit_still_reports_honestly():
+    code, d = run_json(MIXED, "--time-limit", "0.001")
+    assert code in (0, 4)
+    if code == 0:
+        assert d["status"] in ("optimal", "feasible") and d["plan"] is not None
+        if d["status"] == "optimal":
+            assert all(s["status"] == "optimal" for s in d["solver"]["stages"])
+    else:
+        assert d["status"] == "time_limit" and d["plan"] is None

@@ -155,6 +155,9 @@ class BuildoutReport:
             b.add_row(escape(x["constraint"]), f"{x['slack']:g} {x['unit']}", escape(x["detail"]))
         console.print(b)
         s = d["solver"]
+        if res.status == Status.FEASIBLE:
+            done = ", ".join(f"{x['name']} {x['status']}" for x in s["stages"])
+            console.print(f"[yellow]time limit: not every objective stage is proven optimal ({done})[/yellow]")
         console.print(f"solver {s['name']}: {s['status']}, {s['solves']} solves, {s['time_s']:.3f} s, "
                       f"bound {num(o['bound'])}, gap {s['gap']:.2%}")
 
