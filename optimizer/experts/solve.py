@@ -36,7 +36,7 @@ from optimizer.experts.model import Item, SubProblem, build_and_solve, choose_sc
 from optimizer.experts.plan import LayerPlan, apportion, cross_node_tokens, moves
 from optimizer.result import Status
 
-EXACT_LIMIT = 6000
+EXACT_LIMIT = 2000
 EPS = 1e-9
 
 
@@ -243,6 +243,8 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
         notes.append("no start plan with distinct GPUs; greedy plan kept")
         return _finish(t, t.greedy, greedy_max, lb, None, "none", True, t0, 0, None, notes)
     start = min(starts, key=lambda p: float(p.loads(w).max()))
+    if t.objective == "migration" and t.prev is not None and t.prev.max() <= 1 and (t.prev.sum(1) >= 1).all():
+        start = LayerPlan.even(t.prev)  # the max-load phase then moves few replicas from where they are
     start_max = float(start.loads(w).max())
 
     kmax = min(G, R - E + 1)
@@ -271,7 +273,9 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
                 st.S = st.S[:, perm]
             st.refresh()
         cap = int(st.load.max())
-        budget = max(0.05, (deadline - time.perf_counter()) * (0.5 if t.objective != "max-load" else 1.0))
+        # half the phase's time for the whole-layer model; LNS continues if it is not proven
+        phase_end = deadline - (0.5 * (deadline - time.perf_counter()) if t.objective != "max-load" else 0)
+        budget = max(0.05, 0.5 * (phase_end - time.perf_counter()))
         sp = _sub(st, list(range(G)), phase1_obj, cap, True, "all")
         sp.symmetric = symmetric
         res = build_and_solve(sp, budget)
@@ -283,6 +287,11 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
                 slack = 0.0 if _exact_units else max(t.slots) * 0.5
                 solver_bound = (res.bound - slack) / scale if res.bound is not None else None
             proven_exact = res.status == Status.OPTIMAL
+        if not proven_exact and t.split == "even" and (t.prev is None or t.move_weight == 0):
+            st.solves = 0
+            _lns(st, phase1_obj, int(st.load.max()), phase_end, lb_units)
+            solves += st.solves
+            mode = "exact+lns"
     else:
         _lns(st, phase1_obj, int(st.load.max()), deadline - (0.5 * (deadline - time.perf_counter()) if t.objective != "max-load" else 0), lb_units)
         solves += st.solves if hasattr(st, "solves") else 0
