@@ -14,6 +14,8 @@ import numpy as np
 
 from optimizer.errors import InputError
 
+ACTIVATION_BYTES = 2.0  # hidden vector exchanged by the TP AllReduce is bf16 (H·2 bytes)
+
 
 def ring_allreduce_s(p: int, message_bytes: float, alpha_s: float, bandwidth: float) -> float:
     """Ring AllReduce (eq. 6-9): ``2(p-1)·α + 2(p-1)·M/(p·B)``. Zero for p = 1."""

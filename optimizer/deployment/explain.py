@@ -98,10 +98,17 @@ def alternatives(problem: Problem, perf: PerfModel, objective: str, best_value: 
         best_on = max_on_time(problem, perf, [p], max(0.2, (t_end - time.perf_counter()) / max(1, len(degrees) - i)))
         n = len(problem.sessions)
         if best_on is None:
-            cap = max(perf.max_sessions(p, c.context, c.new) for c in problem.classes)
-            slots = problem.total_gpus // p
-            rows.append(Alternative(name, p, "memory",
-                                    f"{n} sessions do not fit {slots} TP{p} instances (at most {cap} per instance)"))
+            too_big = [c for c in problem.classes if perf.max_sessions(p, c.context, c.new) == 0]
+            if too_big:  # some session fits no TP-p instance even alone: say which, and by how much
+                c = max(too_big, key=lambda c: c.context + c.new)
+                need = perf.memory_per_gpu(p, [(c.context, c.new)])
+                detail = (f"{c.session_ids[0]} ({c.context + c.new} tokens) needs {need / 1e9:.2f} GB per GPU "
+                          f"> {problem.gpu.memory_bytes / 1e9:g} GB")
+            else:
+                cap = max(perf.max_sessions(p, c.context, c.new) for c in problem.classes)
+                slots = problem.total_gpus // p
+                detail = f"{n} sessions do not fit {slots} TP{p} instances (at most {cap} per instance)"
+            rows.append(Alternative(name, p, "memory", detail))
         else:
             need = max(1, problem.required_on_time) if objective == "cost" else problem.required_on_time
             where = " in the worst fault scenario" if problem.faults else ""

@@ -90,8 +90,15 @@ def read_model_config(path: Path) -> ModelShape:
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
     for key in _UNSUPPORTED_FIELDS:
-        if cfg.get(key) not in (None, 0, False):
-            raise InputError(path, key, f"not supported yet: {key} (only dense decoders are modelled for now)")
+        value = cfg.get(key)
+        if value not in (None, 0, False):
+            why = "only dense decoders are modelled for now"
+            if isinstance(value, dict):  # multimodal wrapper: say what its text model is, too
+                inner = [k for k in _UNSUPPORTED_FIELDS if value.get(k) not in (None, 0, False)]
+                why = (f"multimodal wrapper {arch or 'of unknown architecture'}"
+                       + (f"; its text model has {', '.join(inner)}" if inner else "")
+                       + "; only dense decoder-only configs are modelled for now")
+            raise InputError(path, key, f"not supported yet: {key} ({why})")
     if arch is None or arch not in DENSE_ARCHITECTURES:
         raise InputError(path, "architectures", f"not supported yet: architectures={archs!r} "
                          f"(supported: {', '.join(sorted(DENSE_ARCHITECTURES))})")

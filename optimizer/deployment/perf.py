@@ -11,11 +11,10 @@ from functools import cached_property
 
 import numpy as np
 
-from optimizer.deployment.collectives import ring_allreduce_s, tree_allreduce_s
+from optimizer.deployment.collectives import ACTIVATION_BYTES, ring_allreduce_s, tree_allreduce_s
 from optimizer.deployment.model_config import ModelShape
 from optimizer.deployment.schema import Problem
 
-ACTIVATION_BYTES = 2.0  # hidden vector exchanged by the TP AllReduce is bf16 (H·2 bytes)
 NORM_BYTES = 2.0  # norm weights stay in 16 bits even in quantised checkpoints
 
 

@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from optimizer.catalog import lookup
-from optimizer.deployment.collectives import AllReduceTable, read_nccl_allreduce_log
+from optimizer.deployment.collectives import ACTIVATION_BYTES, AllReduceTable, read_nccl_allreduce_log
 from optimizer.deployment.model_config import ModelShape, read_model_config
 from optimizer.errors import InputError
 from optimizer.schema_base import StrictModel, validation_error_to_input_error
@@ -261,6 +261,13 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
                     _link(server_in.scale_up, path, "hardware.server.scale_up"),
                     _link(server_in.scale_out, path, "hardware.server.scale_out"))
     shape = read_model_config(_existing(path, inst.model.config, "model.config"))
+    message = shape.hidden * ACTIVATION_BYTES
+    for tier, link in (("scale_up", server.scale_up), ("scale_out", server.scale_out)):
+        t = link.table
+        if t is not None and t.size_bytes[-1] < message:
+            raise InputError(path, f"hardware.server.{tier}.allreduce_log",
+                             f"{t.path} measures up to {int(t.size_bytes[-1])} B, less than the AllReduce message "
+                             f"of {message:.0f} B (hidden_size {shape.hidden} x {ACTIVATION_BYTES:.0f} B)")
 
     names = [g.name for g in inst.workload.sessions]
     dup = {n for n in names if names.count(n) > 1}
