@@ -93,6 +93,8 @@ class Slot:
 
     @property
     def label(self) -> str:
+        if not self.servers:  # pooled: the server is decided by the per-server counts
+            return f"tp{self.degree}#{self.ordinal}"
         srv = f"s{self.servers[0]}" if len(self.servers) == 1 else f"s{self.servers[0]}-{self.servers[-1]}"
         return f"tp{self.degree}#{self.ordinal}@{srv}"
 
@@ -107,14 +109,25 @@ def degree_fits_hardware(problem: Problem, p: int) -> Optional[str]:
     return None
 
 
-def build_slots(problem: Problem, options: dict[int, Option]) -> list[Slot]:
+def build_slots(problem: Problem, options: dict[int, Option], pooled: bool = False) -> list[Slot]:
+    """Candidate instances.
+
+    pooled: slots of one degree are not tied to a server (``servers == ()``); how many of
+    them each server hosts is decided by per-server counts (:mod:`constraints.gpus_per_server`),
+    which removes the symmetry between servers and between slots of one degree.
+    Otherwise each slot sits on given servers (needed when a fault names a GPU).
+    """
     g, n_srv = problem.server.gpus, problem.servers
     n = len(problem.sessions)
     slots: list[Slot] = []
     for p in sorted(options, reverse=True):
         if max(options[p].cap, default=0) == 0:
             continue
-        if p <= g:
+        if pooled:
+            count = min((g // p) * n_srv if p <= g else n_srv // (p // g), n)
+            for i in range(count):
+                slots.append(Slot(len(slots), p, (), min(p, g), i))
+        elif p <= g:
             per_server = min(g // p, n)
             for s in range(n_srv):
                 for i in range(per_server):
@@ -166,7 +179,8 @@ class Formulation:
         self.nm = NamedModel(explain=explain)
         self.model: cp_model.CpModel = self.nm.model
         self.options = build_options(problem, perf, degrees)
-        self.slots = build_slots(problem, self.options)
+        self.pooled = mode == "aggregate"
+        self.slots = build_slots(problem, self.options, pooled=self.pooled)
         self.classes = problem.classes
         self.n_sessions = len(problem.sessions)
         self.required = problem.required_on_time

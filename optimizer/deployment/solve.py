@@ -12,6 +12,8 @@ from objectives import energy as energy_obj
 from objectives import latency as latency_obj
 from objectives import makespan as makespan_obj
 from optimizer.cpsat import solve_cp
+from optimizer.deployment.configurations import (ConfigurationSearch, chain_degrees, enumerate_configurations,
+                                                 moore_hodgson_order)
 from optimizer.deployment.evaluate import Evaluation, Plan, PlannedInstance, evaluate
 from optimizer.deployment.formulation import TIME_UNIT_S, Formulation, degree_fits_hardware
 from optimizer.deployment.perf import PerfModel
@@ -21,6 +23,7 @@ from optimizer.result import SolverStats, Status, relative_gap
 
 OBJECTIVES = {"cost": cost_obj, "makespan": makespan_obj, "latency": latency_obj, "energy": energy_obj}
 DEFAULT_TIME_LIMIT_S = 60.0
+DEBUG = False  # print configuration-search progress
 
 
 @dataclass
@@ -103,7 +106,7 @@ def solve_deployment(problem: Problem, objective: str = "cost", time_limit_s: Op
         return max(0.05, deadline - time.perf_counter())
 
     obj_mod = OBJECTIVES[objective]
-    if objective != "cost":
+    if objective == "latency":
         f = build(problem, perf, usable, objective)
         obj_mod.apply(f)
         out = solve_cp(f.model, remaining())
@@ -119,25 +122,57 @@ def solve_deployment(problem: Problem, objective: str = "cost", time_limit_s: Op
         status = out.status
         return _finish(status, objective, value, bound, ev, stats, allowed, mode)
 
-    # cost: Dinkelbach iterations, starting from a feasible plan of least worst-case makespan
-    f = build(problem, perf, usable, "cost")
+    if mode == "aggregate" and chain_degrees(problem, usable):
+        done = _solve_with_configurations(problem, perf, usable, objective, deadline, stats, allowed)
+        if done is not None:
+            return done
+    # phase 1: a plan of small worst-case makespan (a short share of the budget); its
+    # makespan bound also bounds the cost: G·M_lb / N.
+    f = build(problem, perf, usable, "cost" if objective == "cost" else objective)
     makespan_obj.apply(f)
-    out = solve_cp(f.model, remaining())
+    share = max(2.0, 0.25 * limit) if objective == "cost" else remaining()
+    out = solve_cp(f.model, min(remaining(), share))
+    if out.status == Status.TIME_LIMIT and remaining() > 0.1:
+        out = solve_cp(f.model, remaining())  # no plan yet: keep looking
+        stats.solves += 1
     stats.time_s += out.time_s
     stats.solves += 1
     if out.status in (Status.INFEASIBLE, Status.TIME_LIMIT):
         stats.status = out.status
         return SolveOutcome(out.status, objective, None, None, None, stats, allowed, mode)
-    lam = cost_obj.ratio(f, out.solver)
+    if objective != "cost":
+        lam = Fraction(int(round(out.objective)))
+        bound_ratio = Fraction(int(out.bound))
+    else:
+        lam = cost_obj.ratio(f, out.solver)
+        bound_ratio = Fraction(problem.total_gpus * int(out.bound), len(problem.sessions))
+    best_plan = extract_plan(f, out.solver)
+    proven = out.status == Status.OPTIMAL and objective != "cost"
+    if objective == "cost" and not proven:
+        best_plan, lam, bound_ratio, proven = _dinkelbach(problem, perf, usable, lam, bound_ratio, out, f,
+                                                           deadline, stats)
+    ev = evaluate(problem, best_plan, perf)
+    value = ev.objective_value(objective)
+    if objective == "cost":
+        bound = float(bound_ratio) * TIME_UNIT_S
+    else:
+        bound = _bound_in_unit(problem, objective, float(bound_ratio), f)
+    if proven:
+        bound = min(value, bound)  # exact arithmetic may shave the tick rounding
+    status = Status.OPTIMAL if proven else Status.FEASIBLE
+    return _finish(status, objective, value, bound, ev, stats, allowed, mode)
+
+
+def _dinkelbach(problem, perf, usable, lam, bound_ratio, out, f, deadline, stats):
+    """Dinkelbach iterations on the compact formulation (cost objective)."""
     best_f, best_solver = f, out.solver
     proven = False
-    bound_ratio: Optional[Fraction] = None
     hint = _solution(out.solver, f)
     while time.perf_counter() < deadline:
         f = build(problem, perf, usable, "cost")
         cost_obj.apply(f, lam)
         _add_hint(f, hint)
-        out = solve_cp(f.model, remaining())
+        out = solve_cp(f.model, max(0.05, deadline - time.perf_counter()))
         stats.time_s += out.time_s
         stats.solves += 1
         if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
@@ -151,21 +186,133 @@ def solve_deployment(problem: Problem, objective: str = "cost", time_limit_s: Op
         fb = min(0.0, out.bound) / lam.denominator
         rmin = max(1, f.required)
         cand = lam + Fraction(fb).limit_denominator(10 ** 6) / rmin
-        bound_ratio = cand if bound_ratio is None else max(bound_ratio, cand)
+        bound_ratio = max(bound_ratio, cand)
         if new_lam < lam:
             lam, best_f, best_solver = new_lam, f, out.solver
             hint = _solution(out.solver, f)
         else:
             break  # no progress within the time limit
-    plan = extract_plan(best_f, best_solver)
+    return extract_plan(best_f, best_solver), lam, bound_ratio, proven
+
+
+def _solve_with_configurations(problem, perf, usable, objective, deadline, stats, allowed):
+    """Configuration search (cost, makespan, energy without faults); None to fall back to
+    the compact formulation (too many configurations, or no plan within the time)."""
+    f = Formulation(problem, perf, usable, "aggregate")  # options and deadline ticks only
+    n, g = len(problem.sessions), problem.total_gpus
+    need = max(1, f.required) if objective == "cost" else f.required
+    kind = "cost" if objective == "cost" else "makespan"
+    if any(all(f.options[p].cap[c.index] == 0 for p in f.options) for c in problem.classes):
+        return None  # a session fits no instance: the compact formulation explains why
+    # a first enumeration bound from simple lower bounds on the makespan
+    single = max(min(f.options[p].ticks[c.index] for p in f.options if f.options[p].cap[c.index] > 0)
+                 for c in problem.classes)
+    work = sum(c.count * min(p * f.options[p].ticks[c.index] for p in f.options if f.options[p].cap[c.index] > 0)
+               for c in problem.classes) / g
+    ub = int(1.25 * max(single, work)) + 1
+    best = None  # (value Fraction, counts, makespan, on)
+    bound = None
+    t0 = time.perf_counter()
+    for _ in range(12):
+        configs = enumerate_configurations(problem, f.options, f.deadline_ticks, ub)
+        if DEBUG:
+            print("configs", ub, None if configs is None else len(configs), time.perf_counter() - t0)
+        if configs is None:
+            break
+        search = ConfigurationSearch(problem, configs, need, deadline)
+        res = search.run(kind, best[0] if best else None)
+        stats.solves += res.lp_solves + res.milp_solves
+        if DEBUG:
+            print("search", res.makespan_ticks, res.on_time, res.bound, res.proven, res.lp_solves, res.milp_solves, time.perf_counter() - t0)
+        if res.counts is not None:
+            val = Fraction(g * res.makespan_ticks, res.on_time) if kind == "cost" else Fraction(res.makespan_ticks)
+            if best is None or val < best[0]:
+                best = (val, res.counts, res.makespan_ticks, res.on_time)
+        # plans outside the enumeration have makespan > ub: cost ≥ G·ub/N, makespan > ub
+        outside = Fraction(g * (ub + 1), n) if kind == "cost" else Fraction(ub + 1)
+        inside = res.bound if res.bound is not None else (best[0] if best else outside)
+        bound = min(inside, outside)
+        if best is not None:
+            reach = int(best[0] * n / g) if kind == "cost" else best[2]
+            if reach <= ub or time.perf_counter() >= deadline:
+                break
+            ub = reach  # a better plan may need configurations up to this load
+        elif time.perf_counter() >= deadline:
+            break
+        else:
+            ub *= 2
+    stats.time_s += time.perf_counter() - t0
+    if best is None:
+        return None
+    stats.name = "highs (configuration LP/MILP)"
+    plan = plan_from_configurations(problem, best[1])
     ev = evaluate(problem, plan, perf)
-    value = ev.objective_value("cost")
-    tick_to_s = TIME_UNIT_S
-    bound = float(bound_ratio) * tick_to_s if bound_ratio is not None else None
+    value = ev.objective_value(objective)
+    proven = bound is not None and bound >= best[0]
+    if kind == "cost":
+        bnd = float(bound) * TIME_UNIT_S if bound is not None else None
+    else:
+        bnd = _bound_in_unit(problem, objective, float(bound), f) if bound is not None else None
     if proven:
-        bound = min(value, bound)  # exact arithmetic may shave the tick rounding
-    status = Status.OPTIMAL if proven else Status.FEASIBLE
-    return _finish(status, "cost", value, bound, ev, stats, allowed, mode)
+        bnd = min(value, bnd)
+    return _finish(Status.OPTIMAL if proven else Status.FEASIBLE, objective, value, bnd, ev, stats, allowed,
+                   "configuration")
+
+
+def plan_from_configurations(problem: Problem, counts) -> Plan:
+    """Instances from configuration counts: sessions per class taken in id order, run in
+    Moore-Hodgson order (on-time ones by deadline, late ones after); instances packed on
+    servers first-fit, spanning instances on whole servers first."""
+    from optimizer.deployment.formulation import ticks_down
+
+    G = problem.server.gpus
+    pools = {c.index: list(c.session_ids) for c in problem.classes}
+    dl = [ticks_down(c.deadline_s) if c.deadline_s is not None else None for c in problem.classes]
+    items = []
+    for cfg, r in sorted(counts, key=lambda t: -t[0].degree):
+        for _ in range(r):
+            sess, jobs = [], []
+            for c in problem.classes:
+                for _ in range(cfg.counts[c.index]):
+                    sess.append(pools[c.index].pop(0))
+                    jobs.append((_ticks(problem, cfg.degree, c), dl[c.index]))
+            on, late = moore_hodgson_order(jobs)
+            late.sort(key=lambda i: (jobs[i][1] is None, jobs[i][1] or 0))
+            items.append((cfg.degree, [sess[i] for i in on + late]))
+    free = [G] * problem.servers
+    out = []
+    next_gpu = [s * G for s in range(problem.servers)]
+    for p, order in items:
+        if p > G:
+            m = p // G
+            start = next(s for s in range(problem.servers - m + 1) if all(free[t] == G for t in range(s, s + m)))
+            servers = tuple(range(start, start + m))
+            gpus = []
+            for t in servers:
+                gpus += list(range(next_gpu[t], next_gpu[t] + G))
+                next_gpu[t] += G
+                free[t] = 0
+        else:
+            s = next(s for s in range(problem.servers) if free[s] >= p)
+            servers = (s,)
+            gpus = list(range(next_gpu[s], next_gpu[s] + p))
+            next_gpu[s] += p
+            free[s] -= p
+        out.append(PlannedInstance(f"i{len(out)}", p, servers, tuple(gpus), order))
+    return Plan(out)
+
+
+def _ticks(problem: Problem, p: int, c) -> int:
+    from optimizer.deployment.formulation import ticks_up
+    from optimizer.deployment.perf import PerfModel
+
+    perf = _ticks.cache.get(id(problem))
+    if perf is None:
+        perf = _ticks.cache[id(problem)] = PerfModel(problem)
+    return ticks_up(perf.service_time_s(p, c.context, c.new))
+
+
+_ticks.cache = {}
 
 
 def _finish(status, objective, value, bound, ev, stats, allowed, mode) -> SolveOutcome:
@@ -242,6 +389,8 @@ def extract_plan(f: Formulation, solver) -> Plan:
 
 def _assign_gpus(f: Formulation, solver, chosen) -> list[PlannedInstance]:
     G = f.problem.server.gpus
+    if f.pooled:
+        chosen = _place_pooled(f, solver, chosen)
     holds = getattr(f, "holds", {})
     idle = getattr(f, "idle", {})
     free = {s: list(range(s * G, (s + 1) * G)) for s in range(f.problem.servers)}
@@ -265,6 +414,27 @@ def _assign_gpus(f: Formulation, solver, chosen) -> list[PlannedInstance]:
             gpus += free[s][:need]
             free[s] = free[s][need:]
         out.append(PlannedInstance(f"i{n}", k.degree, k.servers, tuple(sorted(gpus)), order))
+    return out
+
+
+def _place_pooled(f: Formulation, solver, chosen):
+    """Give pooled slots their servers from the per-server counts ``n[p][s]`` / ``span[p][s]``."""
+    from dataclasses import replace
+
+    G = f.problem.server.gpus
+    out = []
+    for p in sorted({k.degree for k, _ in chosen}, reverse=True):
+        mine = [(k, o) for k, o in chosen if k.degree == p]
+        if p <= G:
+            seats = [s for s in range(f.problem.servers) for _ in range(solver.value(f.server_count[p, s]))]
+            groups = [(s,) for s in seats]
+        else:
+            m = p // G
+            spans = [s for s in range(f.problem.servers) if solver.boolean_value(f.server_span[p, s])]
+            groups = [tuple(spans[i:i + m]) for i in range(0, len(spans), m)]
+        if len(groups) != len(mine):
+            raise RuntimeError(f"server counts for TP{p} do not match the used slots")
+        out += [(replace(k, servers=grp), o) for (k, o), grp in zip(mine, groups)]
     return out
 
 

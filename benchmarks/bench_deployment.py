@@ -1,0 +1,50 @@
+"""Deployment benchmarks (run by hand: ``python benchmarks/bench_deployment.py``).
+
+1. End-to-end CLI time on instances/qwen32b_128k.yaml (a fresh process, as a user runs it).
+2. Solve time, status and gap of the cost objective on generated heterogeneous instances
+   of 12, 48 and 200 sessions on 1, 4 and 16 HGX H100 servers (benchmarks/gen_deployment.py).
+"""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.gen_deployment import generate  # noqa: E402
+from optimizer.deployment.schema import build_problem  # noqa: E402
+from optimizer.deployment.solve import solve_deployment  # noqa: E402
+
+
+def cli_time(repeats: int = 5) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "optimizer.cli", str(ROOT / "instances" / "qwen32b_128k.yaml"),
+                        "--objective", "cost"], check=True, capture_output=True, cwd=ROOT)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def main() -> None:
+    t = cli_time()
+    print(f"book instance, CLI end to end: median {statistics.median(t):.2f} s (min {min(t):.2f}, max {max(t):.2f}, {len(t)} runs)")
+    print(f"{'sessions':>8} {'servers':>7} {'classes':>7} {'status':>9} {'cost':>9} {'gap':>8} {'solves':>6} {'time s':>7}")
+    for n, s, limit in [(12, 1, 60), (48, 4, 60), (200, 16, 120)]:
+        for seed in (0, 1, 2):
+            raw = generate(n, s, seed)
+            p = build_problem(raw, ROOT / "benchmarks" / "generated.yaml")
+            t0 = time.perf_counter()
+            out = solve_deployment(p, "cost", time_limit_s=limit)
+            dt = time.perf_counter() - t0
+            gap = "-" if out.stats.gap is None else f"{out.stats.gap * 100:.2f}%"
+            val = "-" if out.value is None else f"{out.value:.4f}"
+            print(f"{n:>8} {s:>7} {len(p.classes):>7} {out.status.value:>9} {val:>9} {gap:>8} {out.stats.solves:>6} {dt:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()
