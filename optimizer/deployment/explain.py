@@ -134,11 +134,14 @@ def binding(problem: Problem, perf: PerfModel, ev: Evaluation, objective: str) -
     for inst in ev.plan.instances:
         mem = ev.memory_per_gpu[inst.id]
         head = cap - mem
-        smallest = min(perf.kv_bytes_per_gpu(inst.degree, c.context, c.new) for c in problem.classes)
+        small = min(problem.classes, key=lambda c: perf.kv_bytes_per_gpu(inst.degree, c.context, c.new))
+        smallest = perf.kv_bytes_per_gpu(inst.degree, small.context, small.new)
         fits_more = int(head // smallest) if smallest > 0 else 0
+        like = f"{small.context + small.new}-token session"
         out.append(Binding(ConstraintKey("memory", inst.id), head / 1e9, "GB",
                            f"TP{inst.degree}: {mem / 1e9:.2f} of {cap / 1e9:g} GB per GPU; "
-                           + ("no room for another session" if fits_more == 0 else f"room for {fits_more} more session(s)")))
+                           + (f"no room for another {like}" if fits_more == 0
+                              else f"room for {fits_more} more {like}{'s' if fits_more > 1 else ''}")))
     w = ev.worst_by(objective)
     for inst in ev.plan.instances:
         timings = [t for t in w.sessions if t.instance == inst.id and t.deadline_s is not None and t.on_time]

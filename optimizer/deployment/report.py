@@ -10,6 +10,7 @@ from optimizer.deployment.solve import SolveOutcome
 from optimizer.result import Binding, ConstraintKey, Status
 
 MAX_SESSION_ROWS = 40
+MAX_BINDING_ROWS = 12
 
 
 @dataclass
@@ -151,9 +152,11 @@ class DeploymentReport:
             t = Table(title="Binding constraints (tightest first)")
             for col in ("constraint", "slack", "detail"):
                 t.add_column(col)
-            for b in self.binding:
+            for b in self.binding[:MAX_BINDING_ROWS]:
                 t.add_row(escape(str(b.key)), f"{b.slack:.4g} {b.unit}", escape(b.detail))
             console.print(t)
+            if len(self.binding) > MAX_BINDING_ROWS:
+                console.print(f"({len(self.binding) - MAX_BINDING_ROWS} looser constraints: use --format json)")
         s = o.stats
         console.print(f"solver {s.name}: {s.status.value}, {s.solves} solve(s), {s.time_s:.3f} s solving, "
                       f"{self.total_time_s:.3f} s in all, formulation {o.mode}")
