@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from optimizer.buildout import solve_instance
 from optimizer.buildout.schema import load
 from optimizer.cli import main
+from tests.conftest import with_changes
 
 REPO = Path(__file__).resolve().parents[1]
 INSTANCES = REPO / "instances"
@@ -22,14 +23,7 @@ MIXED = INSTANCES / "mixed_hall_1mw.yaml"
 
 def raw_of(path: Path = EXAMPLE, **changes) -> dict:
     """The instance mapping with ``a__b=value`` changes applied (``buildout__power_budget_kw=100``)."""
-    raw = copy.deepcopy(yaml.safe_load(path.read_text()))
-    for dotted, value in changes.items():
-        node = raw
-        parts = dotted.split("__")
-        for p in parts[:-1]:
-            node = node[p]
-        node[parts[-1]] = value
-    return raw
+    return with_changes(copy.deepcopy(yaml.safe_load(path.read_text())), **changes)
 
 
 def report_of(raw: dict, objective: str | None = None, path: str = "test.yaml"):

@@ -31,3 +31,24 @@ def cli():
         return runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
 
     return run
+
+
+def assert_one_line_error(result, *needles, code: int = 2):
+    """A CLI result that failed with ``code`` and exactly one stderr line holding ``needles``."""
+    assert result.exit_code == code, result.output
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def with_changes(raw: dict, **changes) -> dict:
+    """``raw`` with ``a__b=value`` changes applied in place (``deployment__allreduce="tree"``)."""
+    for dotted, value in changes.items():
+        node = raw
+        parts = dotted.split("__")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = value
+    return raw

@@ -12,6 +12,7 @@ import yaml
 from optimizer.deployment.evaluate import Plan, PlannedInstance, evaluate
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import build_problem
+from tests.conftest import with_changes
 
 REPO = Path(__file__).resolve().parents[1]
 BOOK = REPO / "instances" / "qwen32b_128k.yaml"
@@ -22,14 +23,7 @@ def book_raw() -> dict:
 
 
 def book_problem(**changes):
-    raw = book_raw()
-    for dotted, value in changes.items():
-        node = raw
-        parts = dotted.split("__")
-        for p in parts[:-1]:
-            node = node[p]
-        node[parts[-1]] = value
-    return build_problem(raw, BOOK)
+    return build_problem(with_changes(book_raw(), **changes), BOOK)
 
 
 TINY_CONFIG = {

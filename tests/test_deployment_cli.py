@@ -7,18 +7,9 @@ import shutil
 
 import pytest
 
-from tests.conftest import INSTANCES, shared
+from tests.conftest import INSTANCES, assert_one_line_error, shared
 
 BOOK = INSTANCES / "qwen32b_128k.yaml"
-
-
-def _one_line_error(result, *needles):
-    assert result.exit_code == 2, result.output
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 def test_readme_main_command(cli):
@@ -64,17 +55,17 @@ def test_set_overrides(cli):
     (["--set", "deployment.allreduce=measured"], ["deployment.allreduce", "allreduce_log"]),
 ])
 def test_bad_input(cli, args, needles):
-    _one_line_error(cli(BOOK, *args), *needles)
+    assert_one_line_error(cli(BOOK, *args), *needles)
 
 
 def test_missing_instance_file(cli, tmp_path):
-    _one_line_error(cli(tmp_path / "nope.yaml"), "nope.yaml", "file not found")
+    assert_one_line_error(cli(tmp_path / "nope.yaml"), "nope.yaml", "file not found")
 
 
 def test_malformed_yaml(cli, tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("model: [1,\n")
-    _one_line_error(cli(p), "bad.yaml", "not valid YAML")
+    assert_one_line_error(cli(p), "bad.yaml", "not valid YAML")
 
 
 def _copy_book(tmp_path, config_text: str):
@@ -86,18 +77,18 @@ def _copy_book(tmp_path, config_text: str):
 
 
 def test_malformed_config_json(cli, tmp_path):
-    _one_line_error(cli(_copy_book(tmp_path, '{"hidden_size": 5120,')), "qwen3-32b.json", "not valid JSON")
+    assert_one_line_error(cli(_copy_book(tmp_path, '{"hidden_size": 5120,')), "qwen3-32b.json", "not valid JSON")
 
 
 def test_config_with_bad_field(cli, tmp_path):
     cfg = json.loads((INSTANCES / "models" / "qwen3-32b.json").read_text())
     cfg["num_hidden_layers"] = 0
-    _one_line_error(cli(_copy_book(tmp_path, json.dumps(cfg))), "qwen3-32b.json", "num_hidden_layers", "positive")
+    assert_one_line_error(cli(_copy_book(tmp_path, json.dumps(cfg))), "qwen3-32b.json", "num_hidden_layers", "positive")
 
 
 def test_moe_config_not_supported_yet(cli, tmp_path):
     src = shared("models", "Qwen--Qwen3-30B-A3B.config.json")
-    _one_line_error(cli(_copy_book(tmp_path, src.read_text())), "not supported yet: num_experts")
+    assert_one_line_error(cli(_copy_book(tmp_path, src.read_text())), "not supported yet: num_experts")
 
 
 def test_infeasible_names_conflicting_constraints(cli):

@@ -13,7 +13,7 @@ from optimizer.deployment import load, solve
 from optimizer.deployment.collectives import read_nccl_allreduce_log, ring_allreduce_s
 from optimizer.deployment.perf import PerfModel, weight_bytes
 from optimizer.errors import InputError
-from tests.conftest import INSTANCES, shared
+from tests.conftest import INSTANCES, assert_one_line_error, shared
 
 LOG = ("nccl", "hgx-h100-2x8-all_reduce_perf.txt")
 QWEN32B = INSTANCES / "models" / "qwen3-32b.json"
@@ -218,15 +218,6 @@ def test_synthetic_scale_up_table_used_only_when_measured(tmp_path):
     assert ring.allreduce_s(8) == pytest.approx(ring_allreduce_s(8, M_BYTES, 0.822e-6, 450e9), rel=1e-12)
 
 
-def _one_line_error(result, *needles):
-    assert result.exit_code == 2, result.output
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output
-    for n in needles:
-        assert n in lines[0], lines[0]
-
-
 def _short_row(text: str) -> str:
     lines = text.splitlines()
     i = next(k for k, l in enumerate(lines) if l.strip().startswith("16384"))
@@ -254,7 +245,7 @@ def test_malformed_log_is_one_line_exit_2(tmp_path, cli, case):
     log = tmp_path / "bad_all_reduce_perf.txt"
     log.write_text(text)
     path = _write_instance(tmp_path, log=log, degrees=[8, 16])
-    _one_line_error(cli(path), "bad_all_reduce_perf.txt" if case != "too_small_for_message" else "inst.yaml",
+    assert_one_line_error(cli(path), "bad_all_reduce_perf.txt" if case != "too_small_for_message" else "inst.yaml",
                     *needles)
 
 
@@ -269,7 +260,7 @@ def test_malformed_log_raises_input_error(tmp_path, case):
 
 def test_missing_log_file(tmp_path, cli):
     path = _write_instance(tmp_path, log=tmp_path / "nothere.txt", degrees=[16])
-    _one_line_error(cli(path), "inst.yaml", "hardware.server.scale_out.allreduce_log", "file not found")
+    assert_one_line_error(cli(path), "inst.yaml", "hardware.server.scale_out.allreduce_log", "file not found")
 
 
 def test_relative_log_path_is_relative_to_instance(tmp_path):

@@ -23,7 +23,6 @@ from optimizer.result import SolverStats, Status, relative_gap
 
 OBJECTIVES = {"cost": cost_obj, "makespan": makespan_obj, "latency": latency_obj, "energy": energy_obj}
 DEFAULT_TIME_LIMIT_S = 60.0
-DEBUG = False  # print configuration-search progress
 
 
 @dataclass
@@ -215,15 +214,11 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
     t0 = time.perf_counter()
     for _ in range(12):
         configs = enumerate_configurations(problem, f.options, f.deadline_ticks, ub)
-        if DEBUG:
-            print("configs", ub, None if configs is None else len(configs), time.perf_counter() - t0)
         if configs is None:
             break
         search = ConfigurationSearch(problem, configs, need, deadline)
         res = search.run(kind, best[0] if best else None)
         stats.solves += res.lp_solves + res.milp_solves
-        if DEBUG:
-            print("search", res.makespan_ticks, res.on_time, res.bound, res.proven, res.lp_solves, res.milp_solves, time.perf_counter() - t0)
         if res.counts is not None:
             val = Fraction(g * res.makespan_ticks, res.on_time) if kind == "cost" else Fraction(res.makespan_ticks)
             if best is None or val < best[0]:
