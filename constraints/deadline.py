@@ -5,7 +5,8 @@ instance, run first in earliest-deadline order, all meet their deadlines iff for
 deadline level d: ``Σ_{c: d_c ≤ d} t[p][c] · y[k][c] ≤ d`` (Jackson's rule; late sessions
 run after them and do not delay them).
 
-sequence mode, ``deadline[k, position q]``: ``o[k][q] ⇒ F[k][q] ≤ Σ_c d_c · z[k][q][c]``.
+sequence mode, ``deadline[k, position r]``: ``o[k][r] ⇒ F[k][r] ≤ Σ_c d_c · z[k][r][c]``
+(positions counted from the end of the instance's run).
 """
 from __future__ import annotations
 

@@ -4,10 +4,11 @@ Fault model (issue #2): at ``at`` the instance holding the failed GPU stalls unt
 ``at + stall``; the session running at ``at`` restarts from its first step when the stall
 ends; later sessions follow. Sessions that finished by ``at`` are unaffected.
 
-For slot k, with finish times ``F_q`` of its positions (no idle time, back to back):
-  * ``b_q ⇔ F_q > at`` (position q is affected; b is non-decreasing in q);
-  * ``u`` = start of the first affected position = ``F_{q-1}`` where ``b_q ∧ ¬b_{q-1}``;
-  * an affected position finishes at ``F_q + stall + at − u``.
+For slot k, with finish times ``F_r`` of its positions (counted from the end of the run,
+r = 0 last; no idle time; unused positions have F = 0):
+  * ``b_r ⇔ F_r > at`` (position r is affected; b is non-increasing in r);
+  * ``u`` = start of the first affected session = ``F_{r+1}`` where ``b_r ∧ ¬b_{r+1}``;
+  * an affected session finishes at ``F_r + stall + at − u``.
 A fault without ``gpu`` may hit any GPU: the plan must meet the on-time fraction in every
 scenario and the objective is the worst case (scenarios of unused slots equal the nominal
 run). A fault naming a GPU hits the instance the solver places on that GPU (``holds``
@@ -60,40 +61,38 @@ def add(f) -> None:
             if Q == 0:
                 continue
             tag = f"fault{fi}@{k.label}" if flt.gpu is None else f"fault{fi} gpu {flt.gpu}@{k.label}"
-            b = [m.new_bool_var(f"b[{tag},{q}]") for q in range(Q)]
+            # positions count from the end of the run (0 = last); unused ones have F = 0
+            b = [m.new_bool_var(f"b[{tag},{r}]") for r in range(Q)]
             u = m.new_int_var(0, a, f"u[{tag}]")
             o2, c2 = [], []
-            for q in range(Q):
-                F = f.F[k.index, q]
-                m.add(F >= a + 1).only_enforce_if(b[q])
-                m.add(F <= a).only_enforce_if(~b[q])
-                prev_f = f.F[k.index, q - 1] if q else 0
-                if q:
-                    m.add(b[q] >= b[q - 1])
-                    m.add(u == prev_f).only_enforce_if([b[q], ~b[q - 1]])
+            for r in range(Q):
+                F = f.F[k.index, r]
+                m.add(F >= a + 1).only_enforce_if(b[r])
+                m.add(F <= a).only_enforce_if(~b[r])
+                start = f.F[k.index, r + 1] if r + 1 < Q else 0  # the position before r ends when r starts
+                if r + 1 < Q:
+                    m.add(b[r] >= b[r + 1])
+                    m.add(u == start).only_enforce_if([b[r], ~b[r + 1]])
                 else:
-                    m.add(u == 0).only_enforce_if(b[0])
-                d = position_deadline(f, k, q)
-                ov = m.new_bool_var(f"o2[{tag},{q}]")
-                m.add(ov <= f.filled[k.index, q])
-                m.add(F + st + a - u <= d).only_enforce_if([ov, b[q]])
-                m.add(F <= d).only_enforce_if([ov, ~b[q]])
+                    m.add(u == 0).only_enforce_if(b[r])
+                d = position_deadline(f, k, r)
+                ov = m.new_bool_var(f"o2[{tag},{r}]")
+                m.add(ov <= f.filled[k.index, r])
+                m.add(F + st + a - u <= d).only_enforce_if([ov, b[r]])
+                m.add(F <= d).only_enforce_if([ov, ~b[r]])
                 o2.append(ov)
                 if f.latency:
-                    cv = m.new_int_var(0, f.horizon, f"C2[{tag},{q}]")
-                    fl = m.new_bool_var(f"fl2[{tag},{q}]")
-                    m.add(fl == f.filled[k.index, q])
-                    m.add(cv == F + st + a - u).only_enforce_if([fl, b[q]])
-                    m.add(cv == F).only_enforce_if([fl, ~b[q]])
-                    m.add(cv == 0).only_enforce_if(~fl)
+                    cv = m.new_int_var(0, f.horizon, f"C2[{tag},{r}]")
+                    m.add(cv == F + st + a - u).only_enforce_if(b[r])
+                    m.add(cv == F).only_enforce_if(~b[r])
                     c2.append(cv)
             wp = m.new_int_var(0, f.horizon, f"Wf[{tag}]")
-            m.add(wp == f.W[k.index] + st + a - u).only_enforce_if(b[-1])
-            m.add(wp == f.W[k.index]).only_enforce_if(~b[-1])
-            own_on = sum(f.o[k.index, q] for q in range(Q))
+            m.add(wp == f.W[k.index] + st + a - u).only_enforce_if(b[0])
+            m.add(wp == f.W[k.index]).only_enforce_if(~b[0])
+            own_on = sum(f.o[k.index, r] for r in range(Q))
             on = f.on_time_total - own_on + sum(o2)
             fsum = None
             if f.latency:
-                fsum = f.finish_sum() - sum(f.C[k.index, q] for q in range(Q)) + sum(c2)
+                fsum = f.finish_sum() - sum(f.F[k.index, r] for r in range(Q)) + sum(c2)
             enforce = [] if flt.gpu is None else [f.holds[flt.gpu, k.index]]
             f.scenarios.append(Scenario(tag, [f.M, wp], on, fsum, enforce))

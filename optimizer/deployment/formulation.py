@@ -259,45 +259,53 @@ class Formulation:
         return q
 
     def _sequence_variables(self) -> None:
+        """Positions counted from the END of each instance's run: position 0 is the session
+        that runs last. Then the sum of finish times is linear,
+        ``Σ_r (r+1)·t(r)`` (the classic assignment formulation of 1||ΣC_j, whose LP bound
+        is strong), and finish times are ``F_r = W − Σ_{r' < r} t(r')``; unused positions
+        (r ≥ sessions on the instance) get ``F_r = 0``."""
         m = self.model
         self.z: dict[tuple[int, int, int], cp_model.IntVar] = {}
         self.F: dict[tuple[int, int], cp_model.IntVar] = {}
         self.o: dict[tuple[int, int], cp_model.IntVar] = {}
         self.filled: dict[tuple[int, int], object] = {}
         self.Q: dict[int, int] = {}
-        self.C: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.finish_terms = []
         for k in self.slots:
             Q = self.positions(k)
             if self.nm.explain:
                 Q = min(Q + 1, self.n_sessions)  # one more than memory allows: memory must say no
             self.Q[k.index] = Q
-            prev_f = 0
             prev_filled = None
-            for q in range(Q):
+            service = []  # t(r) expressions
+            for r in range(Q):
                 zs = {}
                 for c in self.classes:
                     if self.cap(k, c.index) > 0:
-                        zs[c.index] = m.new_bool_var(f"z[{k.label},{q},{c.index}]")
-                        self.z[k.index, q, c.index] = zs[c.index]
+                        zs[c.index] = m.new_bool_var(f"z[{k.label},{r},{c.index}]")
+                        self.z[k.index, r, c.index] = zs[c.index]
                 filled = sum(zs.values()) if zs else 0
                 m.add(filled <= 1)
                 if prev_filled is not None:
                     m.add(filled <= prev_filled)
-                f = m.new_int_var(0, self.horizon, f"F[{k.label},{q}]")
-                m.add(f == prev_f + sum(self.ticks(k, c) * v for c, v in zs.items()))
-                o = m.new_bool_var(f"o[{k.label},{q}]")
-                m.add(o <= filled)
-                self.F[k.index, q], self.o[k.index, q], self.filled[k.index, q] = f, o, filled
-                if self.latency:
-                    cv = m.new_int_var(0, self.horizon, f"C[{k.label},{q}]")
-                    fl = m.new_bool_var(f"filled[{k.label},{q}]")
-                    m.add(fl == filled)
-                    m.add(cv == f).only_enforce_if(fl)
-                    m.add(cv == 0).only_enforce_if(~fl)
-                    self.C[k.index, q] = cv
-                prev_f, prev_filled = f, filled
+                self.filled[k.index, r] = filled
+                prev_filled = filled
+                t = sum(self.ticks(k, c) * v for c, v in zs.items()) if zs else 0
+                service.append(t)
+                self.finish_terms.append((r + 1) * t)
+            w = m.new_int_var(0, self.horizon, f"W[{k.label}]")
+            m.add(w == (sum(service) if service else 0))
+            self.W[k.index] = w
+            done_after = 0  # service of the positions that run after position r
+            for r in range(Q):
+                f = m.new_int_var(0, self.horizon, f"F[{k.label},{r}]")
+                m.add(f == w - done_after)
+                done_after = done_after + service[r]
+                o = m.new_bool_var(f"o[{k.label},{r}]")
+                m.add(o <= self.filled[k.index, r])
+                self.F[k.index, r], self.o[k.index, r] = f, o
             for c in self.classes:
-                vs = [self.z[k.index, q, c.index] for q in range(Q) if (k.index, q, c.index) in self.z]
+                vs = [self.z[k.index, r, c.index] for r in range(Q) if (k.index, r, c.index) in self.z]
                 if vs:
                     self.x[k.index, c.index] = sum(vs)
             u = m.new_bool_var(f"used[{k.label}]")
@@ -306,9 +314,6 @@ class Formulation:
                 m.add(u == self.filled[k.index, 0])
             else:
                 m.add(u == 0)
-            w = m.new_int_var(0, self.horizon, f"W[{k.label}]")
-            m.add(w == (self.F[k.index, Q - 1] if Q else 0))
-            self.W[k.index] = w
         self.on_time_total = sum(self.o.values()) if self.o else 0
 
     # ------------------------------------------------------------------ helpers
@@ -323,8 +328,9 @@ class Formulation:
         return [sorted(v, key=lambda s: s.ordinal) for v in groups.values() if len(v) > 1]
 
     def finish_sum(self):
-        c = getattr(self, "C", None)
-        return sum(c.values()) if c else 0
+        """Sum of finish times over all sessions (ticks), sequence mode."""
+        terms = getattr(self, "finish_terms", None)
+        return sum(terms) if terms else 0
 
     def build(self) -> "Formulation":
         """Add every constraint family, then the nominal scenario (and fault scenarios)."""

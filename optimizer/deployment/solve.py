@@ -105,10 +105,15 @@ def solve_deployment(problem: Problem, objective: str = "cost", time_limit_s: Op
         return max(0.05, deadline - time.perf_counter())
 
     obj_mod = OBJECTIVES[objective]
+    seed_plan = None
+    if mode == "sequence" and chain_degrees(problem, usable):
+        seed_plan = _nominal_seed_plan(problem, perf, usable, objective, min(remaining() * 0.2, 5.0))
     if objective == "latency":
         f = build(problem, perf, usable, objective)
         obj_mod.apply(f)
-        out = solve_cp(f.model, remaining())
+        if seed_plan is not None:
+            hint_from_plan(f, seed_plan, spt=True)
+        out = solve_cp(f.model, remaining(), workers=_workers(f))
         stats.time_s += out.time_s
         stats.solves += 1
         if out.status in (Status.INFEASIBLE, Status.TIME_LIMIT):
@@ -129,6 +134,8 @@ def solve_deployment(problem: Problem, objective: str = "cost", time_limit_s: Op
     # makespan bound also bounds the cost: G·M_lb / N.
     f = build(problem, perf, usable, "cost" if objective == "cost" else objective)
     makespan_obj.apply(f)
+    if seed_plan is not None:
+        hint_from_plan(f, seed_plan)
     share = max(2.0, 0.25 * limit) if objective == "cost" else remaining()
     out = solve_cp(f.model, min(remaining(), share))
     if out.status == Status.TIME_LIMIT and remaining() > 0.1:
@@ -334,6 +341,54 @@ def _bound_in_unit(problem: Problem, objective: str, bound_ticks, f) -> Optional
     raise ValueError(objective)
 
 
+def _workers(f) -> int:
+    """CP-SAT's portfolio (LNS among it) pays off on larger models even on 2 cores."""
+    return 8 if len(f.model.proto.variables) > 400 else 2
+
+
+def _nominal_seed_plan(problem: Problem, perf: PerfModel, usable, objective: str, budget_s: float):
+    """A good plan of the problem without faults (configuration search), to warm-start the
+    sequence formulation; None when none is found quickly."""
+    from dataclasses import replace
+
+    nominal = replace(problem, faults=())
+    obj = "makespan" if objective == "latency" else objective
+    stats = SolverStats("seed", Status.INFEASIBLE, 0.0, solves=0)
+    done = _solve_with_configurations(nominal, PerfModel(nominal), usable, obj,
+                                      time.perf_counter() + max(0.1, budget_s), stats, tuple(usable))
+    return None if done is None or done.evaluation is None else done.evaluation.plan
+
+
+def hint_from_plan(f: Formulation, plan: Plan, spt: bool = False) -> None:
+    """Hint the sequence formulation with ``plan`` (instances mapped onto matching slots,
+    heavier first so the load-order symmetry breaking agrees; ``spt``: shortest session
+    first within an instance)."""
+    by_id = {s.id: s for s in f.problem.sessions}
+    free: dict[tuple, list] = {}
+    for k in f.slots:
+        free.setdefault((k.degree, k.servers), []).append(k)
+    svc = lambda p, sid: f.options[p].ticks[by_id[sid].cls]
+    chosen: dict[int, list[str]] = {}
+    for inst in sorted(plan.instances, key=lambda i: -sum(svc(i.degree, s) for s in i.sessions)):
+        slots = free.get((inst.degree, tuple(inst.servers)))
+        if not slots:
+            return  # the plan does not map onto these slots: no hint
+        k = slots.pop(0)
+        order = sorted(inst.sessions, key=lambda sid: svc(inst.degree, sid)) if spt else list(inst.sessions)
+        if len(order) > f.Q[k.index]:
+            return
+        chosen[k.index] = order
+    m = f.model
+    for k in f.slots:
+        order = chosen.get(k.index, [])[::-1]  # positions count from the end of the run
+        for q in range(f.Q[k.index]):
+            cls = by_id[order[q]].cls if q < len(order) else None
+            for c in f.classes:
+                z = f.z.get((k.index, q, c.index))
+                if z is not None:
+                    m.add_hint(z, 1 if c.index == cls else 0)
+
+
 def _solution(solver, f) -> list[int]:
     return list(solver.response_proto.solution)
 
@@ -373,9 +428,9 @@ def extract_plan(f: Formulation, solver) -> Plan:
                 late += [(key, i) for i in ids[ny:]]
             order = [i for _, i in sorted(on_time, key=lambda t: t[0])] + [i for _, i in sorted(late, key=lambda t: t[0])]
         else:
-            for q in range(f.Q[k.index]):
+            for r in reversed(range(f.Q[k.index])):  # positions count from the end of the run
                 for c in f.classes:
-                    z = f.z.get((k.index, q, c.index))
+                    z = f.z.get((k.index, r, c.index))
                     if z is not None and solver.boolean_value(z):
                         order.append(pools[c.index].pop(0))
         chosen.append((k, order))
