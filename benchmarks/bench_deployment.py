@@ -3,6 +3,8 @@
 1. End-to-end CLI time on instances/qwen32b_128k.yaml (a fresh process, as a user runs it).
 2. Solve time, status and gap of the cost objective on generated heterogeneous instances
    of 12, 48 and 200 sessions on 1, 4 and 16 HGX H100 servers (benchmarks/gen_deployment.py).
+3. The sequence formulation: the latency objective, and the cost objective with a fault on
+   any GPU (at 300 ms, stalling 200 ms; 50 % on time required), on the 12-session instances.
 """
 from __future__ import annotations
 
@@ -44,6 +46,20 @@ def main() -> None:
             gap = "-" if out.stats.gap is None else f"{out.stats.gap * 100:.2f}%"
             val = "-" if out.value is None else f"{out.value:.4f}"
             print(f"{n:>8} {s:>7} {len(p.classes):>7} {out.status.value:>9} {val:>9} {gap:>8} {out.stats.solves:>6} {dt:>7.2f}")
+    print(f"{'case':>22} {'seed':>4} {'status':>9} {'value':>10} {'gap':>8} {'time s':>7}")
+    for case in ("latency", "cost, fault any GPU"):
+        for seed in (0, 1, 2):
+            raw = generate(12, 1, seed)
+            if case.startswith("cost"):
+                raw["faults"] = [{"at_ms": 300, "stall_ms": 200}]
+                raw["workload"]["min_on_time_fraction"] = 0.5
+            p = build_problem(raw, ROOT / "benchmarks" / "generated.yaml")
+            t0 = time.perf_counter()
+            out = solve_deployment(p, case.split(",")[0], time_limit_s=60)
+            dt = time.perf_counter() - t0
+            gap = "-" if out.stats.gap is None else f"{out.stats.gap * 100:.2f}%"
+            val = "-" if out.value is None else f"{out.value:.4f}"
+            print(f"{case:>22} {seed:>4} {out.status.value:>9} {val:>10} {gap:>8} {dt:>7.2f}")
 
 
 if __name__ == "__main__":
