@@ -7,6 +7,7 @@ The instance's top-level section picks the problem: ``experts:`` (hot-expert pla
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -29,19 +30,26 @@ from optimizer.schema_base import apply_overrides, read_yaml
 @click.option("--set", "overrides", multiple=True, metavar="dotted.key=value",
               help="Override any instance field for a what-if run, e.g. --set hardware.servers=2.")
 @click.option("--output", "output_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder for output files (expert placements, plots).")
+              help="Folder for output files: result.json (every problem), placement.json and "
+                   "sglang_expert_location.json (experts).")
 def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
          overrides: tuple[str, ...], output_dir: Path | None) -> None:
     """Solve INSTANCE.yaml to a proven optimum and explain the result."""
     try:
-        if time_limit is not None and time_limit <= 0:
-            raise InputError("--time-limit", "", f"must be positive (got {time_limit})")
+        if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
+            raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
         raw = read_yaml(instance)
         raw = apply_overrides(raw, list(overrides), instance)
         problem = problem_for(raw, instance)
         report = problem.run(raw, instance, objective, time_limit, output_dir)
+        if output_dir is not None:
+            _write_result(report, output_dir)
     except InputError as exc:
         click.echo(exc.line(), err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except OSError as exc:  # an output folder that cannot be written
+        where = exc.filename or output_dir
+        click.echo(f"error: {where}: cannot write: {exc.strerror or exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2, default=_json_default))
@@ -51,6 +59,26 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         # a pipe or file gets a fixed, wide layout; a terminal its own width
         report.render(Console() if sys.stdout.isatty() else Console(width=120))
     sys.exit(exit_code_for(report.status))
+
+
+def _write_result(report, output_dir: Path) -> None:
+    """``--output DIR``: every problem writes ``DIR/result.json`` (the ``--format json`` object);
+    expert placement also writes its placement files there."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "result.json").write_text(json.dumps(report.to_dict(), indent=2, default=_json_default))
+
+
+def run() -> None:
+    """Console entry point: like :func:`main`, but a command-line usage error is one line
+    (exit code 2) rather than click's usage block."""
+    try:
+        code = main(standalone_mode=False)  # returns only for --help (main itself exits)
+    except click.UsageError as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.Abort:
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def _json_default(obj):
@@ -68,4 +96,4 @@ def _json_default(obj):
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    run()

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import re
+
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -60,6 +62,42 @@ def validation_error_to_input_error(err: ValidationError, file: str | Path, pref
     return InputError(file, field, msg)
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads ``2e3`` as a number (YAML 1.2; PyYAML's 1.1 rules need
+    ``2.0e+3``) and rejects a key given twice in one mapping."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key '{key}' is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def load_yaml_text(text: str) -> Any:
+    """Parse YAML text with the project's loader (see :class:`_Loader`)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping from ``path``.
 
@@ -76,7 +114,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise InputError(p, "", f"cannot read: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_text(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""
@@ -107,7 +145,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], file: str | Path)
         if not parts:
             raise InputError(file, item, "--set expects dotted.key=value")
         try:
-            value = yaml.safe_load(value_text) if value_text.strip() else None
+            value = load_yaml_text(value_text) if value_text.strip() else None
         except yaml.YAMLError:
             raise InputError(file, key, f"--set value {value_text!r} is not valid YAML") from None
         node: Any = data

@@ -132,3 +132,13 @@ def test_tiny_time_limit_still_reports_honestly():
             assert all(s["status"] == "optimal" for s in d["solver"]["stages"])
     else:
         assert d["status"] == "time_limit" and d["plan"] is None
+
+
+def test_rack_layout_holds_exactly_the_plan_servers():
+    """The model covers servers with maximal rack patterns; the reported layout must be
+    what is installed: exactly the plan's servers (95 kW: 9 servers, not 2 x 5)."""
+    code, d = run_json(EXAMPLE, "--set", "buildout.power_budget_kw=95")
+    assert code == 0
+    placed = sum(g["count"] * g["servers"].get("hgx-h100", 0) for g in d["plan"]["rack_layout"])
+    assert placed == d["plan"]["servers"]["hgx-h100"] == 9
+    assert sum(g["count"] for g in d["plan"]["rack_layout"]) == d["plan"]["racks"]["air"] + d["plan"]["racks"]["liquid"]

@@ -98,7 +98,7 @@ def test_infeasible_names_conflicting_constraints(cli):
     assert d["status"] == "infeasible"
     fams = set(d["conflicts"]["families"])
     assert {"deadline", "on_time"} <= fams
-    assert any("needs 41.18 ms > deadline 30 ms" in x for x in d["conflicts"]["details"])
+    assert any("needs 41.176 ms > deadline 30 ms" in x for x in d["conflicts"]["details"])
 
 
 def test_infeasible_by_memory(cli):
@@ -112,3 +112,48 @@ def test_infeasible_when_no_degree_fits(cli):
     assert r.exit_code == 3
     d = json.loads(r.stdout)
     assert d["conflicts"]["constraints"] == ["memory[tp1]"]
+
+
+def test_tp_degree_must_split_the_heads(cli):
+    r = cli(BOOK, "--format", "json", "--set", "deployment.tensor_parallel=[3, 4]")
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)
+    assert {i["tp"] for i in d["plan"]["instances"]} == {4}
+    row = next(x for x in d["comparison"] if x["option"] == "tp3")
+    assert row["reason"] == "heads" and "do not split evenly over TP3" in row["detail"]
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--set", "workload.sessions.0.deadline_ms=.inf"], ["deadline_ms", "finite"]),
+    (["--set", "workload.sessions.0.deadline_ms=1e15"], ["deadline_ms", "less than or equal"]),
+    (["--set", "hardware.servers=1000000000"], ["hardware.servers", "less than or equal"]),
+    (["--set", "faults=[{at_ms: 1e14, stall_ms: 1}]"], ["faults[0].at_ms"]),
+    (["--time-limit", "nan"], ["--time-limit"]),
+])
+def test_out_of_range_numbers(cli, args, needles):
+    assert_one_line_error(cli(BOOK, *args), *needles)
+
+
+def test_scientific_notation_and_duplicate_keys(cli, tmp_path):
+    r = cli(BOOK, "--format", "json", "--set", "workload.sessions.0.deadline_ms=1.3e2")
+    assert r.exit_code == 0 and round(json.loads(r.stdout)["objective"]["value"], 3) == 0.238
+    p = tmp_path / "dup.yaml"
+    p.write_text("name: a\nname: b\n")
+    assert_one_line_error(cli(p), "dup.yaml", "line 2", "given twice")
+
+
+def test_output_folder_gets_result_json(cli, tmp_path):
+    r = cli(BOOK, "--output", tmp_path / "out")
+    assert r.exit_code == 0
+    d = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert d["status"] == "optimal"
+
+
+def test_console_usage_errors_are_one_line():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "optimizer.cli", str(BOOK), "--format", "xml"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "--format" in r.stderr

@@ -82,6 +82,8 @@ def evaluate(p: Problem, servers: dict[str, int], racks: list[tuple[str, dict[st
     for n, c in servers.items():
         if placed.get(n, 0) < c:
             v.append(f"{n}: only {placed.get(n, 0)} of {c} servers have a rack")
+        elif placed.get(n, 0) > c:
+            v.append(f"{n}: the racks hold {placed.get(n, 0)} servers but the plan has {c}")
     tier2 = p.fabric is not None and gpus > p.fabric.one_tier_max_gpus
     n_leaves = links = ups = 0
     if p.fabric is not None:

@@ -151,13 +151,47 @@ def build(p: Problem, explain: bool = False, omit: frozenset[str] = frozenset(),
     return nm, ctx
 
 
+def installed_racks(p, racks: list[tuple[RackPattern, int]], servers: list[int]) -> list[tuple[RackPattern, int]]:
+    """The racks as installed: the model covers the servers with *maximal* patterns
+    (``≥``), so the last racks of each type give back the servers the plan does not have.
+
+    Args:
+        racks: (maximal pattern, number of such racks).
+        servers: servers per type in the plan.
+    Returns:
+        (rack content, number of such racks) holding exactly ``servers``; a rack left empty
+        is dropped (the fewest-racks stage never leaves one).
+    """
+    single = [[pat.cooling, list(pat.counts)] for pat, mult in racks for _ in range(mult)]
+    for i, want in enumerate(servers):
+        extra = sum(r[1][i] for r in single) - want
+        for r in reversed(single):  # take the surplus back from the last racks
+            if extra <= 0:
+                break
+            take = min(extra, r[1][i])
+            r[1][i] -= take
+            extra -= take
+    grouped: dict[tuple, int] = {}
+    for cooling, counts in single:
+        if any(counts):
+            grouped[(cooling, tuple(counts))] = grouped.get((cooling, tuple(counts)), 0) + 1
+    out = []
+    for (cooling, counts), mult in grouped.items():
+        power = sum(c * t.power_w for c, t in zip(counts, p.types))
+        units = sum(c * t.rack_units for c, t in zip(counts, p.types))
+        out.append((RackPattern(cooling, counts, power, units), mult))
+    return out
+
+
 def values(solver: cp_model.CpSolver, ctx: Ctx) -> dict[str, Any]:
     """Read a solution: servers, install units, rack patterns used, fabric chips."""
     p = ctx.problem
     out: dict[str, Any] = {
         "servers": {t.name: int(solver.value(ctx.n[t.name])) for t in p.types},
         "install_units": {t.name: int(solver.value(ctx.k[t.name])) for t in p.types},
-        "racks": [(pat, int(solver.value(y))) for pat, y in zip(ctx.patterns, ctx.y) if solver.value(y) > 0],
+        "racks": installed_racks(p, [(pat, int(solver.value(y))) for pat, y in zip(ctx.patterns, ctx.y)
+                                     if solver.value(y) > 0],
+                                 [int(solver.value(ctx.n[t.name])) for t in p.types]),
         "second_tier": bool(solver.value(ctx.z)) if p.fabric is not None else False,
     }
     if p.fabric is not None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from optimizer.deployment.evaluate import Evaluation
-from optimizer.deployment.formulation import TIME_UNIT_S, degree_fits_hardware
+from optimizer.deployment.formulation import TIME_UNIT_S, degree_fits_hardware, degree_fits_model
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.result import Binding, ConstraintKey, Status
@@ -71,6 +71,10 @@ def alternatives(problem: Problem, perf: PerfModel, objective: str, best_value: 
         hw = degree_fits_hardware(problem, p)
         if hw:
             rows.append(Alternative(name, p, "gpus", hw))
+            continue
+        heads = degree_fits_model(problem, p)
+        if heads:
+            rows.append(Alternative(name, p, "heads", heads))
             continue
         mem = memory_rejection(problem, perf, p)
         if mem:
@@ -181,7 +185,7 @@ def conflict_details(problem: Problem, perf: PerfModel, keys: list[ConstraintKey
             t = f.options[best_p].service_s[c.index]
             if t > c.deadline_s:
                 out.append(f"{c.session_ids[0].split('/')[0]}: even alone on TP{best_p} a session needs "
-                           f"{t * 1e3:.2f} ms > deadline {c.deadline_s * 1e3:g} ms")
+                           f"{t * 1e3:.3f} ms > deadline {c.deadline_s * 1e3:.6g} ms")
     for key in keys:
         if key.family == "memory" and key.element in slots:
             k = slots[key.element]
@@ -196,8 +200,9 @@ def conflict_details(problem: Problem, perf: PerfModel, keys: list[ConstraintKey
             info = f.key_info[key]
             k = info["slot"]
             fastest = min(f.options[k.degree].service_s[c] for c in info["classes"])
-            out.append(f"{key}: on a TP{k.degree} instance a session due by "
-                       f"{info['deadline_ticks'] * TIME_UNIT_S * 1e3:g} ms needs at least {fastest * 1e3:.2f} ms")
+            out.append(f"{key}: the sessions a TP{k.degree} instance runs on time up to "
+                       f"{info['deadline_ticks'] * TIME_UNIT_S * 1e3:.6g} ms must fit in that time, one after "
+                       f"another (at least {fastest * 1e3:.3f} ms each)")
         elif key.family == "deadline":
             out.append(f"{key}: a session counted on time finishes by its deadline")
         elif key.family == "gpus_per_server":

@@ -109,6 +109,15 @@ def degree_fits_hardware(problem: Problem, p: int) -> Optional[str]:
     return None
 
 
+def degree_fits_model(problem: Problem, p: int) -> Optional[str]:
+    """None if a TP-``p`` group can split the model's heads (as vLLM and SGLang require:
+    p divides the attention heads, and p divides the KV heads or is a multiple of them)."""
+    m = problem.model
+    if m.q_heads % p or (m.kv_heads % p and p % m.kv_heads):
+        return f"{m.q_heads} attention heads and {m.kv_heads} KV heads do not split evenly over TP{p}"
+    return None
+
+
 def build_slots(problem: Problem, options: dict[int, Option], pooled: bool = False) -> list[Slot]:
     """Candidate instances.
 

@@ -27,7 +27,17 @@ GIB = 2 ** 30
 
 
 class _In(StrictModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+
+# Upper limits keep every quantity inside what the integer models can represent (CP-SAT
+# needs |coefficients| well below 2**62 at the 10 ns time resolution) and the model sizes
+# inside memory; they are far beyond any real deployment.
+MAX_MS = 1e9  # 11.6 days
+MAX_TOKENS = 100_000_000
+MAX_SESSIONS_PER_GROUP = 100_000
+MAX_SERVERS = 4096
+MAX_GPUS_PER_SERVER = 1024
 
 
 class ModelIn(_In):
@@ -38,22 +48,22 @@ class ModelIn(_In):
 
 class GpuIn(_In):
     name: str
-    memory_gb: float = Field(gt=0)
-    memory_bandwidth_gb_s: float = Field(gt=0)
-    bf16_tflops: float = Field(gt=0)
-    power_w: float = Field(gt=0)
+    memory_gb: float = Field(gt=0, le=1e6)
+    memory_bandwidth_gb_s: float = Field(gt=0, le=1e7)
+    bf16_tflops: float = Field(gt=0, le=1e7)
+    power_w: float = Field(gt=0, le=1e6)
 
 
 class LinkIn(_In):
-    bandwidth_gb_s: float = Field(gt=0, description="per GPU per direction")
-    latency_us: float = Field(ge=0, description="per communication round (alpha)")
+    bandwidth_gb_s: float = Field(gt=0, le=1e7, description="per GPU per direction")
+    latency_us: float = Field(ge=0, le=1e6, description="per communication round (alpha)")
     allreduce_log: Optional[str] = Field(default=None, description="nccl-tests all_reduce_perf output, relative path")
 
 
 class ServerIn(_In):
     name: str
-    gpus: int = Field(gt=0)
-    power_kw: float = Field(gt=0)
+    gpus: int = Field(gt=0, le=MAX_GPUS_PER_SERVER)
+    power_kw: float = Field(gt=0, le=1e4)
     scale_up: LinkIn
     scale_out: LinkIn
 
@@ -61,15 +71,15 @@ class ServerIn(_In):
 class HardwareIn(_In):
     gpu: Union[str, GpuIn]
     server: Union[str, ServerIn]
-    servers: int = Field(default=1, gt=0)
+    servers: int = Field(default=1, gt=0, le=MAX_SERVERS)
 
 
 class SessionGroupIn(_In):
     name: str = Field(min_length=1)
-    count: int = Field(default=1, gt=0)
-    context_tokens: int = Field(ge=0, description="tokens already in the KV cache")
-    new_tokens: int = Field(gt=0, description="decode steps still to run")
-    deadline_ms: Optional[float] = Field(default=None, gt=0, description="finish by this time (inclusive); null: none")
+    count: int = Field(default=1, gt=0, le=MAX_SESSIONS_PER_GROUP)
+    context_tokens: int = Field(ge=0, le=MAX_TOKENS, description="tokens already in the KV cache")
+    new_tokens: int = Field(gt=0, le=MAX_TOKENS, description="decode steps still to run")
+    deadline_ms: Optional[float] = Field(default=None, gt=0, le=MAX_MS, description="finish by this time (inclusive); null: none")
 
     @field_validator("name")
     @classmethod
@@ -85,7 +95,7 @@ class WorkloadIn(_In):
 
 
 class DeploymentIn(_In):
-    reserve_gib_per_gpu: float = Field(default=0.0, ge=0, description="activations and workspace per GPU")
+    reserve_gib_per_gpu: float = Field(default=0.0, ge=0, le=1e6, description="activations and workspace per GPU")
     tensor_parallel: Optional[list[int]] = Field(default=None, min_length=1)
     allreduce: Literal["ring", "tree", "best", "measured"] = "ring"
 
@@ -104,8 +114,8 @@ class DeploymentIn(_In):
 
 class FaultIn(_In):
     gpu: Optional[int] = Field(default=None, ge=0, description="global GPU index (server*gpus + local); null: any GPU")
-    at_ms: float = Field(ge=0)
-    stall_ms: float = Field(gt=0)
+    at_ms: float = Field(ge=0, le=MAX_MS)
+    stall_ms: float = Field(gt=0, le=MAX_MS)
 
 
 class InstanceIn(_In):

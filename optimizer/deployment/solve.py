@@ -15,7 +15,7 @@ from optimizer.cpsat import solve_cp
 from optimizer.deployment.configurations import (ConfigurationSearch, chain_degrees, enumerate_configurations,
                                                  moore_hodgson_order)
 from optimizer.deployment.evaluate import Evaluation, Plan, PlannedInstance, evaluate
-from optimizer.deployment.formulation import TIME_UNIT_S, Formulation, degree_fits_hardware
+from optimizer.deployment.formulation import TIME_UNIT_S, Formulation, degree_fits_hardware, degree_fits_model
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.errors import InputError
@@ -59,7 +59,7 @@ def choose_mode(problem: Problem, objective: str) -> str:
 def usable_degrees(problem: Problem, perf: PerfModel, degrees) -> list[int]:
     out = []
     for p in degrees:
-        if degree_fits_hardware(problem, p) is not None:
+        if degree_fits_hardware(problem, p) is not None or degree_fits_model(problem, p) is not None:
             continue
         if all(perf.max_sessions(p, c.context, c.new) == 0 for c in problem.classes):
             continue
@@ -318,6 +318,9 @@ _ticks.cache = {}
 
 
 def _finish(status, objective, value, bound, ev, stats, allowed, mode) -> SolveOutcome:
+    if status == Status.FEASIBLE and value is not None and bound is not None and bound >= value * (1 - 1e-9):
+        status = Status.OPTIMAL  # the proven bound meets the plan (to rounding)
+        bound = min(bound, value)
     stats.status = status
     stats.objective = value
     stats.bound = bound

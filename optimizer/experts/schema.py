@@ -54,11 +54,11 @@ class ExpertsSection(StrictModel):
 
     trace: str
     format: Literal["auto", "matrix", "vllm", "sglang", "topk"] = "auto"
-    num_experts: int | None = Field(default=None, ge=1)
+    num_experts: int | None = Field(default=None, ge=1, le=65536)
     top_k: int | None = Field(default=None, ge=1)
     window_tokens: int | None = Field(default=None, ge=1)
-    num_gpus: int = Field(ge=1)
-    num_nodes: int = Field(default=1, ge=1)
+    num_gpus: int = Field(ge=1, le=4096)  # EP groups beyond this are far past any deployment
+    num_nodes: int = Field(default=1, ge=1, le=4096)
     num_groups: int = Field(default=1, ge=1)
     slots_per_gpu: int | list[int]
     fit_windows: str = "all"

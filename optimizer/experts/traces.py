@@ -230,6 +230,9 @@ def _where(idx: tuple[int, ...], ndim: int) -> str:
     return ", ".join(f"{n} {i}" for n, i in zip(names, idx))
 
 
+MAX_COUNT = 1e12  # tokens per expert per window; keeps the integer models far from overflow
+
+
 def _as_counts(data, path: Path, prefix: str) -> np.ndarray:
     """Turn nested lists / an array into int64 counts [L, E] or [W, L, E], checking shape."""
     pre = f"{prefix}: " if prefix else ""
@@ -259,6 +262,10 @@ def _as_counts(data, path: Path, prefix: str) -> np.ndarray:
     if neg.size:
         i = tuple(neg[0])
         raise InputError(path, pre + _where(i, arr.ndim), f"negative count {arr[i]:g}")
+    big = np.argwhere(arr > MAX_COUNT)
+    if big.size:
+        i = tuple(big[0])
+        raise InputError(path, pre + _where(i, arr.ndim), f"count {arr[i]:g} exceeds {MAX_COUNT:.0e} tokens")
     frac = np.argwhere(arr != np.round(arr))
     if frac.size:
         i = tuple(frac[0])
