@@ -15,6 +15,7 @@ from optimizer.cpsat import solve_cp
 from optimizer.deployment.configurations import (ConfigurationSearch, chain_degrees, enumerate_configurations,
                                                  moore_hodgson_order)
 from optimizer.deployment.evaluate import Evaluation, Plan, PlannedInstance, evaluate
+from optimizer.deployment.fault_columns import enumerate_columns, solve_columns
 from optimizer.deployment.formulation import TIME_UNIT_S, Formulation, degree_fits_hardware, degree_fits_model
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
@@ -105,6 +106,11 @@ def solve_deployment(problem: Problem, objective: str = "cost", time_limit_s: Op
         return max(0.05, deadline - time.perf_counter())
 
     obj_mod = OBJECTIVES[objective]
+    if (mode == "sequence" and objective != "latency" and chain_degrees(problem, usable)
+            and all(f.gpu is None for f in problem.faults)):
+        done = _solve_with_columns(problem, perf, usable, objective, deadline, stats, allowed)
+        if done is not None:
+            return done
     seed_plan = None
     if mode == "sequence" and chain_degrees(problem, usable):
         seed_plan = _nominal_seed_plan(problem, perf, usable, objective, min(remaining() * 0.2, 5.0))
@@ -201,6 +207,34 @@ def _dinkelbach(problem, perf, usable, lam, bound_ratio, out, f, deadline, stats
     return extract_plan(best_f, best_solver), lam, bound_ratio, proven
 
 
+def _solve_with_columns(problem, perf, usable, objective, deadline, stats, allowed):
+    """Ordered-column formulation for faults on any GPU (:mod:`optimizer.deployment.fault_columns`);
+    None to fall back to the sequence formulation (too many columns, or no plan in time)."""
+    f = Formulation(problem, perf, usable, "aggregate")  # options only
+    t0 = time.perf_counter()
+    cols = enumerate_columns(problem, f.options)
+    if not cols:
+        return None
+    res = solve_columns(problem, cols, objective, f.required, deadline)
+    stats.time_s += time.perf_counter() - t0
+    if res is None:
+        return None
+    stats.solves += res.solves
+    stats.name = "cp-sat (ordered columns)"
+    pools = {c.index: list(c.session_ids) for c in problem.classes}
+    items = [(col.degree, [pools[c].pop(0) for c in col.order]) for col, k in res.columns for _ in range(k)]
+    plan = pack_on_servers(problem, items)
+    ev = evaluate(problem, plan, perf)
+    value = ev.objective_value(objective)
+    bound = None
+    if res.bound is not None:
+        bound = float(res.bound) * TIME_UNIT_S if objective == "cost" else _bound_in_unit(problem, objective, float(res.bound), f)
+    if res.proven:
+        bound = min(value, bound)
+    return _finish(Status.OPTIMAL if res.proven else Status.FEASIBLE, objective, value, bound, ev, stats, allowed,
+                   "ordered columns")
+
+
 def _solve_with_configurations(problem, perf, usable, objective, deadline, stats, allowed):
     """Configuration search (cost, makespan, energy without faults); None to fall back to
     the compact formulation (too many configurations, or no plan within the time)."""
@@ -281,6 +315,14 @@ def plan_from_configurations(problem: Problem, counts) -> Plan:
             on, late = moore_hodgson_order(jobs)
             late.sort(key=lambda i: (jobs[i][1] is None, jobs[i][1] or 0))
             items.append((cfg.degree, [sess[i] for i in on + late]))
+    return pack_on_servers(problem, items)
+
+
+def pack_on_servers(problem: Problem, items: list[tuple[int, list[str]]]) -> Plan:
+    """Place instances (degree, ordered session ids) on servers: spanning instances on whole
+    servers first, then first-fit by decreasing degree (exact for chain degrees)."""
+    G = problem.server.gpus
+    items = sorted(items, key=lambda t: -t[0])
     free = [G] * problem.servers
     out = []
     next_gpu = [s * G for s in range(problem.servers)]
