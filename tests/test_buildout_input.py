@@ -16,7 +16,7 @@ from tests.buildout_helpers import EXAMPLE, SECOND_TIER, raw_of, run_cli, write_
     ("buildout.target_gpus=true", "buildout.target_gpus", "valid integer"),
     ("buildout.install_unit_servers=0", "buildout.install_unit_servers", "greater than or equal to 1"),
     ("buildout.server_types=[]", "buildout.server_types", "at least 1"),
-    ("buildout.server_types.0.name=foo", "buildout.server_types[0].gpus", "'foo' is not in"),
+    ("buildout.server_types.0.name=foo", "buildout.server_types[0].name", "'foo' is not in"),
     ("buildout.server_types.0.max_count=-1", "buildout.server_types[0].max_count", "greater than or equal to 0"),
     ("buildout.server_types=[{name: a, gpus: 8, power_kw: 5}]", "buildout.server_types[0].rack_units", "inline"),
     ("buildout.server_types=[{name: hgx-h100}, {name: hgx-h100}]", "buildout.server_types", "listed twice"),

@@ -237,7 +237,8 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str,
             for key in ("gpus", "power_kw", "rack_units"):
                 if fig[key] is None:
                     known = ", ".join(sorted(data))
-                    raise InputError(path, f"{where}.{key}",
+                    inline = any(getattr(st, k) is not None for k in ("gpus", "power_kw", "rack_units"))
+                    raise InputError(path, f"{where}.{key}" if inline else f"{where}.name",
                                      f"'{st.name}' is not in {servers_file.name} (known: {known}); "
                                      f"give gpus, power_kw and rack_units inline")
         if objective == "cost" and fig["cost"] is None:
