@@ -8,7 +8,9 @@ sessions on time ``onf_jf`` and the finish ``Lf_jf`` when f hits this instance (
 running at ``at`` restarts from its first step at ``at + stall``; later ones follow). Of the
 orders of one multiset only the Pareto-best ones on (on, onf, −Lf) are kept.
 
-A fault hits one instance, so the scenarios of a plan are its used columns: the plan must keep
+A fault hits one instance, so the scenarios of a plan are its used columns (a fault naming a
+GPU: the one column whose instance the solver puts on that GPU, or none if it leaves the GPU
+idle; servers are identical, so any instance can be placed there): the plan must keep
 ``on_total − on_j + onf_jf ≥ required`` for every used column and fault, and the worst-case
 cost is ``max_{used j, f} G · max(M, Lf_jf) / (on_total − on_j + onf_jf)`` with ``M`` the
 largest load. CP-SAT solves it with instance counts ``z_j`` and use literals ``u_j``; the
@@ -113,7 +115,10 @@ def _flat(key) -> tuple:
 
 @dataclass
 class ColumnOutcome:
-    columns: list[tuple[Column, int]]
+    """``plan`` = (used (column, instances) pairs, the column whose instance holds the
+    named GPU or None)."""
+
+    plan: tuple
     value: Fraction  # cost ratio (ticks·GPUs per session) or worst makespan (ticks)
     proven: bool
     bound: Optional[Fraction]
@@ -141,66 +146,86 @@ def solve_columns(problem: Problem, columns: list[Column], objective: str, requi
         on = m.new_int_var(0, n, "on_time")  # one variable, so each scenario row stays short
         m.add(on == sum(col.on * zi for col, zi in zip(columns, z)))
         m.add(on >= max(required, 1 if objective == "cost" else 0))
-        for col, ui in zip(columns, u):
+        need = max(required, 1 if objective == "cost" else 0)
+        # which column's instance holds the named GPU (None: the GPU is left idle)
+        named = [i for i, flt in enumerate(problem.faults) if flt.gpu is not None]
+        h = [m.new_bool_var("") for _ in columns] if named else None
+        if named:
+            idle = m.new_bool_var("idle")
+            m.add(sum(h) + idle == 1)
+            for hi, ui in zip(h, u):
+                m.add(hi <= ui)
+            m.add(sum(col.degree * zi for col, zi in zip(columns, z)) <= g - 1).only_enforce_if(idle)
+        self_h = h
+
+        def when(j, f):
+            return [h[j]] if problem.faults[f].gpu is not None else [u[j]]
+
+        for j, (col, ui) in enumerate(zip(columns, u)):
             m.add(M >= col.load).only_enforce_if(ui)
             for f in range(len(problem.faults)):
-                m.add(on - col.on + col.onf[f] >= max(required, 1 if objective == "cost" else 0)).only_enforce_if(ui)
+                m.add(on - col.on + col.onf[f] >= need).only_enforce_if(when(j, f))
         if lam is not None:
             big = lam.denominator * g * horizon + lam.numerator * n
             Z = m.new_int_var(-big, big, "Z")
             m.add(Z >= lam.denominator * g * M - lam.numerator * on)
-            for col, ui in zip(columns, u):
+            for j, col in enumerate(columns):
                 for f in range(len(problem.faults)):
                     scen_on = on - col.on + col.onf[f]
-                    m.add(Z >= lam.denominator * g * M - lam.numerator * scen_on).only_enforce_if(ui)
-                    m.add(Z >= lam.denominator * g * col.lf[f] - lam.numerator * scen_on).only_enforce_if(ui)
+                    m.add(Z >= lam.denominator * g * M - lam.numerator * scen_on).only_enforce_if(when(j, f))
+                    m.add(Z >= lam.denominator * g * col.lf[f] - lam.numerator * scen_on).only_enforce_if(when(j, f))
             m.minimize(Z)
         else:
             W = m.new_int_var(0, horizon, "W")
             m.add(W >= M)
-            for col, ui in zip(columns, u):
+            for j, col in enumerate(columns):
                 for f in range(len(problem.faults)):
-                    m.add(W >= col.lf[f]).only_enforce_if(ui)
+                    m.add(W >= col.lf[f]).only_enforce_if(when(j, f))
             m.minimize(W)
-        return m, z
+        return m, z, self_h
 
-    def read(solver, z):
+    def read(solver, z, h):
         used = [(col, solver.value(zi)) for col, zi in zip(columns, z) if solver.value(zi) > 0]
+        host = None
+        if h is not None:
+            host = next((columns[j] for j, hj in enumerate(h) if solver.boolean_value(hj)), None)
         on = sum(col.on * k for col, k in used)
         M = max(col.load for col, _ in used)
         worst_cost, worst_mk = Fraction(g * M, on), M
         for col, _ in used:
-            for f in range(len(problem.faults)):
+            for f, flt in enumerate(problem.faults):
+                if flt.gpu is not None and col is not host:
+                    continue
                 s_on = on - col.on + col.onf[f]
                 worst_cost = max(worst_cost, Fraction(g * max(M, col.lf[f]), s_on))
                 worst_mk = max(worst_mk, col.lf[f])
-        return used, (worst_cost if objective == "cost" else Fraction(worst_mk))
+        return (used, host), (worst_cost if objective == "cost" else Fraction(worst_mk))
 
     solves = 0
     if objective != "cost":
-        m, z = build(None)
+        m, z, h = build(None)
         out = solve_cp(m, max(0.05, deadline - time.perf_counter()), workers=8)
         solves += 1
         if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
             return None
-        used, val = read(out.solver, z)
+        used, val = read(out.solver, z, h)
         return ColumnOutcome(used, val, out.status == Status.OPTIMAL, Fraction(int(out.bound)), solves)
     # cost: start from the plan of least worst-case makespan, then Dinkelbach
-    m, z = build(None)
+    m, z, h = build(None)
     out = solve_cp(m, max(0.05, min(deadline - time.perf_counter(), 5.0)), workers=8)
     solves += 1
     if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return None
-    used, lam = read(out.solver, z)
+    used, lam = read(out.solver, z, h)
     while time.perf_counter() < deadline:
-        m, z = build(lam)
+        m, z, h = build(lam)
         out = solve_cp(m, max(0.05, deadline - time.perf_counter()), workers=8)
         solves += 1
         if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
             break
         if out.status == Status.OPTIMAL and out.objective >= 0:
             return ColumnOutcome(used, lam, True, lam, solves)
-        new_used, new_lam = read(out.solver, z)
+        new_used, new_lam = read(out.solver, z, h)
         if new_lam < lam:
             used, lam = new_used, new_lam
         else:

@@ -107,7 +107,7 @@ def solve_deployment(problem: Problem, objective: str = "cost", time_limit_s: Op
 
     obj_mod = OBJECTIVES[objective]
     if (mode == "sequence" and objective != "latency" and chain_degrees(problem, usable)
-            and all(f.gpu is None for f in problem.faults)):
+            and len({f.gpu for f in problem.faults if f.gpu is not None}) <= 1):
         done = _solve_with_columns(problem, perf, usable, objective, deadline, stats, allowed)
         if done is not None:
             return done
@@ -222,8 +222,21 @@ def _solve_with_columns(problem, perf, usable, objective, deadline, stats, allow
     stats.solves += res.solves
     stats.name = "cp-sat (ordered columns)"
     pools = {c.index: list(c.session_ids) for c in problem.classes}
-    items = [(col.degree, [pools[c].pop(0) for c in col.order]) for col, k in res.columns for _ in range(k)]
+    used, host = res.plan
+    items, host_item = [], None
+    for col, k in used:
+        for _ in range(k):
+            if col is host and host_item is None:
+                host_item = len(items)
+            items.append((col.degree, [pools[c].pop(0) for c in col.order]))
     plan = pack_on_servers(problem, items)
+    named = next((f.gpu for f in problem.faults if f.gpu is not None), None)
+    if named is not None:
+        host_id = None
+        if host_item is not None:  # pack_on_servers sorts by degree (stable): find the same instance
+            first = items[host_item][1][0]
+            host_id = next(i.id for i in plan.instances if i.sessions and i.sessions[0] == first)
+        plan = place_named_gpu(problem, plan, named, host_id)
     ev = evaluate(problem, plan, perf)
     value = ev.objective_value(objective)
     bound = None
@@ -233,6 +246,37 @@ def _solve_with_columns(problem, perf, usable, objective, deadline, stats, allow
         bound = min(value, bound)
     return _finish(Status.OPTIMAL if res.proven else Status.FEASIBLE, objective, value, bound, ev, stats, allowed,
                    "ordered columns")
+
+
+def place_named_gpu(problem: Problem, plan: Plan, gpu: int, host: Optional[str]) -> Plan:
+    """Relabel servers and GPUs (all interchangeable) so that GPU ``gpu`` belongs to
+    instance ``host``, or is idle when ``host`` is None."""
+    G = problem.server.gpus
+    s_g, local = divmod(gpu, G)
+    owner = {g: inst.id for inst in plan.instances for g in inst.gpus}
+    if host is not None:
+        src_gpu = next(g for inst in plan.instances if inst.id == host for g in inst.gpus)
+    else:
+        src_gpu = next((g for g in range(problem.total_gpus) if g not in owner), None)
+        if src_gpu is None:
+            raise RuntimeError("no idle GPU for the named fault")
+    s_src, l_src = divmod(src_gpu, G)
+    perm_server = list(range(problem.servers))
+    perm_server[s_src], perm_server[s_g] = perm_server[s_g], perm_server[s_src]
+
+    def relabel(g: int) -> int:
+        s, l = divmod(g, G)
+        s = perm_server[s]
+        if s == s_g:
+            l = local if l == l_src else (l_src if l == local else l)
+        return s * G + l
+
+    out = []
+    for inst in plan.instances:
+        gpus = tuple(sorted(relabel(g) for g in inst.gpus))
+        servers = tuple(sorted({g // G for g in gpus}))
+        out.append(PlannedInstance(inst.id, inst.degree, servers, gpus, inst.sessions))
+    return Plan(out)
 
 
 def _solve_with_configurations(problem, perf, usable, objective, deadline, stats, allowed):
