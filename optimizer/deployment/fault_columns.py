@@ -116,7 +116,8 @@ def _flat(key) -> tuple:
 @dataclass
 class ColumnOutcome:
     """``plan`` = (used (column, instances) pairs, the column whose instance holds the
-    named GPU or None)."""
+    named GPU or None); None with ``proven`` when no plan exists. For the objective
+    ``worst_on_time``, ``value`` is the most sessions on time in the worst scenario."""
 
     plan: tuple
     value: Fraction  # cost ratio (ticks·GPUs per session) or worst makespan (ticks)
@@ -127,10 +128,13 @@ class ColumnOutcome:
 
 def solve_columns(problem: Problem, columns: list[Column], objective: str, required: int,
                   deadline: float) -> Optional[ColumnOutcome]:
-    """Optimal plan over the columns (None when none is found in time)."""
+    """Optimal plan over the columns (None when none is found in time).
+
+    ``objective``: cost | makespan | energy, or ``worst_on_time`` (the most sessions that can
+    be on time in the worst fault scenario, ignoring ``required``)."""
     g, n = problem.total_gpus, len(problem.sessions)
 
-    def build(lam: Optional[Fraction]):
+    def build(lam: Optional[Fraction], worst_on: bool = False):
         m = cp_model.CpModel()
         ubs = [min([c.count // k for c, k in zip(problem.classes, col.counts) if k] + [g // col.degree]) for col in columns]
         z = [m.new_int_var(0, ub, "") for ub in ubs]
@@ -146,7 +150,7 @@ def solve_columns(problem: Problem, columns: list[Column], objective: str, requi
         on = m.new_int_var(0, n, "on_time")  # one variable, so each scenario row stays short
         m.add(on == sum(col.on * zi for col, zi in zip(columns, z)))
         m.add(on >= max(required, 1 if objective == "cost" else 0))
-        need = max(required, 1 if objective == "cost" else 0)
+        need = 0 if worst_on else max(required, 1 if objective == "cost" else 0)
         # which column's instance holds the named GPU (None: the GPU is left idle)
         named = [i for i, flt in enumerate(problem.faults) if flt.gpu is not None]
         h = [m.new_bool_var("") for _ in columns] if named else None
@@ -165,7 +169,14 @@ def solve_columns(problem: Problem, columns: list[Column], objective: str, requi
             m.add(M >= col.load).only_enforce_if(ui)
             for f in range(len(problem.faults)):
                 m.add(on - col.on + col.onf[f] >= need).only_enforce_if(when(j, f))
-        if lam is not None:
+        if worst_on:  # most sessions on time in the worst scenario, no on-time requirement
+            T = m.new_int_var(0, n, "worst_on_time")
+            m.add(T <= on)
+            for j, col in enumerate(columns):
+                for f in range(len(problem.faults)):
+                    m.add(T <= on - col.on + col.onf[f]).only_enforce_if(when(j, f))
+            m.maximize(T)
+        elif lam is not None:
             big = lam.denominator * g * horizon + lam.numerator * n
             Z = m.new_int_var(-big, big, "Z")
             m.add(Z >= lam.denominator * g * M - lam.numerator * on)
@@ -202,10 +213,18 @@ def solve_columns(problem: Problem, columns: list[Column], objective: str, requi
         return (used, host), (worst_cost if objective == "cost" else Fraction(worst_mk))
 
     solves = 0
+    if objective == "worst_on_time":
+        m, z, h = build(None, worst_on=True)
+        out = solve_cp(m, max(0.05, deadline - time.perf_counter()), workers=8)
+        if out.status != Status.OPTIMAL:
+            return None
+        return ColumnOutcome(None, Fraction(int(out.objective)), True, None, 1)
     if objective != "cost":
         m, z, h = build(None)
         out = solve_cp(m, max(0.05, deadline - time.perf_counter()), workers=8)
         solves += 1
+        if out.status == Status.INFEASIBLE:
+            return ColumnOutcome(None, Fraction(0), True, None, solves)  # proven: no plan
         if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
             return None
         used, val = read(out.solver, z, h)
@@ -214,6 +233,8 @@ def solve_columns(problem: Problem, columns: list[Column], objective: str, requi
     m, z, h = build(None)
     out = solve_cp(m, max(0.05, min(deadline - time.perf_counter(), 5.0)), workers=8)
     solves += 1
+    if out.status == Status.INFEASIBLE:
+        return ColumnOutcome(None, Fraction(0), True, None, solves)  # proven: no plan
     if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return None
     used, lam = read(out.solver, z, h)

@@ -106,8 +106,7 @@ def solve_deployment(problem: Problem, objective: str = "cost", time_limit_s: Op
         return max(0.05, deadline - time.perf_counter())
 
     obj_mod = OBJECTIVES[objective]
-    if (mode == "sequence" and objective != "latency" and chain_degrees(problem, usable)
-            and len({f.gpu for f in problem.faults if f.gpu is not None}) <= 1):
+    if mode == "sequence" and objective != "latency" and _columns_apply(problem, usable):
         done = _solve_with_columns(problem, perf, usable, objective, deadline, stats, allowed)
         if done is not None:
             return done
@@ -207,6 +206,12 @@ def _dinkelbach(problem, perf, usable, lam, bound_ratio, out, f, deadline, stats
     return extract_plan(best_f, best_solver), lam, bound_ratio, proven
 
 
+def _columns_apply(problem: Problem, usable) -> bool:
+    """The ordered-column formulation is exact here: chain degrees and faults naming at most
+    one distinct GPU."""
+    return chain_degrees(problem, usable) and len({f.gpu for f in problem.faults if f.gpu is not None}) <= 1
+
+
 def _solve_with_columns(problem, perf, usable, objective, deadline, stats, allowed):
     """Ordered-column formulation for faults on any GPU (:mod:`optimizer.deployment.fault_columns`);
     None to fall back to the sequence formulation (too many columns, or no plan in time)."""
@@ -221,6 +226,9 @@ def _solve_with_columns(problem, perf, usable, objective, deadline, stats, allow
         return None
     stats.solves += res.solves
     stats.name = "cp-sat (ordered columns)"
+    if res.plan is None:  # proven: no plan meets the limits
+        stats.status = Status.INFEASIBLE
+        return SolveOutcome(Status.INFEASIBLE, objective, None, None, None, stats, allowed, "ordered columns")
     pools = {c.index: list(c.session_ids) for c in problem.classes}
     used, host = res.plan
     items, host_item = [], None
@@ -583,6 +591,12 @@ def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float)
     usable = usable_degrees(problem, perf, degrees)
     if not usable:
         return None
+    if problem.faults and _columns_apply(problem, usable):
+        cols = enumerate_columns(problem, Formulation(problem, perf, usable, "aggregate").options)
+        if cols:
+            res = solve_columns(problem, cols, "worst_on_time", 0, time.perf_counter() + time_limit_s)
+            if res is not None:
+                return int(res.value)
     f = Formulation(problem, perf, usable, choose_mode(problem, "cost"))
     f.required = 0
     f.build()
