@@ -7,7 +7,7 @@ import pytest
 from optimizer.deployment import solve
 from optimizer.deployment.evaluate import evaluate
 from optimizer.result import Status
-from tests.deploy_helpers import book_problem
+from tests.deploy_helpers import REPO, book_problem
 
 TOL = 5e-4
 
@@ -101,3 +101,20 @@ def test_named_fault_gpu_can_be_left_to_a_cheap_instance():
     ev = r.outcome.evaluation
     assert len(ev.scenarios) == 1 and ev.scenarios[0].gpu == 3
     assert r.outcome.value == pytest.approx(0.478, abs=TOL)
+
+
+def test_faults_on_two_servers_are_proven_and_every_degree_row_settles():
+    """A named-GPU fault plus an any-GPU fault on 8 heterogeneous sessions, TP up to 16:
+    the ordered-column formulation proves the optimum, the evaluator agrees, the named GPU
+    scenario hits the instance the plan puts on GPU 12, and no comparison row times out."""
+    from optimizer.deployment import load
+
+    p = load(REPO / "instances" / "qwen32b_two_servers.yaml",
+             ["faults=[{gpu: 12, at_ms: 50, stall_ms: 100}, {at_ms: 300, stall_ms: 50}]"])
+    r = solve(p, "cost")
+    assert r.status == Status.OPTIMAL and r.outcome.mode == "ordered columns"
+    ev = r.outcome.evaluation
+    assert ev.violations == []
+    assert len(ev.scenarios) == 1 + 16
+    assert r.outcome.value == pytest.approx(ev.worst_by("cost").cost_gpu_s)
+    assert all(a.reason != "time_limit" for a in r.alternatives)
