@@ -133,7 +133,6 @@ def binding(problem: Problem, perf: PerfModel, ev: Evaluation, objective: str) -
             pass
         out.append(Binding(ConstraintKey("gpus_per_server", f"server {s}"), float(G - u), "GPUs",
                            f"{u} of {G} GPUs in instances" + (" (full)" if u == G else "")))
-    by_id = {s.id: s for s in problem.sessions}
     cap = problem.gpu.memory_bytes
     for inst in ev.plan.instances:
         mem = ev.memory_per_gpu[inst.id]

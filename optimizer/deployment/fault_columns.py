@@ -160,7 +160,6 @@ def solve_columns(problem: Problem, columns: list[Column], objective: str, requi
             for hi, ui in zip(h, u):
                 m.add(hi <= ui)
             m.add(sum(col.degree * zi for col, zi in zip(columns, z)) <= g - 1).only_enforce_if(idle)
-        self_h = h
 
         def when(j, f):
             return [h[j]] if problem.faults[f].gpu is not None else [u[j]]
@@ -193,7 +192,7 @@ def solve_columns(problem: Problem, columns: list[Column], objective: str, requi
                 for f in range(len(problem.faults)):
                     m.add(W >= col.lf[f]).only_enforce_if(when(j, f))
             m.minimize(W)
-        return m, z, self_h
+        return m, z, h
 
     def read(solver, z, h):
         used = [(col, solver.value(zi)) for col, zi in zip(columns, z) if solver.value(zi) > 0]
@@ -219,25 +218,19 @@ def solve_columns(problem: Problem, columns: list[Column], objective: str, requi
         if out.status != Status.OPTIMAL:
             return None
         return ColumnOutcome(None, Fraction(int(out.objective)), True, None, 1)
-    if objective != "cost":
-        m, z, h = build(None)
-        out = solve_cp(m, max(0.05, deadline - time.perf_counter()), workers=8)
-        solves += 1
-        if out.status == Status.INFEASIBLE:
-            return ColumnOutcome(None, Fraction(0), True, None, solves)  # proven: no plan
-        if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
-            return None
-        used, val = read(out.solver, z, h)
-        return ColumnOutcome(used, val, out.status == Status.OPTIMAL, Fraction(int(out.bound)), solves)
-    # cost: start from the plan of least worst-case makespan, then Dinkelbach
+    # the plan of least worst-case makespan: the answer for makespan/energy, the start for cost
     m, z, h = build(None)
-    out = solve_cp(m, max(0.05, min(deadline - time.perf_counter(), 5.0)), workers=8)
+    left = max(0.05, deadline - time.perf_counter())
+    out = solve_cp(m, left if objective != "cost" else min(left, 5.0), workers=8)
     solves += 1
     if out.status == Status.INFEASIBLE:
         return ColumnOutcome(None, Fraction(0), True, None, solves)  # proven: no plan
     if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return None
     used, lam = read(out.solver, z, h)
+    if objective != "cost":
+        return ColumnOutcome(used, lam, out.status == Status.OPTIMAL, Fraction(int(out.bound)), solves)
+    # cost: Dinkelbach iterations from there
     while time.perf_counter() < deadline:
         m, z, h = build(lam)
         out = solve_cp(m, max(0.05, deadline - time.perf_counter()), workers=8)

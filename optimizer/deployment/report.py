@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from optimizer.deployment.explain import UNITS, Alternative, fmt_value
 from optimizer.deployment.schema import Problem

@@ -333,7 +333,7 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
     if best is None:
         return None
     stats.name = "highs (configuration LP/MILP)"
-    plan = plan_from_configurations(problem, best[1])
+    plan = plan_from_configurations(problem, f.options, best[1])
     ev = evaluate(problem, plan, perf)
     value = ev.objective_value(objective)
     proven = bound is not None and bound >= best[0]
@@ -347,13 +347,12 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
                    "configuration")
 
 
-def plan_from_configurations(problem: Problem, counts) -> Plan:
+def plan_from_configurations(problem: Problem, options, counts) -> Plan:
     """Instances from configuration counts: sessions per class taken in id order, run in
     Moore-Hodgson order (on-time ones by deadline, late ones after); instances packed on
     servers first-fit, spanning instances on whole servers first."""
     from optimizer.deployment.formulation import ticks_down
 
-    G = problem.server.gpus
     pools = {c.index: list(c.session_ids) for c in problem.classes}
     dl = [ticks_down(c.deadline_s) if c.deadline_s is not None else None for c in problem.classes]
     items = []
@@ -363,7 +362,7 @@ def plan_from_configurations(problem: Problem, counts) -> Plan:
             for c in problem.classes:
                 for _ in range(cfg.counts[c.index]):
                     sess.append(pools[c.index].pop(0))
-                    jobs.append((_ticks(problem, cfg.degree, c), dl[c.index]))
+                    jobs.append((options[cfg.degree].ticks[c.index], dl[c.index]))
             on, late = moore_hodgson_order(jobs)
             late.sort(key=lambda i: (jobs[i][1] is None, jobs[i][1] or 0))
             items.append((cfg.degree, [sess[i] for i in on + late]))
@@ -398,17 +397,6 @@ def pack_on_servers(problem: Problem, items: list[tuple[int, list[str]]]) -> Pla
     return Plan(out)
 
 
-def _ticks(problem: Problem, p: int, c) -> int:
-    from optimizer.deployment.formulation import ticks_up
-    from optimizer.deployment.perf import PerfModel
-
-    perf = _ticks.cache.get(id(problem))
-    if perf is None:
-        perf = _ticks.cache[id(problem)] = PerfModel(problem)
-    return ticks_up(perf.service_time_s(p, c.context, c.new))
-
-
-_ticks.cache = {}
 
 
 def _finish(status, objective, value, bound, ev, stats, allowed, mode) -> SolveOutcome:
@@ -504,7 +492,6 @@ def _add_hint(f, values: list[int]) -> None:
 
 def extract_plan(f: Formulation, solver) -> Plan:
     """Turn solver values into instances with ordered sessions and GPU ids."""
-    problem = f.problem
     pools = {c.index: list(c.session_ids) for c in f.classes}
     chosen: list[tuple] = []  # (slot, [session ids])
     for k in f.slots:

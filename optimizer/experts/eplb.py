@@ -90,7 +90,6 @@ def _hierarchical(weights: np.ndarray, num_replicas: int, num_groups: int, num_n
                   num_gpus: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     layers, experts = weights.shape
     group_size = experts // num_groups
-    groups_per_node = num_groups // num_nodes
     experts_per_node = experts // num_nodes
     replicas_per_node = num_replicas // num_nodes
     gpus_per_node = num_gpus // num_nodes

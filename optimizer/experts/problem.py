@@ -15,7 +15,7 @@ from optimizer.experts.plan import (LayerPlan, balancedness, cross_node_tokens, 
 from optimizer.experts.schema import ExpertsSection, parse, slots_list
 from optimizer.experts.solve import LayerTask, parallel_workers, solve_layers
 from optimizer.experts.traces import Trace, read_trace
-from optimizer.result import ConstraintKey, Status
+from optimizer.result import ConstraintKey
 
 OBJECTIVES = ("max-load", "inter-node", "migration")
 DEFAULT_TIME_LIMIT_S = 10.0

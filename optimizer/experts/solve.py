@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from optimizer.experts.model import Item, SubProblem, build_and_solve, choose_scale
-from optimizer.experts.plan import LayerPlan, apportion, cross_node_tokens, moves
+from optimizer.experts.plan import LayerPlan, apportion
 from optimizer.result import Status
 
 EXACT_LIMIT = 2000
