@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from constraints.buildout_fabric import leaf_bandwidth, leaf_splits
+from constraints.buildout.fabric import leaf_bandwidth, leaf_splits
 from optimizer.buildout.evaluate import power_kw
 from optimizer.buildout.patterns import rack_patterns
 from optimizer.buildout.schema import load

@@ -11,8 +11,12 @@ from __future__ import annotations
 import dataclasses
 from math import ceil
 
-from constraints import (buildout_fabric, buildout_install_unit, buildout_max_count, buildout_power,
-                         buildout_second_tier, buildout_target)
+from constraints.buildout import fabric as buildout_fabric
+from constraints.buildout import install_unit as buildout_install_unit
+from constraints.buildout import max_count as buildout_max_count
+from constraints.buildout import power as buildout_power
+from constraints.buildout import second_tier as buildout_second_tier
+from constraints.buildout import target as buildout_target
 from optimizer.buildout.evaluate import Evaluation
 from optimizer.buildout.model import build, family_module
 from optimizer.buildout.schema import Problem

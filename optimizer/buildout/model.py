@@ -6,7 +6,7 @@ Integer units: power in watts, cost in hundredths of the cost unit (see
 * ``n[t]`` servers of type t, ``k[t]`` install units of type t;
 * ``y[p]`` racks filled by rack pattern p (:mod:`optimizer.buildout.patterns`);
 * with a fabric: ``z`` (second tier built), ``l1`` one-tier leaf chips, ``w[d]`` two-tier
-  leaf chips with split d, ``s`` spine chips (:mod:`constraints.buildout_fabric`).
+  leaf chips with split d, ``s`` spine chips (:mod:`constraints.buildout.fabric`).
 
 Constraint families live in ``constraints/buildout_*.py``; each module's ``add(nm, ctx)``
 adds its constraints under :class:`~optimizer.result.ConstraintKey` names.
@@ -19,9 +19,15 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from constraints import (buildout_fabric, buildout_install_unit, buildout_max_count, buildout_power,
-                         buildout_rack_power, buildout_rack_units, buildout_racks, buildout_second_tier,
-                         buildout_target)
+from constraints.buildout import fabric as buildout_fabric
+from constraints.buildout import install_unit as buildout_install_unit
+from constraints.buildout import max_count as buildout_max_count
+from constraints.buildout import power as buildout_power
+from constraints.buildout import rack_power as buildout_rack_power
+from constraints.buildout import rack_units as buildout_rack_units
+from constraints.buildout import racks as buildout_racks
+from constraints.buildout import second_tier as buildout_second_tier
+from constraints.buildout import target as buildout_target
 from optimizer.buildout.patterns import RackPattern, rack_patterns
 from optimizer.buildout.schema import Problem
 from optimizer.cpsat import NamedModel

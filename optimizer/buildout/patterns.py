@@ -1,8 +1,8 @@
 """Rack patterns: the ways one rack can be filled (configuration formulation of bin packing).
 
 A pattern is a cooling kind and a count of servers per type whose power is within that
-cooling's per-rack limit (:func:`constraints.buildout_rack_power.fits`) and whose height
-fits the rack (:func:`constraints.buildout_rack_units.fits`), and that is *maximal*: no
+cooling's per-rack limit (:func:`constraints.buildout.rack_power.fits`) and whose height
+fits the rack (:func:`constraints.buildout.rack_units.fits`), and that is *maximal*: no
 further server of any type fits. Any valid rack is a sub-multiset of a maximal pattern,
 so covering the servers with maximal patterns gives exactly the fewest racks.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from constraints import buildout_rack_power as rack_power
-from constraints import buildout_rack_units as rack_units
+from constraints.buildout import rack_power
+from constraints.buildout import rack_units
 
 MAX_PATTERNS = 200_000
 

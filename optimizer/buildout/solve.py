@@ -6,7 +6,7 @@ make it worse):
 
 1. the primary objective (``gpus`` max, ``cost`` min or ``racks`` min);
 2. fewest racks, then fewest liquid racks (air preferred on ties), two stages, see
-   :mod:`objectives.buildout_racks`;
+   :mod:`objectives.buildout.racks`;
 3. lowest cost (when every server type has a cost and cost was not the primary);
 4. least power;
 5. fewest switch chips, then fewest leaf-spine links (with a fabric).
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from objectives import buildout_cost, buildout_gpus, buildout_racks
+from objectives.buildout import (cost as buildout_cost, gpus as buildout_gpus, racks as buildout_racks)
 from optimizer.buildout.model import Ctx, build, values
 from optimizer.buildout.schema import Problem
 from optimizer.cpsat import NamedModel, solve_cp

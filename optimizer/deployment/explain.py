@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from optimizer.deployment.evaluate import Evaluation
-from optimizer.deployment.formulation import TIME_UNIT_S, degree_fits_hardware, degree_fits_model
+from optimizer.deployment.formulation import degree_fits_hardware, degree_fits_model
+from optimizer.deployment.units import TIME_UNIT_S
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.result import Binding, ConstraintKey, Status

@@ -14,7 +14,7 @@ idle; servers are identical, so any instance can be placed there): the plan must
 ``on_total − on_j + onf_jf ≥ required`` for every used column and fault, and the worst-case
 cost is ``max_{used j, f} G · max(M, Lf_jf) / (on_total − on_j + onf_jf)`` with ``M`` the
 largest load. CP-SAT solves it with instance counts ``z_j`` and use literals ``u_j``; the
-ratio by Dinkelbach iterations (as in :mod:`objectives.cost`). Exact; used when the columns
+ratio by Dinkelbach iterations (as in :mod:`objectives.deployment.cost`). Exact; used when the columns
 are few (small instances), otherwise the sequence formulation takes over.
 """
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Optional
 from ortools.sat.python import cp_model
 
 from optimizer.cpsat import solve_cp
-from optimizer.deployment.formulation import Option, ticks_down, ticks_up
+from optimizer.deployment.formulation import Option
+from optimizer.deployment.units import ticks_down, ticks_up
 from optimizer.deployment.schema import Problem
 from optimizer.result import Status
 

@@ -29,17 +29,7 @@ from ortools.sat.python import cp_model
 from optimizer.cpsat import NamedModel
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
-
-TIME_UNIT_S = 1e-8  # one CP-SAT time tick = 10 ns
-
-
-def ticks_up(seconds: float) -> int:
-    return int(math.ceil(seconds / TIME_UNIT_S - 1e-6))
-
-
-def ticks_down(seconds: float) -> int:
-    return int(math.floor(seconds / TIME_UNIT_S + 1e-6))
-
+from optimizer.deployment.units import Scenario, ticks_down, ticks_up
 
 @dataclass(frozen=True)
 class Option:
@@ -122,7 +112,7 @@ def build_slots(problem: Problem, options: dict[int, Option], pooled: bool = Fal
     """Candidate instances.
 
     pooled: slots of one degree are not tied to a server (``servers == ()``); how many of
-    them each server hosts is decided by per-server counts (:mod:`constraints.gpus_per_server`),
+    them each server hosts is decided by per-server counts (:mod:`constraints.deployment.gpus_per_server`),
     which removes the symmetry between servers and between slots of one degree.
     Otherwise each slot sits on given servers (needed when a fault names a GPU).
     """
@@ -146,25 +136,6 @@ def build_slots(problem: Problem, options: dict[int, Option], pooled: bool = Fal
             for j in range(min(n_srv // m, n)):
                 slots.append(Slot(len(slots), p, tuple(range(j * m, (j + 1) * m)), g, j))
     return slots
-
-
-@dataclass
-class Scenario:
-    """One way the run can unfold: the plan without faults, or with one fault.
-
-    Attributes:
-        label: element key, e.g. ``nominal`` or ``fault0@tp2#1@s0``.
-        makespan_terms: the scenario's makespan is the max of these expressions (ticks).
-        on_time: expression, sessions on time.
-        finish_sum: expression, sum of finish times (ticks), sequence mode only.
-        enforce: literals under which the scenario happens (empty: always).
-    """
-
-    label: str
-    makespan_terms: list
-    on_time: object
-    finish_sum: object = None
-    enforce: list = field(default_factory=list)
 
 
 class Formulation:
@@ -343,7 +314,8 @@ class Formulation:
 
     def build(self) -> "Formulation":
         """Add every constraint family, then the nominal scenario (and fault scenarios)."""
-        from constraints import assignment, deadline, fault, gpus_per_server, makespan, memory, on_time, symmetry
+        from constraints.deployment import (assignment, deadline, fault, gpus_per_server, makespan, memory, on_time,
+                                            symmetry)
 
         gpus_per_server.add(self)
         assignment.add(self)

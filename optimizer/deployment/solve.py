@@ -7,16 +7,17 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Optional
 
-from objectives import cost as cost_obj
-from objectives import energy as energy_obj
-from objectives import latency as latency_obj
-from objectives import makespan as makespan_obj
+from objectives.deployment import cost as cost_obj
+from objectives.deployment import energy as energy_obj
+from objectives.deployment import latency as latency_obj
+from objectives.deployment import makespan as makespan_obj
 from optimizer.cpsat import solve_cp
 from optimizer.deployment.configurations import (ConfigurationSearch, chain_degrees, enumerate_configurations,
                                                  moore_hodgson_order)
 from optimizer.deployment.evaluate import Evaluation, Plan, PlannedInstance, evaluate
 from optimizer.deployment.fault_columns import enumerate_columns, solve_columns
-from optimizer.deployment.formulation import TIME_UNIT_S, Formulation, degree_fits_hardware, degree_fits_model
+from optimizer.deployment.formulation import Formulation, degree_fits_hardware, degree_fits_model
+from optimizer.deployment.units import TIME_UNIT_S
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.errors import InputError
@@ -351,7 +352,7 @@ def plan_from_configurations(problem: Problem, options, counts) -> Plan:
     """Instances from configuration counts: sessions per class taken in id order, run in
     Moore-Hodgson order (on-time ones by deadline, late ones after); instances packed on
     servers first-fit, spanning instances on whole servers first."""
-    from optimizer.deployment.formulation import ticks_down
+    from optimizer.deployment.units import ticks_down
 
     pools = {c.index: list(c.session_ids) for c in problem.classes}
     dl = [ticks_down(c.deadline_s) if c.deadline_s is not None else None for c in problem.classes]

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
-from constraints import experts_load, experts_locality, experts_replicas, experts_slots
-from objectives import experts_inter_node, experts_max_load, experts_migration
+from constraints.experts import load as experts_load, locality as experts_locality, replicas as experts_replicas, slots as experts_slots
+from objectives.experts import inter_node as experts_inter_node, max_load as experts_max_load, migration as experts_migration
 from optimizer.cpsat import NamedModel, solve_cp
 from optimizer.result import Status
 

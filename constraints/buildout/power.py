@@ -5,7 +5,7 @@ Generalised to several types, install units and second-tier switching (watts, in
 
     P0 + sum_t P_t * n[t] + P_2 * z <= P_budget
 
-where ``z`` = 1 when the GPUs exceed one fabric tier (:mod:`constraints.buildout_second_tier`).
+where ``z`` = 1 when the GPUs exceed one fabric tier (:mod:`constraints.buildout.second_tier`).
 """
 from __future__ import annotations
 

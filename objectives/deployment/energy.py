@@ -3,7 +3,7 @@ instance count as powered for the whole run); with faults, the worst case. Minim
 is minimising the (worst-case) makespan."""
 from __future__ import annotations
 
-from objectives.makespan import worst_makespan
+from objectives.deployment.makespan import worst_makespan
 
 NAME = "energy"
 UNIT = "kJ"

@@ -15,12 +15,12 @@ run). A fault naming a GPU hits the instance the solver places on that GPU (``ho
 literals), or nothing if the solver leaves that GPU idle.
 
 The restart dynamics are physics, not limits, so they are unnamed; the user-level limits
-of each scenario are ``on_time[scenario]`` (see :mod:`constraints.on_time`).
+of each scenario are ``on_time[scenario]`` (see :mod:`constraints.deployment.on_time`).
 """
 from __future__ import annotations
 
-from constraints.deadline import position_deadline
-from optimizer.deployment.formulation import Scenario, ticks_down, ticks_up
+from constraints.deployment.deadline import position_deadline
+from optimizer.deployment.units import Scenario, ticks_down, ticks_up
 
 
 def add(f) -> None:

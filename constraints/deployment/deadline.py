@@ -16,7 +16,7 @@ FAMILY = "deadline"
 
 
 def _ms(ticks: int) -> str:
-    from optimizer.deployment.formulation import TIME_UNIT_S
+    from optimizer.deployment.units import TIME_UNIT_S
 
     return f"{ticks * TIME_UNIT_S * 1e3:g} ms"
 

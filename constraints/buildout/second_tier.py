@@ -7,7 +7,7 @@ whether the second tier is built; it is exactly ``[gpus > one_tier_max_gpus]``:
     gpus <= T1 + M * z          (second_tier[activation], M = an upper bound on the GPUs)
     gpus >= (T1 + 1) * z        (second_tier[definition]: no spine without need)
 
-and ``P_2 * z`` is part of the power in :mod:`constraints.buildout_power`.
+and ``P_2 * z`` is part of the power in :mod:`constraints.buildout.power`.
 Source: the reference chapter's worked example (10.2 kW reserved once the GPUs exceed 64).
 """
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""buildout constraint families"""

@@ -1,0 +1,1 @@
+"""buildout objective families"""

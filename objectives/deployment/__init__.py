@@ -1,0 +1,1 @@
+"""deployment objective families"""

@@ -1,0 +1,1 @@
+"""experts objective families"""

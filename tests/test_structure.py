@@ -1,0 +1,58 @@
+"""Structure checks: constraint and objective families live in per-problem folders, and no
+constraint or objective module imports the formulation that imports it (no import cycle)."""
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEM_FOLDERS = ("deployment", "experts", "buildout")
+
+
+def _modules(package: str):
+    for path in sorted((ROOT / package).rglob("*.py")):
+        yield path
+
+
+@pytest.mark.parametrize("package", ["constraints", "objectives"])
+def test_families_grouped_per_problem(package):
+    flat = [p.name for p in (ROOT / package).glob("*.py") if p.name != "__init__.py"]
+    assert flat == [], f"{package}/ should hold only per-problem folders, found {flat}"
+    for folder in PROBLEM_FOLDERS:
+        assert (ROOT / package / folder / "__init__.py").exists()
+
+
+@pytest.mark.parametrize("package", ["constraints", "objectives"])
+def test_families_do_not_import_formulations(package):
+    """A family module may import shared types (units, results, the builder), never a formulation
+    or solve module of a problem, which imports the families back."""
+    offenders = []
+    for path in _modules(package):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                leaf = node.module.rsplit(".", 1)[-1]
+                if node.module.startswith("optimizer.") and leaf in ("formulation", "solve", "model", "configurations"):
+                    offenders.append(f"{path.relative_to(ROOT)} imports {node.module}")
+    assert offenders == []
+
+
+@pytest.mark.parametrize("module", [
+    "constraints.deployment.fault", "constraints.deployment.deadline", "objectives.deployment.energy",
+    "constraints.buildout.fabric", "constraints.experts.load", "objectives.experts.max_load",
+])
+def test_family_imports_first_in_fresh_interpreter(module):
+    """Importing a family module first (before any formulation) works: no cycle to trip over."""
+    out = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_units_module_is_importable_alone():
+    units = importlib.import_module("optimizer.deployment.units")
+    assert units.ticks_up(units.TIME_UNIT_S * 3) == 3
+    assert units.ticks_down(units.TIME_UNIT_S * 3) == 3
