@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.gen_deployment import generate  # noqa: E402
 from optimizer.deployment.schema import build_problem  # noqa: E402
-from optimizer.deployment.solve import solve_deployment  # noqa: E402
+from optimizer.deployment.solver import solve_deployment  # noqa: E402
 
 
 def cli_time(repeats: int = 5) -> list[float]:

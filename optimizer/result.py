@@ -105,3 +105,72 @@ class Conflict:
             "families": sorted({k.family for k in self.keys}),
             "details": self.details,
         }
+
+
+# ---------------------------------------------------------------------------- envelope
+
+ENVELOPE_KEYS = ("problem", "name", "status", "objective", "plan", "binding", "alternatives", "conflicts",
+                 "definitions", "solver")
+
+COMMON_DEFINITIONS = {
+    "objective.value": "the objective of the returned plan, re-computed by the independent evaluator, in objective.unit",
+    "objective.bound": "a proven bound on the best possible objective (lower for min, upper for max), same unit",
+    "objective.gap": "relative gap |value - bound| / |value|; 0 when the plan is proven optimal",
+    "solver.time_s": "wall time of the whole command (solves, explanations, comparison rows), seconds",
+    "binding": "limits that bind (or nearly) at the plan, tightest first, with their slack in its unit",
+    "alternatives": "options the solver could have chosen and why each lost (a worse objective, or the limit that rules it out)",
+    "conflicts": "when no plan exists: groups of named constraints (family[element]) that cannot hold together",
+}
+
+
+def group_conflicts(keys, details_by_key: dict | None = None) -> list[dict[str, Any]]:
+    """Group conflicting constraint keys by family: one entry per family with its elements
+    and count, so 15 ``deadline[...]`` keys read as one line.
+
+    Args:
+        keys: :class:`ConstraintKey` list (a conflict set).
+        details_by_key: optional ``{key: sentence}``; the first sentence of a family is kept.
+    Returns:
+        ``[{"family", "count", "constraints": [...], "detail"}]`` in first-seen family order.
+    """
+    groups: dict[str, dict[str, Any]] = {}
+    for k in keys:
+        g = groups.setdefault(k.family, {"family": k.family, "count": 0, "constraints": [], "detail": ""})
+        g["count"] += 1
+        g["constraints"].append(str(k))
+        if details_by_key and not g["detail"] and details_by_key.get(k):
+            g["detail"] = details_by_key[k]
+    return list(groups.values())
+
+
+def envelope(problem: str, name: str, status: Status, objective: dict[str, Any] | None, plan: Any,
+             solver: dict[str, Any], *, binding: list | None = None, alternatives: list | None = None,
+             conflicts: list | None = None, definitions: dict[str, str] | None = None,
+             **extra: Any) -> dict[str, Any]:
+    """The one JSON result every problem returns (``optimizer/schemas/result.schema.json`` describes it).
+
+    Args:
+        problem: problem section name (``deployment``, ``experts``, ``buildout``, ...).
+        name: instance name.
+        status: solver outcome.
+        objective: ``{name, value, unit, bound, gap, definition, sense}`` (None when there is none).
+        plan: the problem's plan (a mapping), None when there is none.
+        solver: ``{name, status, time_s, gap, ...}``.
+        binding, alternatives, conflicts: lists (empty when not applicable).
+        definitions: figure name -> definition with unit; the common ones are added.
+        extra: problem-specific top-level fields (e.g. ``achievable``, ``notes``, ``files``).
+    """
+    out: dict[str, Any] = {
+        "problem": problem,
+        "name": name,
+        "status": status.value,
+        "objective": objective,
+        "plan": plan,
+        "binding": binding or [],
+        "alternatives": alternatives or [],
+        "conflicts": conflicts or [],
+        "definitions": {**COMMON_DEFINITIONS, **(definitions or {})},
+        "solver": solver,
+    }
+    out.update({k: v for k, v in extra.items() if v is not None})
+    return out

@@ -44,8 +44,8 @@ def test_fault_any_gpu():
     assert len(ev.scenarios) == 8  # one per GPU
     assert all(s.on_time >= 3 for s in ev.scenarios)
     d = r.to_dict()
-    assert len(d["fault_scenarios"]) == 8
-    assert max(s["objective"] for s in d["fault_scenarios"]) == pytest.approx(0.478, abs=TOL)
+    assert len(d["plan"]["fault_scenarios"]) == 8
+    assert max(s["objective"] for s in d["plan"]["fault_scenarios"]) == pytest.approx(0.478, abs=TOL)
     tp8 = next(a for a in r.alternatives if a.option == "tp8")
     assert tp8.reason == "deadline" and tp8.detail.startswith("1 of 4 on time")
 
@@ -72,7 +72,7 @@ def test_json_shape():
     assert {"name", "time_s", "gap"} <= set(d["solver"])
     b = d["binding"][0]
     assert {"constraint", "family", "slack", "detail"} <= set(b)
-    assert any(x["option"] == "tp1" and x["reason"] == "memory" for x in d["rejected"])
+    assert any(x["option"] == "tp1" and x["reason"] == "memory" for x in d["alternatives"])
 
 
 @pytest.mark.parametrize("objective", ["cost", "makespan", "latency", "energy"])

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from optimizer.deployment.schema import build_problem
-from optimizer.deployment.solve import solve_deployment
+from optimizer.deployment.solver import solve_deployment
 from optimizer.result import Status
 from tests.deploy_helpers import brute_force, write_tiny_config
 

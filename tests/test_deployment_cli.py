@@ -38,7 +38,7 @@ def test_set_overrides(cli):
     r = cli(BOOK, "--format", "json", "--set", "faults=[{at_ms: 20, stall_ms: 40}]")
     d = json.loads(r.stdout)
     assert round(d["objective"]["value"], 3) == 0.478
-    assert len(d["fault_scenarios"]) == 8
+    assert len(d["plan"]["fault_scenarios"]) == 8
 
 
 @pytest.mark.parametrize("args,needles", [
@@ -96,22 +96,28 @@ def test_infeasible_names_conflicting_constraints(cli):
     assert r.exit_code == 3
     d = json.loads(r.stdout)
     assert d["status"] == "infeasible"
-    fams = set(d["conflicts"]["families"])
+    fams = {g["family"] for g in d["conflicts"]}
     assert {"deadline", "on_time"} <= fams
-    assert any("needs 41.176 ms > deadline 30 ms" in x for x in d["conflicts"]["details"])
+    assert all(g["count"] == len(g["constraints"]) for g in d["conflicts"])
+    assert len(fams) == len(d["conflicts"])  # one entry per family
+    assert any("needs 41.176 ms > deadline 30 ms" in g["detail"] for g in d["conflicts"])
+    # the best achievable value of the violated requirement leads the answer
+    assert d["achievable"]["requirement"] == "on_time" and d["achievable"]["best"] == 0
 
 
 def test_infeasible_by_memory(cli):
     r = cli(BOOK, "--set", "workload.sessions.0.count=40", "--set", "workload.min_on_time_fraction=0")
     assert r.exit_code == 3
     assert "memory[" in r.stdout and "assignment[" in r.stdout
+    assert "best achievable" in r.stdout
 
 
 def test_infeasible_when_no_degree_fits(cli):
     r = cli(BOOK, "--set", "deployment.tensor_parallel=[1]", "--format", "json")
     assert r.exit_code == 3
     d = json.loads(r.stdout)
-    assert d["conflicts"]["constraints"] == ["memory[tp1]"]
+    assert [g["constraints"] for g in d["conflicts"]] == [["memory[tp1]"]]
+    assert d["achievable"]["requirement"] == "memory"
 
 
 def test_tp_degree_must_split_the_heads(cli):
@@ -119,7 +125,7 @@ def test_tp_degree_must_split_the_heads(cli):
     assert r.exit_code == 0
     d = json.loads(r.stdout)
     assert {i["tp"] for i in d["plan"]["instances"]} == {4}
-    row = next(x for x in d["comparison"] if x["option"] == "tp3")
+    row = next(x for x in d["alternatives"] if x["option"] == "tp3")
     assert row["reason"] == "heads" and "do not split evenly over TP3" in row["detail"]
 
 

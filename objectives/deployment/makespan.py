@@ -2,8 +2,9 @@
 worst case over the fault scenarios. ``Mw ≥ every makespan term of every scenario``."""
 from __future__ import annotations
 
-NAME = "makespan"
-UNIT = "ms"
+from dataclasses import dataclass
+
+from objectives.deployment.base import DeploymentObjective, ticks_to_ms
 
 
 def worst_makespan(f):
@@ -18,10 +19,18 @@ def worst_makespan(f):
     return mw
 
 
-def apply(f) -> None:
-    f.model.minimize(worst_makespan(f))
+@dataclass(frozen=True)
+class Makespan(DeploymentObjective):
+    def scenario_value(self, problem, r) -> float:
+        return r.makespan_s * 1e3
+
+    def apply(self, f, lam=None) -> None:
+        f.model.minimize(worst_makespan(f))
+
+    def bound_in_unit(self, problem, solver_bound: float) -> float:
+        return ticks_to_ms(solver_bound)
 
 
-def value(evaluation) -> float:
-    """Objective value of an evaluated plan (ms)."""
-    return evaluation.worst.makespan_s * 1e3
+OBJECTIVE = Makespan(
+    name="makespan", unit="ms", kind="makespan", search="makespan",
+    definition="time from t=0 until the last session finishes, ms (worst fault scenario)")

@@ -291,15 +291,16 @@ class ConfigurationSearch:
         return out
 
     # ------------------------------------------------------------------ search
-    def run(self, objective: str, incumbent: Optional[Fraction]) -> SearchOutcome:
+    def run(self, kind: str, incumbent: Optional[Fraction]) -> SearchOutcome:
         """Best-first search over (on-time target v, load level).
 
-        objective ``cost``: key ``G·T/v``; ``makespan``/``energy``: key ``T`` with v = required.
+        ``kind`` ``cost``: key ``G·T/v``; ``makespan``: key ``T`` with v = required (the search
+        kinds of :class:`objectives.deployment.base.DeploymentObjective`).
         ``incumbent`` (same unit as the key) prunes targets that cannot beat it.
         """
         n = len(self.problem.sessions)
         g = self.problem.total_gpus
-        targets = range(self.required, n + 1) if objective == "cost" else [self.required]
+        targets = range(self.required, n + 1) if kind == "cost" else [self.required]
         heap: list[tuple[Fraction, int, int]] = []
         stuck: list[Fraction] = []  # bounds of targets the time limit left unresolved
         lo = 0
@@ -309,10 +310,10 @@ class ConfigurationSearch:
                 if lvl is None:
                     break  # more on time needs configurations beyond the enumeration bound
                 lo = lvl
-                heapq.heappush(heap, (self._key(objective, lvl, v), v, lvl))
+                heapq.heappush(heap, (self._key(kind, lvl, v), v, lvl))
         except TimeoutError:
             # targets not reached need at least the last level found, with at most n on time
-            stuck.append(Fraction(g * int(self.levels[lo]), n) if objective == "cost" else Fraction(int(self.levels[lo])))
+            stuck.append(Fraction(g * int(self.levels[lo]), n) if kind == "cost" else Fraction(int(self.levels[lo])))
         best: Optional[tuple[Fraction, list, int, int]] = None
         while heap:
             key, v, lvl = heap[0]
@@ -327,7 +328,7 @@ class ConfigurationSearch:
             if st == "feasible":
                 mk = max(c.load for c, _ in counts)
                 on = sum(c.on_time * r for c, r in counts)
-                val = Fraction(g * mk, on) if objective == "cost" else Fraction(mk)
+                val = Fraction(g * mk, on) if kind == "cost" else Fraction(mk)
                 if best is None or val < best[0]:
                     best = (val, counts, mk, on)
             elif st == "infeasible":
@@ -335,10 +336,10 @@ class ConfigurationSearch:
                     try:
                         nxt = self.lp_level(v, lvl + 1)
                     except TimeoutError:
-                        stuck.append(self._key(objective, lvl + 1, v))
+                        stuck.append(self._key(kind, lvl + 1, v))
                         continue
                     if nxt is not None:
-                        heapq.heappush(heap, (self._key(objective, nxt, v), v, nxt))
+                        heapq.heappush(heap, (self._key(kind, nxt, v), v, nxt))
             else:
                 stuck.append(key)
         pending = [k for k, _, _ in heap] + stuck
@@ -348,6 +349,6 @@ class ConfigurationSearch:
         bound = min([best[0]] + pending)
         return SearchOutcome(best[1], best[2], best[3], bound, bound >= best[0], self.lp_solves, self.milp_solves)
 
-    def _key(self, objective: str, level: int, v: int) -> Fraction:
+    def _key(self, kind: str, level: int, v: int) -> Fraction:
         t = int(self.levels[level])
-        return Fraction(self.problem.total_gpus * t, v) if objective == "cost" else Fraction(t)
+        return Fraction(self.problem.total_gpus * t, v) if kind == "cost" else Fraction(t)

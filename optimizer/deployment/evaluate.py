@@ -3,7 +3,7 @@
 It knows nothing of the formulation: given instances (degree, GPUs, ordered sessions) it
 rebuilds the timeline in exact floating point, checks memory per GPU, GPU use, that every
 session is served once, the on-time fraction in every fault scenario, and computes all
-four objectives. The solver's plan must pass this re-check (tests assert it).
+objectives (their values are read by the objective objects). The solver's plan must pass this re-check (tests assert it).
 """
 from __future__ import annotations
 
@@ -66,6 +66,9 @@ class ScenarioResult:
     cost_gpu_s: float
     mean_finish_s: float
     energy_kj: float
+    gpus_used: int = 0
+    servers_used: int = 0
+    billed_gpu_s: float = 0.0  # Σ over instances of GPUs × the instance's last finish (s)
 
 
 @dataclass
@@ -83,18 +86,17 @@ class Evaluation:
         pool = self.scenarios or [self.nominal]
         return max(pool, key=lambda r: (r.cost_gpu_s, r.makespan_s, r.mean_finish_s))
 
-    def worst_by(self, objective: str) -> ScenarioResult:
-        pool = self.scenarios or [self.nominal]
-        key = {"cost": lambda r: (r.cost_gpu_s, r.makespan_s),
-               "makespan": lambda r: (r.makespan_s, r.cost_gpu_s),
-               "energy": lambda r: (r.makespan_s, r.cost_gpu_s),
-               "latency": lambda r: (r.mean_finish_s, r.cost_gpu_s)}[objective]
-        return max(pool, key=key)
+    def worst_by(self, objective) -> ScenarioResult:
+        """The scenario that decides ``objective``'s value (a deployment objective object)."""
+        from objectives.deployment import get
 
-    def objective_value(self, objective: str) -> float:
-        w = self.worst_by(objective)
-        return {"cost": w.cost_gpu_s, "makespan": w.makespan_s * 1e3,
-                "energy": w.energy_kj, "latency": w.mean_finish_s * 1e3}[objective]
+        return get(objective).worst(self)
+
+    def objective_value(self, objective) -> float:
+        """``objective``'s value of this plan, in its unit."""
+        from objectives.deployment import get
+
+        return get(objective).value(self)
 
     @property
     def feasible(self) -> bool:
@@ -128,7 +130,14 @@ def _scenario(perf, problem, plan, label, gpu, fault, by_id) -> ScenarioResult:
     cost = problem.total_gpus * makespan / on if on else float("inf")
     mean = sum(t.finish_s for t in timings) / len(timings) if timings else 0.0
     energy = problem.server.power_w * problem.servers * makespan / 1e3
-    return ScenarioResult(label, gpu, fault, timings, makespan, on, cost, mean, energy)
+    finish = {}
+    for t in timings:
+        finish[t.instance] = max(finish.get(t.instance, 0.0), t.finish_s)
+    billed = sum(inst.degree * finish.get(inst.id, 0.0) for inst in plan.instances)
+    gpus_used = sum(inst.degree for inst in plan.instances)
+    servers_used = len({s for inst in plan.instances for s in inst.servers})
+    return ScenarioResult(label, gpu, fault, timings, makespan, on, cost, mean, energy, gpus_used, servers_used,
+                          billed)
 
 
 def evaluate(problem: Problem, plan: Plan, perf: Optional[PerfModel] = None) -> Evaluation:

@@ -13,7 +13,6 @@ from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.result import Binding, ConstraintKey, Status
 
-UNITS = {"cost": "GPU·s per on-time session", "makespan": "ms", "latency": "ms", "energy": "kJ"}
 
 
 @dataclass
@@ -33,6 +32,7 @@ class Alternative:
     instances: int = 0
     on_time: Optional[int] = None
     makespan_ms: Optional[float] = None
+    static: bool = False  # ruled out without a solve (GPUs, heads, one session's memory)
 
     def to_dict(self) -> dict:
         d = {"option": self.option, "reason": self.reason, "detail": self.detail}
@@ -46,8 +46,6 @@ class Alternative:
         return d
 
 
-def fmt_value(objective: str, v: float) -> str:
-    return f"{v:.3f} {UNITS[objective]}" if objective == "cost" else f"{v:.2f} {UNITS[objective]}"
 
 
 def memory_rejection(problem: Problem, perf: PerfModel, p: int) -> Optional[str]:
@@ -59,10 +57,16 @@ def memory_rejection(problem: Problem, perf: PerfModel, p: int) -> Optional[str]
     return f"needs {need / 1e9:.2f} GB per GPU > {problem.gpu.memory_bytes / 1e9:g} GB"
 
 
-def alternatives(problem: Problem, perf: PerfModel, objective: str, best_value: Optional[float],
-                 time_budget_s: float) -> list[Alternative]:
-    """One row per allowed TP degree: its best single-degree plan or the reason it has none."""
-    from optimizer.deployment.solve import max_on_time, solve_deployment
+def alternatives(problem: Problem, perf: PerfModel, objective, best_value: Optional[float],
+                 time_budget_s: float, incumbent=None) -> list[Alternative]:
+    """One row per allowed TP degree: its best single-degree plan or the reason it has none.
+
+    ``incumbent`` (the main solve's outcome) is reused: a degree its plan uses alone gets the
+    plan's row without a solve. The rows share ``time_budget_s``; a row whose solve the budget
+    cuts short says ``time_limit``.
+    """
+    from objectives.deployment import get
+    from optimizer.deployment.solver import max_on_time, solve_deployment
 
     rows: list[Alternative] = []
     degrees = list(problem.degrees)
@@ -71,21 +75,29 @@ def alternatives(problem: Problem, perf: PerfModel, objective: str, best_value: 
         name = f"tp{p}"
         hw = degree_fits_hardware(problem, p)
         if hw:
-            rows.append(Alternative(name, p, "gpus", hw))
+            rows.append(Alternative(name, p, "gpus", hw, static=True))
             continue
         heads = degree_fits_model(problem, p)
         if heads:
-            rows.append(Alternative(name, p, "heads", heads))
+            rows.append(Alternative(name, p, "heads", heads, static=True))
             continue
         mem = memory_rejection(problem, perf, p)
         if mem:
-            rows.append(Alternative(name, p, "memory", mem))
+            rows.append(Alternative(name, p, "memory", mem, static=True))
             continue
         share = max(0.2, (t_end - time.perf_counter()) / max(1, len(degrees) - i))
-        out = solve_deployment(problem, objective, share, degrees=[p], perf=perf)
+        ev0 = getattr(incumbent, "evaluation", None)
+        if ev0 is not None and ev0.plan.instances and all(inst.degree == p for inst in ev0.plan.instances) \
+                and incumbent.status == Status.OPTIMAL:
+            out = incumbent  # the optimal plan uses this degree alone: it is this row's optimum too
+        elif time.perf_counter() >= t_end:
+            rows.append(Alternative(name, p, "time_limit", "not solved: the time limit was used up", status=Status.TIME_LIMIT))
+            continue
+        else:
+            out = solve_deployment(problem, objective, share, degrees=[p], perf=perf)
         if out.status in (Status.OPTIMAL, Status.FEASIBLE):
             ev = out.evaluation
-            w = ev.worst_by(objective)
+            w = get(objective).worst(ev)
             shape = (f"{len(ev.plan.instances)} instance(s), makespan {w.makespan_s * 1e3:.2f} ms, "
                      f"{w.on_time} of {len(problem.sessions)} on time")
             if best_value is not None and abs(out.value - best_value) <= 1e-9 * max(1.0, abs(best_value)):
@@ -115,7 +127,7 @@ def alternatives(problem: Problem, perf: PerfModel, objective: str, best_value: 
                 detail = f"{n} sessions do not fit {slots} TP{p} instances (at most {cap} per instance)"
             rows.append(Alternative(name, p, "memory", detail))
         else:
-            need = max(1, problem.required_on_time) if objective == "cost" else problem.required_on_time
+            need = max(problem.required_on_time, get(objective).min_on_time)
             where = " in the worst fault scenario" if problem.faults else ""
             rows.append(Alternative(name, p, "deadline", f"{best_on} of {n} on time{where} < {need} required", on_time=best_on))
     return rows

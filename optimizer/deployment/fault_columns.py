@@ -127,11 +127,11 @@ class ColumnOutcome:
     solves: int
 
 
-def solve_columns(problem: Problem, columns: list[Column], objective: str, required: int,
+def solve_columns(problem: Problem, columns: list[Column], kind: str, required: int,
                   deadline: float) -> Optional[ColumnOutcome]:
     """Optimal plan over the columns (None when none is found in time).
 
-    ``objective``: cost | makespan | energy, or ``worst_on_time`` (the most sessions that can
+    ``kind``: ``cost`` (ratio G·M/on) | ``makespan``, or ``worst_on_time`` (the most sessions that can
     be on time in the worst fault scenario, ignoring ``required``)."""
     g, n = problem.total_gpus, len(problem.sessions)
 
@@ -150,8 +150,8 @@ def solve_columns(problem: Problem, columns: list[Column], objective: str, requi
         M = m.new_int_var(0, horizon, "M")
         on = m.new_int_var(0, n, "on_time")  # one variable, so each scenario row stays short
         m.add(on == sum(col.on * zi for col, zi in zip(columns, z)))
-        m.add(on >= max(required, 1 if objective == "cost" else 0))
-        need = 0 if worst_on else max(required, 1 if objective == "cost" else 0)
+        m.add(on >= max(required, 1 if kind == "cost" else 0))
+        need = 0 if worst_on else max(required, 1 if kind == "cost" else 0)
         # which column's instance holds the named GPU (None: the GPU is left idle)
         named = [i for i, flt in enumerate(problem.faults) if flt.gpu is not None]
         h = [m.new_bool_var("") for _ in columns] if named else None
@@ -210,10 +210,10 @@ def solve_columns(problem: Problem, columns: list[Column], objective: str, requi
                 s_on = on - col.on + col.onf[f]
                 worst_cost = max(worst_cost, Fraction(g * max(M, col.lf[f]), s_on))
                 worst_mk = max(worst_mk, col.lf[f])
-        return (used, host), (worst_cost if objective == "cost" else Fraction(worst_mk))
+        return (used, host), (worst_cost if kind == "cost" else Fraction(worst_mk))
 
     solves = 0
-    if objective == "worst_on_time":
+    if kind == "worst_on_time":
         m, z, h = build(None, worst_on=True)
         out = solve_cp(m, max(0.05, deadline - time.perf_counter()), workers=8)
         if out.status != Status.OPTIMAL:
@@ -222,14 +222,14 @@ def solve_columns(problem: Problem, columns: list[Column], objective: str, requi
     # the plan of least worst-case makespan: the answer for makespan/energy, the start for cost
     m, z, h = build(None)
     left = max(0.05, deadline - time.perf_counter())
-    out = solve_cp(m, left if objective != "cost" else min(left, 5.0), workers=8)
+    out = solve_cp(m, left if kind != "cost" else min(left, 5.0), workers=8)
     solves += 1
     if out.status == Status.INFEASIBLE:
         return ColumnOutcome(None, Fraction(0), True, None, solves)  # proven: no plan
     if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return None
     used, lam = read(out.solver, z, h)
-    if objective != "cost":
+    if kind != "cost":
         return ColumnOutcome(used, lam, out.status == Status.OPTIMAL, Fraction(int(out.bound)), solves)
     # cost: Dinkelbach iterations from there
     while time.perf_counter() < deadline:

@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from optimizer.deployment.explain import UNITS, Alternative, fmt_value
+from optimizer.deployment.explain import Alternative
 from optimizer.deployment.schema import Problem
-from optimizer.deployment.solve import SolveOutcome
-from optimizer.result import Binding, ConstraintKey, Status
+from optimizer.deployment.solver import SolveOutcome
+from optimizer.result import Binding, ConstraintKey, Status, envelope, group_conflicts
 
 MAX_SESSION_ROWS = 40
 MAX_BINDING_ROWS = 12
@@ -22,6 +22,9 @@ class DeploymentReport:
     conflict_keys: list[ConstraintKey] = field(default_factory=list)
     conflict_details: list[str] = field(default_factory=list)
     total_time_s: float = 0.0
+    achievable: dict | None = None  # infeasible: the best achievable value of the violated requirement
+    cut_short: list[str] = field(default_factory=list)  # explanation parts the time limit cut short
+    perf: Any = None
 
     @property
     def status(self) -> Status:
@@ -29,14 +32,12 @@ class DeploymentReport:
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
+        """The result envelope (:func:`optimizer.result.envelope`) of this deployment."""
         o = self.outcome
         p = self.problem
-        d: dict[str, Any] = {
-            "problem": "deployment",
-            "name": p.name,
-            "status": o.status.value,
-            "objective": {"name": o.objective, "value": o.value, "unit": UNITS[o.objective], "bound": o.bound},
-        }
+        obj = o.objective
+        plan = None
+        extra: dict[str, Any] = {}
         ev = o.evaluation
         if ev is not None:
             G = p.server.gpus
@@ -46,48 +47,78 @@ class DeploymentReport:
                     "id": inst.id, "tp": inst.degree, "server": inst.servers[0], "servers": list(inst.servers),
                     "gpus": list(inst.gpus), "sessions": list(inst.sessions),
                     "memory_gb_per_gpu": round(ev.memory_per_gpu[inst.id] / 1e9, 4),
+                    "allreduce": self._allreduce_source(inst.degree),
                 })
             sessions = [{
                 "id": t.id, "instance": t.instance, "start_ms": t.start_s * 1e3, "finish_ms": t.finish_s * 1e3,
                 "deadline_ms": t.deadline_s * 1e3 if t.deadline_s is not None else None, "on_time": t.on_time,
             } for t in ev.nominal.sessions]
-            d["plan"] = {
+            price = p.gpu.dollars_per_gpu_hour
+            plan = {
                 "instances": instances,
                 "sessions": sessions,
                 "makespan_ms": ev.nominal.makespan_s * 1e3,
                 "gpus_billed": p.total_gpus,
-                "gpus_in_instances": sum(i.degree for i in ev.plan.instances),
+                "gpus_in_instances": ev.nominal.gpus_used,
+                "servers_in_use": ev.nominal.servers_used,
                 "on_time": ev.nominal.on_time,
                 "required_on_time": p.required_on_time,
                 "servers": p.servers,
                 "gpus_per_server": G,
+                "dollars_per_gpu_hour": price,
+                "dollars_per_hour": None if price is None else price * ev.nominal.gpus_used,
             }
             if p.faults:
-                d["fault_scenarios"] = [{
-                    "gpu": r.gpu, "fault": r.label.split(" ")[0], "makespan_ms": r.makespan_s * 1e3, "on_time": r.on_time,
-                    "objective": _scenario_objective(o.objective, r),
+                plan["fault_scenarios"] = [{
+                    "gpu": r.gpu, "fault": r.label.split(" ")[0], "makespan_ms": r.makespan_s * 1e3,
+                    "on_time": r.on_time, "objective": obj.scenario_value(p, r),
                 } for r in ev.scenarios]
-                worst = ev.worst_by(o.objective)
-                d["worst_scenario"] = {"label": worst.label, "gpu": worst.gpu}
+                worst = obj.worst(ev)
+                plan["worst_scenario"] = {"label": worst.label, "gpu": worst.gpu}
             if ev.violations:
-                d["evaluator_violations"] = ev.violations
-        d["binding"] = [b.to_dict() for b in self.binding]
-        d["rejected"] = [a.to_dict() for a in self.alternatives if a.reason != "tie"]
-        d["comparison"] = [a.to_dict() for a in self.alternatives]
+                extra["evaluator_violations"] = ev.violations
+        conflicts = []
         if o.status == Status.INFEASIBLE:
-            d["conflicts"] = {
-                "constraints": [str(k) for k in self.conflict_keys],
-                "families": sorted({k.family for k in self.conflict_keys}),
-                "details": self.conflict_details,
-            }
-        d["solver"] = {
-            "name": o.stats.name, "status": o.stats.status.value, "time_s": round(o.stats.time_s, 4),
-            "gap": o.stats.gap, "bound": o.bound, "solves": o.stats.solves, "formulation": o.mode,
-            "total_time_s": round(self.total_time_s, 4),
-        }
-        if o.notes:
-            d["notes"] = o.notes
-        return d
+            conflicts = self.conflict_groups()
+        return envelope(
+            "deployment", p.name, o.status,
+            {"name": obj.name, "value": o.value, "unit": obj.unit, "bound": o.bound, "gap": o.stats.gap,
+             "definition": obj.definition, "sense": obj.sense},
+            plan,
+            {"name": o.stats.name, "status": o.stats.status.value, "time_s": round(self.total_time_s, 4),
+             "solve_time_s": round(o.stats.time_s, 4), "gap": o.stats.gap, "bound": o.bound,
+             "solves": o.stats.solves, "formulation": o.mode, "cut_short": self.cut_short},
+            binding=[b.to_dict() for b in self.binding],
+            alternatives=[a.to_dict() for a in self.alternatives],
+            conflicts=conflicts,
+            definitions=definitions(obj),
+            achievable=self.achievable,
+            notes=o.notes or None,
+            **extra,
+        )
+
+    def conflict_groups(self) -> list[dict[str, Any]]:
+        """Conflicting constraints grouped by family (one entry per family, with a count)."""
+        details = {}
+        for k, line in zip(self.conflict_keys, self.conflict_lines_by_key()):
+            details[k] = line
+        groups = group_conflicts(self.conflict_keys, details)
+        general = [d for d in self.conflict_details if not any(d.startswith(str(k)) for k in self.conflict_keys)]
+        if general and groups:
+            groups[0]["detail"] = "; ".join(general + ([groups[0]["detail"]] if groups[0]["detail"] else []))
+        return groups
+
+    def conflict_lines_by_key(self) -> list[str]:
+        """The detail sentence of each conflict key (same order as :attr:`conflict_keys`)."""
+        out = []
+        for k in self.conflict_keys:
+            line = next((d for d in self.conflict_details if d.startswith(str(k))), "")
+            out.append(line[len(str(k)) + 2:] if line.startswith(f"{k}: ") else line)
+        return out
+
+    def _allreduce_source(self, degree: int) -> str:
+        src = getattr(self.perf, "allreduce_source", None) if self.perf is not None else None
+        return src(degree) if callable(src) else ""
 
     # ------------------------------------------------------------------ tables
     def render(self, console) -> None:
@@ -101,17 +132,24 @@ class DeploymentReport:
                       f"QH={p.model.q_heads}, KVH={p.model.kv_heads}; {p.servers} x {p.server.name} "
                       f"({p.server.gpus} x {p.gpu.name}); {len(p.sessions)} sessions, "
                       f"{p.required_on_time} must be on time")
+        obj = o.objective
         if o.status == Status.INFEASIBLE:
-            console.print("[bold red]infeasible[/bold red]: no deployment meets every limit. Conflicting constraints:")
-            for line in self.conflict_details or [str(k) for k in self.conflict_keys]:
-                console.print(f"  - {escape(line)}")
+            console.print("[bold red]infeasible[/bold red]: no deployment meets every limit.")
+            if self.achievable:
+                console.print(f"[bold]best achievable[/bold]: {escape(self.achievable['detail'])}")
+            groups = self.conflict_groups()
+            if groups:
+                console.print("Conflicting constraints:")
+                for g in groups:
+                    head = g["constraints"][0] if g["count"] == 1 else f"{g['family']} x{g['count']} ({g['constraints'][0]}, ...)"
+                    console.print(f"  - {escape(head)}: {escape(g['detail'] or 'cannot hold with the others')}")
         elif o.status == Status.TIME_LIMIT:
             console.print("[bold yellow]time limit[/bold yellow]: no plan found within the time limit")
         ev = o.evaluation
         if ev is not None:
             gap = "" if o.stats.gap is None else f", gap {o.stats.gap * 100:.3g}%"
-            bound = "" if o.bound is None else f", bound {fmt_value(o.objective, o.bound)}"
-            console.print(f"[bold]{o.status.value}[/bold]: {o.objective} = [bold]{fmt_value(o.objective, o.value)}[/bold]{bound}{gap}")
+            bound = "" if o.bound is None else f", bound {obj.fmt(o.bound)}"
+            console.print(f"[bold]{o.status.value}[/bold]: {obj.name} = [bold]{obj.fmt(o.value)}[/bold]{bound}{gap}")
             t = Table(title="Instances")
             for col in ("instance", "TP", "server", "GPUs", "sessions (in order)", "GB/GPU", "finish ms"):
                 t.add_column(col)
@@ -133,18 +171,20 @@ class DeploymentReport:
             console.print(st)
             if len(rows) > MAX_SESSION_ROWS:
                 console.print(f"({len(rows) - MAX_SESSION_ROWS} more sessions: use --format json)")
+            price = p.gpu.dollars_per_gpu_hour
+            rate = "" if price is None else f", ${price * ev.nominal.gpus_used:,.2f}/hour at ${price:g}/GPU-hour"
             console.print(f"makespan {ev.nominal.makespan_s * 1e3:.2f} ms, {ev.nominal.on_time} of {len(p.sessions)} on time, "
-                          f"{p.total_gpus} GPUs billed")
+                          f"{ev.nominal.gpus_used} of {p.total_gpus} GPUs in instances{rate}")
             if p.faults:
-                w = ev.worst_by(o.objective)
+                w = obj.worst(ev)
                 console.print(f"faults: {len(ev.scenarios)} scenarios; worst is {w.label}: makespan {w.makespan_s * 1e3:.2f} ms, "
-                              f"{w.on_time} on time, {o.objective} {fmt_value(o.objective, _scenario_objective(o.objective, w))}")
+                              f"{w.on_time} on time, {obj.name} {obj.fmt(obj.scenario_value(p, w))}")
         if self.alternatives:
             t = Table(title="Each TP degree alone")
             for col in ("option", "result", "why not chosen"):
                 t.add_column(col)
             for a in self.alternatives:
-                res = fmt_value(o.objective, a.value) if a.value is not None else "-"
+                res = obj.fmt(a.value) if a.value is not None else "-"
                 why = a.detail if a.reason in ("objective", "tie") else f"{a.reason}: {a.detail}"
                 t.add_row(a.option, res, escape(why))
             console.print(t)
@@ -160,13 +200,31 @@ class DeploymentReport:
         s = o.stats
         console.print(f"solver {s.name}: {s.status.value}, {s.solves} solve(s), {s.time_s:.3f} s solving, "
                       f"{self.total_time_s:.3f} s in all, formulation {o.mode}")
+        if self.cut_short:
+            console.print(f"[yellow]cut short by the time limit: {', '.join(self.cut_short)}[/yellow]")
         for n in o.notes:
             console.print(f"[red]{escape(n)}[/red]")
+        console.print(f"[dim]{obj.name} = {escape(obj.definition)}[/dim]")
 
 
-def _scenario_objective(objective: str, r) -> float:
-    return {"cost": r.cost_gpu_s, "makespan": r.makespan_s * 1e3, "energy": r.energy_kj,
-            "latency": r.mean_finish_s * 1e3}[objective]
+def definitions(obj) -> dict[str, str]:
+    """Definitions of every figure the deployment result reports (the envelope's ``definitions``)."""
+    return {
+        f"objective ({obj.name})": f"{obj.definition} [{obj.unit}]",
+        "plan.instances[].tp": "tensor-parallel degree of the instance (GPUs it spans)",
+        "plan.instances[].memory_gb_per_gpu": "weights + KV cache of its sessions + reserve per GPU, GB (1e9 B), eq. 6-1",
+        "plan.instances[].allreduce": "where the instance's AllReduce time comes from (nccl-tests log or alpha-beta model)",
+        "plan.sessions[].start_ms": "time the session's first decode step starts, ms from t=0 (no fault)",
+        "plan.sessions[].finish_ms": "time the session's last decode step ends, ms from t=0 (no fault)",
+        "plan.sessions[].on_time": "finish_ms <= deadline_ms (inclusive)",
+        "plan.makespan_ms": "time until the last session finishes, ms (no fault)",
+        "plan.gpus_billed": "every GPU of every server (what the cost objective bills)",
+        "plan.gpus_in_instances": "GPUs that hold an instance (what the gpus and dollars objectives count)",
+        "plan.dollars_per_hour": "GPUs in instances x dollars_per_gpu_hour, $/hour while every instance runs",
+        "plan.fault_scenarios": "one run per (fault, GPU it hits): the instance on that GPU stalls and restarts its running session",
+        "solver.solve_time_s": "wall time of the main solver calls, seconds",
+        "alternatives[]": "the best plan using one TP degree alone, or the limit that rules that degree out",
+    }
 
 
 def _ranges(gpus) -> str:

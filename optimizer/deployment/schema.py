@@ -52,6 +52,8 @@ class GpuIn(_In):
     memory_bandwidth_gb_s: float = Field(gt=0, le=1e7)
     bf16_tflops: float = Field(gt=0, le=1e7)
     power_w: float = Field(gt=0, le=1e6)
+    dollars_per_gpu_hour: Optional[float] = Field(default=None, gt=0, le=1e6,
+                                                  description="rental or amortised price of one GPU for one hour")
 
 
 class LinkIn(_In):
@@ -72,6 +74,8 @@ class HardwareIn(_In):
     gpu: Union[str, GpuIn]
     server: Union[str, ServerIn]
     servers: int = Field(default=1, gt=0, le=MAX_SERVERS)
+    dollars_per_gpu_hour: Optional[float] = Field(default=None, gt=0, le=1e6,
+                                                  description="overrides the GPU's (catalog) price")
 
 
 class SessionGroupIn(_In):
@@ -139,6 +143,7 @@ class Gpu:
     hbm_bytes_per_s: float
     peak_flops: float
     power_w: float
+    dollars_per_gpu_hour: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -266,7 +271,9 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         server_in = hw.server
     else:
         server_in = _validate(ServerIn, lookup("servers", hw.server, path, "hardware.server"), path, "hardware.server")
-    gpu = Gpu(gpu_in.name, gpu_in.memory_gb * GB, gpu_in.memory_bandwidth_gb_s * GB, gpu_in.bf16_tflops * 1e12, gpu_in.power_w)
+    price = hw.dollars_per_gpu_hour if hw.dollars_per_gpu_hour is not None else gpu_in.dollars_per_gpu_hour
+    gpu = Gpu(gpu_in.name, gpu_in.memory_gb * GB, gpu_in.memory_bandwidth_gb_s * GB, gpu_in.bf16_tflops * 1e12,
+              gpu_in.power_w, price)
     server = Server(server_in.name, server_in.gpus, server_in.power_kw * 1e3,
                     _link(server_in.scale_up, path, "hardware.server.scale_up"),
                     _link(server_in.scale_out, path, "hardware.server.scale_out"))

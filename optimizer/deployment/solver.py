@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Optional
 
-from objectives.deployment import cost as cost_obj
-from objectives.deployment import energy as energy_obj
-from objectives.deployment import latency as latency_obj
-from objectives.deployment import makespan as makespan_obj
+from objectives.deployment import get as get_objective
+from objectives.deployment import registry as objective_registry
+from objectives.deployment.base import DeploymentObjective, ratio_of
+from objectives.deployment.makespan import OBJECTIVE as MAKESPAN
+from objectives.deployment.makespan import worst_makespan
 from optimizer.cpsat import solve_cp
 from optimizer.deployment.configurations import (ConfigurationSearch, chain_degrees, enumerate_configurations,
                                                  moore_hodgson_order)
@@ -23,8 +24,22 @@ from optimizer.deployment.schema import Problem
 from optimizer.errors import InputError
 from optimizer.result import SolverStats, Status, relative_gap
 
-OBJECTIVES = {"cost": cost_obj, "makespan": makespan_obj, "latency": latency_obj, "energy": energy_obj}
 DEFAULT_TIME_LIMIT_S = 60.0
+
+
+def resolve_objective(problem: Problem, objective) -> DeploymentObjective:
+    """The objective object for ``objective`` (a name or an object), checked against the problem.
+
+    Raises:
+        InputError: unknown name, or an input the objective needs is missing (e.g. a GPU price).
+    """
+    try:
+        obj = get_objective(objective)
+    except KeyError:
+        raise InputError(problem.path, "--objective", f"unknown objective '{objective}' "
+                         f"(one of: {', '.join(objective_registry())})") from None
+    obj.check(problem)
+    return obj
 
 
 @dataclass
@@ -33,17 +48,17 @@ class SolveOutcome:
 
     Attributes:
         status: optimal / feasible (gap) / infeasible / time_limit.
-        objective: name.
+        objective: the objective object (``.name``, ``.unit``, ``.definition``).
         value: objective of the plan, re-computed by the evaluator (objective's unit).
         bound: proven bound in the same unit (None if unknown).
         evaluation: evaluator's re-check of the plan (None without a plan).
         stats: solver statistics.
         degrees: TP degrees the plan was allowed to use.
-        mode: formulation used (aggregate / sequence).
+        mode: formulation used (aggregate / sequence / configuration / ordered columns).
     """
 
     status: Status
-    objective: str
+    objective: DeploymentObjective
     value: Optional[float]
     bound: Optional[float]
     evaluation: Optional[Evaluation]
@@ -53,9 +68,9 @@ class SolveOutcome:
     notes: list[str] = field(default_factory=list)
 
 
-def choose_mode(problem: Problem, objective: str) -> str:
+def choose_mode(problem: Problem, objective) -> str:
     """``sequence`` when order matters beyond EDD (faults, latency), else ``aggregate``."""
-    return "sequence" if (problem.faults or objective == "latency") else "aggregate"
+    return "sequence" if (problem.faults or get_objective(objective).needs_sequence) else "aggregate"
 
 
 def usable_degrees(problem: Problem, perf: PerfModel, degrees) -> list[int]:
@@ -69,81 +84,63 @@ def usable_degrees(problem: Problem, perf: PerfModel, degrees) -> list[int]:
     return out
 
 
-def build(problem: Problem, perf: PerfModel, degrees, objective: str, explain: bool = False) -> Formulation:
-    mode = choose_mode(problem, objective)
-    f = Formulation(problem, perf, degrees, mode, latency=(objective == "latency"), explain=explain)
-    if objective == "cost":
-        f.required = max(f.required, 1)
+def build(problem: Problem, perf: PerfModel, degrees, objective, explain: bool = False) -> Formulation:
+    obj = get_objective(objective)
+    mode = choose_mode(problem, obj)
+    f = Formulation(problem, perf, degrees, mode, latency=obj.needs_sequence, explain=explain)
+    f.required = max(f.required, obj.min_on_time)
     return f.build()
 
 
-def solve_deployment(problem: Problem, objective: str = "cost", time_limit_s: Optional[float] = None,
+def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[float] = None,
                      degrees=None, perf: Optional[PerfModel] = None) -> SolveOutcome:
     """Find the optimal deployment plan.
 
     Args:
         problem: resolved problem.
-        objective: cost | makespan | latency | energy.
+        objective: a deployment objective (name or object, see ``objectives/deployment/``).
         time_limit_s: wall-clock budget for all solver calls (default 60 s).
         degrees: restrict the TP degrees (default: the problem's).
     Returns:
         SolveOutcome; ``status`` is INFEASIBLE when no plan meets the limits.
     Raises:
-        InputError: unknown objective.
+        InputError: unknown objective, or one whose inputs are missing.
     """
-    if objective not in OBJECTIVES:
-        raise InputError(problem.path, "--objective", f"unknown objective '{objective}' (one of: {', '.join(OBJECTIVES)})")
+    obj = resolve_objective(problem, objective)
     perf = perf or PerfModel(problem)
     limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
     deadline = time.perf_counter() + limit
     allowed = tuple(problem.degrees if degrees is None else degrees)
     usable = usable_degrees(problem, perf, allowed)
-    mode = choose_mode(problem, objective)
+    mode = choose_mode(problem, obj)
     stats = SolverStats("cp-sat", Status.INFEASIBLE, 0.0, solves=0)
     if not usable:
-        return SolveOutcome(Status.INFEASIBLE, objective, None, None, None, stats, allowed, mode)
+        return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, mode)
 
     def remaining() -> float:
         return max(0.05, deadline - time.perf_counter())
 
-    obj_mod = OBJECTIVES[objective]
-    if mode == "sequence" and objective != "latency" and _columns_apply(problem, usable):
-        done = _solve_with_columns(problem, perf, usable, objective, deadline, stats, allowed)
+    if mode == "sequence" and obj.search and _columns_apply(problem, usable):
+        done = _solve_with_columns(problem, perf, usable, obj, deadline, stats, allowed)
         if done is not None:
             return done
     seed_plan = None
     if mode == "sequence" and chain_degrees(problem, usable):
-        seed_plan = _nominal_seed_plan(problem, perf, usable, objective, min(remaining() * 0.2, 5.0))
-    if objective == "latency":
-        f = build(problem, perf, usable, objective)
-        obj_mod.apply(f)
-        if seed_plan is not None:
-            hint_from_plan(f, seed_plan, spt=True)
-        out = solve_cp(f.model, remaining(), workers=_workers(f))
-        stats.time_s += out.time_s
-        stats.solves += 1
-        if out.status in (Status.INFEASIBLE, Status.TIME_LIMIT):
-            stats.status = out.status
-            return SolveOutcome(out.status, objective, None, None, None, stats, allowed, mode)
-        plan = extract_plan(f, out.solver)
-        ev = evaluate(problem, plan, perf)
-        value = ev.objective_value(objective)
-        bound = _bound_in_unit(problem, objective, out.bound, f)
-        status = out.status
-        return _finish(status, objective, value, bound, ev, stats, allowed, mode)
-
-    if mode == "aggregate" and chain_degrees(problem, usable):
-        done = _solve_with_configurations(problem, perf, usable, objective, deadline, stats, allowed)
+        seed_plan = _nominal_seed_plan(problem, perf, usable, obj, min(remaining() * 0.2, 5.0))
+    if mode == "aggregate" and obj.search and chain_degrees(problem, usable):
+        done = _solve_with_configurations(problem, perf, usable, obj, deadline, stats, allowed)
         if done is not None:
             return done
-    # phase 1: a plan of small worst-case makespan (a short share of the budget); its
-    # makespan bound also bounds the cost: G·M_lb / N.
-    f = build(problem, perf, usable, "cost" if objective == "cost" else objective)
-    makespan_obj.apply(f)
+    if obj.kind != "ratio":
+        return _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, seed_plan)
+
+    # ratio objectives: phase 1, a plan of small worst-case makespan (a short share of the
+    # budget) whose makespan bound may also bound the ratio; then Dinkelbach iterations.
+    f = build(problem, perf, usable, obj)
+    MAKESPAN.apply(f)
     if seed_plan is not None:
         hint_from_plan(f, seed_plan)
-    share = max(2.0, 0.25 * limit) if objective == "cost" else remaining()
-    out = solve_cp(f.model, min(remaining(), share))
+    out = solve_cp(f.model, min(remaining(), max(2.0, 0.25 * limit)))
     if out.status == Status.TIME_LIMIT and remaining() > 0.1:
         out = solve_cp(f.model, remaining())  # no plan yet: keep looking
         stats.solves += 1
@@ -151,45 +148,70 @@ def solve_deployment(problem: Problem, objective: str = "cost", time_limit_s: Op
     stats.solves += 1
     if out.status in (Status.INFEASIBLE, Status.TIME_LIMIT):
         stats.status = out.status
-        return SolveOutcome(out.status, objective, None, None, None, stats, allowed, mode)
-    if objective != "cost":
-        lam = Fraction(int(round(out.objective)))
-        bound_ratio = Fraction(int(out.bound))
-    else:
-        lam = cost_obj.ratio(f, out.solver)
-        bound_ratio = Fraction(problem.total_gpus * int(out.bound), len(problem.sessions))
-    best_plan = extract_plan(f, out.solver)
-    proven = out.status == Status.OPTIMAL and objective != "cost"
-    if objective == "cost" and not proven:
-        best_plan, lam, bound_ratio, proven = _dinkelbach(problem, perf, usable, lam, bound_ratio, out, f,
-                                                           deadline, stats)
+        return SolveOutcome(out.status, obj, None, None, None, stats, allowed, mode)
+    lam = ratio_of(obj, f, out.solver)
+    bound_ratio = obj.numerator_bound(problem, int(out.bound))
+    best_plan, lam, bound_ratio, proven = _dinkelbach(problem, perf, usable, obj, lam, bound_ratio, out, f,
+                                                       deadline, stats)
     ev = evaluate(problem, best_plan, perf)
-    value = ev.objective_value(objective)
-    if objective == "cost":
-        bound = float(bound_ratio) * TIME_UNIT_S
-    else:
-        bound = _bound_in_unit(problem, objective, float(bound_ratio), f)
+    value = obj.value(ev)
+    bound = min(obj.ratio_in_unit(problem, bound_ratio), value)  # the evaluated plan bounds the optimum too
     if proven:
         bound = min(value, bound)  # exact arithmetic may shave the tick rounding
-    status = Status.OPTIMAL if proven else Status.FEASIBLE
-    return _finish(status, objective, value, bound, ev, stats, allowed, mode)
+    status = Status.OPTIMAL if proven and bound >= value * (1 - 1e-9) else Status.FEASIBLE
+    return _finish(status, obj, value, bound, ev, stats, allowed, mode)
 
 
-def _dinkelbach(problem, perf, usable, lam, bound_ratio, out, f, deadline, stats):
-    """Dinkelbach iterations on the compact formulation (cost objective)."""
+def _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, seed_plan) -> SolveOutcome:
+    """One CP-SAT solve of the compact/sequence formulation with the objective set directly
+    (makespan, energy, latency); for ``count`` objectives a second solve with the count fixed
+    picks the smallest makespan among the optimal plans."""
+    f = build(problem, perf, usable, obj)
+    obj.apply(f)
+    if seed_plan is not None:
+        hint_from_plan(f, seed_plan, spt=obj.kind == "finish_sum")
+    left = max(0.05, deadline - time.perf_counter())
+    share = left * 0.7 if obj.kind == "count" else left
+    out = solve_cp(f.model, share, workers=_workers(f) if obj.kind == "finish_sum" else 2)
+    stats.time_s += out.time_s
+    stats.solves += 1
+    if out.status in (Status.INFEASIBLE, Status.TIME_LIMIT):
+        stats.status = out.status
+        return SolveOutcome(out.status, obj, None, None, None, stats, allowed, mode)
+    bound = obj.bound_in_unit(problem, out.bound)
+    solver = out.solver
+    if obj.kind == "count" and out.status == Status.OPTIMAL:
+        count = int(round(out.objective))
+        f2 = build(problem, perf, usable, obj)
+        f2.model.add(obj.expression(f2) == count)
+        f2.model.minimize(worst_makespan(f2))
+        _add_hint(f2, _solution(solver, f))
+        out2 = solve_cp(f2.model, max(0.05, deadline - time.perf_counter()))
+        stats.time_s += out2.time_s
+        stats.solves += 1
+        if out2.status in (Status.OPTIMAL, Status.FEASIBLE):
+            f, solver = f2, out2.solver
+    plan = extract_plan(f, solver)
+    ev = evaluate(problem, plan, perf)
+    value = obj.value(ev)
+    return _finish(out.status, obj, value, min(bound, value), ev, stats, allowed, mode)
+
+
+def _dinkelbach(problem, perf, usable, obj, lam, bound_ratio, out, f, deadline, stats):
+    """Dinkelbach iterations on the compact formulation (ratio objectives)."""
     best_f, best_solver = f, out.solver
     proven = False
     hint = _solution(out.solver, f)
     while time.perf_counter() < deadline:
-        f = build(problem, perf, usable, "cost")
-        cost_obj.apply(f, lam)
+        f = build(problem, perf, usable, obj)
+        obj.apply(f, lam)
         _add_hint(f, hint)
         out = solve_cp(f.model, max(0.05, deadline - time.perf_counter()))
         stats.time_s += out.time_s
         stats.solves += 1
         if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
             break
-        new_lam = cost_obj.ratio(f, out.solver)
+        new_lam = ratio_of(obj, f, out.solver)
         if out.status == Status.OPTIMAL and out.objective >= 0:
             proven = True
             bound_ratio = lam
@@ -221,7 +243,7 @@ def _solve_with_columns(problem, perf, usable, objective, deadline, stats, allow
     cols = enumerate_columns(problem, f.options)
     if not cols:
         return None
-    res = solve_columns(problem, cols, objective, f.required, deadline)
+    res = solve_columns(problem, cols, objective.search, max(f.required, objective.min_on_time), deadline)
     stats.time_s += time.perf_counter() - t0
     if res is None:
         return None
@@ -247,10 +269,10 @@ def _solve_with_columns(problem, perf, usable, objective, deadline, stats, allow
             host_id = next(i.id for i in plan.instances if i.sessions and i.sessions[0] == first)
         plan = place_named_gpu(problem, plan, named, host_id)
     ev = evaluate(problem, plan, perf)
-    value = ev.objective_value(objective)
+    value = objective.value(ev)
     bound = None
     if res.bound is not None:
-        bound = float(res.bound) * TIME_UNIT_S if objective == "cost" else _bound_in_unit(problem, objective, float(res.bound), f)
+        bound = _search_bound_in_unit(problem, objective, res.bound)
     if res.proven:
         bound = min(value, bound)
     return _finish(Status.OPTIMAL if res.proven else Status.FEASIBLE, objective, value, bound, ev, stats, allowed,
@@ -293,8 +315,8 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
     the compact formulation (too many configurations, or no plan within the time)."""
     f = Formulation(problem, perf, usable, "aggregate")  # options and deadline ticks only
     n, g = len(problem.sessions), problem.total_gpus
-    need = max(1, f.required) if objective == "cost" else f.required
-    kind = "cost" if objective == "cost" else "makespan"
+    need = max(f.required, objective.min_on_time)
+    kind = objective.search
     if any(all(f.options[p].cap[c.index] == 0 for p in f.options) for c in problem.classes):
         return None  # a session fits no instance: the compact formulation explains why
     # a first enumeration bound from simple lower bounds on the makespan
@@ -336,12 +358,9 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
     stats.name = "highs (configuration LP/MILP)"
     plan = plan_from_configurations(problem, f.options, best[1])
     ev = evaluate(problem, plan, perf)
-    value = ev.objective_value(objective)
+    value = objective.value(ev)
     proven = bound is not None and bound >= best[0]
-    if kind == "cost":
-        bnd = float(bound) * TIME_UNIT_S if bound is not None else None
-    else:
-        bnd = _bound_in_unit(problem, objective, float(bound), f) if bound is not None else None
+    bnd = _search_bound_in_unit(problem, objective, bound) if bound is not None else None
     if proven:
         bnd = min(value, bnd)
     return _finish(Status.OPTIMAL if proven else Status.FEASIBLE, objective, value, bnd, ev, stats, allowed,
@@ -414,17 +433,12 @@ def _finish(status, objective, value, bound, ev, stats, allowed, mode) -> SolveO
     return SolveOutcome(status, objective, value, bound, ev, stats, allowed, mode, notes)
 
 
-def _bound_in_unit(problem: Problem, objective: str, bound_ticks, f) -> Optional[float]:
-    if bound_ticks is None:
-        return None
-    s = bound_ticks * TIME_UNIT_S
-    if objective == "makespan":
-        return s * 1e3
-    if objective == "energy":
-        return energy_obj.from_makespan_s(problem, s)
-    if objective == "latency":
-        return s * 1e3 / len(problem.sessions)
-    raise ValueError(objective)
+def _search_bound_in_unit(problem: Problem, objective: DeploymentObjective, bound: Fraction) -> float:
+    """A column search's bound (a ratio in GPU·ticks per session for ``cost`` searches,
+    ticks of makespan otherwise) in the objective's unit."""
+    if objective.search == "cost":
+        return objective.ratio_in_unit(problem, bound)
+    return objective.bound_in_unit(problem, float(bound))
 
 
 def _workers(f) -> int:
@@ -432,13 +446,13 @@ def _workers(f) -> int:
     return 8 if len(f.model.proto.variables) > 400 else 2
 
 
-def _nominal_seed_plan(problem: Problem, perf: PerfModel, usable, objective: str, budget_s: float):
+def _nominal_seed_plan(problem: Problem, perf: PerfModel, usable, objective: DeploymentObjective, budget_s: float):
     """A good plan of the problem without faults (configuration search), to warm-start the
     sequence formulation; None when none is found quickly."""
     from dataclasses import replace
 
     nominal = replace(problem, faults=())
-    obj = "makespan" if objective == "latency" else objective
+    obj = objective if objective.search else MAKESPAN
     stats = SolverStats("seed", Status.INFEASIBLE, 0.0, solves=0)
     done = _solve_with_configurations(nominal, PerfModel(nominal), usable, obj,
                                       time.perf_counter() + max(0.1, budget_s), stats, tuple(usable))
@@ -603,7 +617,7 @@ def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float)
     return int(out.solver.value(t))
 
 
-def conflicts(problem: Problem, perf: PerfModel, objective: str, time_limit_s: float = 10.0):
+def conflicts(problem: Problem, perf: PerfModel, objective, time_limit_s: float = 10.0):
     """Named constraints that cannot hold together (a minimal set when time allows).
 
     Returns:

@@ -1,0 +1,128 @@
+"""Deployment problem API: load, solve (with explanations) and the CLI entry point; minimise
+cost / makespan / latency / energy under memory, deadline, on-time and fault limits."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from optimizer.deployment.explain import alternatives, binding, conflict_details
+from optimizer.deployment.perf import PerfModel
+from optimizer.deployment.report import DeploymentReport
+from optimizer.deployment.schema import Problem, build_problem
+from optimizer.deployment.solver import (conflicts, max_on_time, resolve_objective, solve_deployment,
+                                        usable_degrees)
+from optimizer.result import ConstraintKey, Status
+from optimizer.schema_base import apply_overrides, read_yaml
+
+DEFAULT_OBJECTIVE = "cost"
+DEFAULT_TIME_LIMIT_S = 60.0
+MAIN_SHARE = 0.6  # share of --time-limit for the main solve; explanations get the rest
+# without --time-limit: explanations (comparison rows, conflicts) get 1.5x the main solve's
+# time, at least 2 s and at most 10 s
+EXPLAIN_RATIO, EXPLAIN_MIN_S, EXPLAIN_MAX_S = 1.5, 2.0, 10.0
+
+
+def load(path, overrides=()) -> Problem:
+    """Read, override (``dotted.key=value``) and validate a deployment instance file."""
+    path = Path(path)
+    raw = apply_overrides(read_yaml(path), list(overrides), path)
+    return build_problem(raw, path)
+
+
+def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[float] = None,
+          explain: bool = True) -> DeploymentReport:
+    """Solve and explain a deployment problem.
+
+    Args:
+        problem: from :func:`load`.
+        objective: a name from ``objectives/deployment/`` (cost, dollars, gpus, makespan, latency,
+            energy) or the objective object.
+        time_limit_s: wall-clock budget of the whole call, explanations included (default:
+            60 s for the main solve, then 1.5x its time, within 2-10 s, for explanations). With a limit T the main
+            solve gets 60% of T and the comparison rows, binding limits and conflict
+            explanation share the rest; parts cut short are listed in ``cut_short``.
+        explain: also compute the per-degree comparison and binding constraints.
+    Returns:
+        DeploymentReport (``status``, ``to_dict()``, ``render(console)``).
+    Raises:
+        InputError: unknown objective, or an input it needs is missing.
+    """
+    t0 = time.perf_counter()
+    obj = resolve_objective(problem, objective)
+    perf = PerfModel(problem)
+    if time_limit_s is None:
+        main_s, end = DEFAULT_TIME_LIMIT_S, None
+    else:
+        main_s, end = MAIN_SHARE * time_limit_s, t0 + time_limit_s
+    outcome = solve_deployment(problem, obj, main_s, perf=perf)
+    report = DeploymentReport(problem, outcome, perf=perf)
+
+    if end is None:  # no limit given: explanations get a share in proportion to the main solve
+        end = time.perf_counter() + min(EXPLAIN_MAX_S, max(EXPLAIN_MIN_S, EXPLAIN_RATIO * (time.perf_counter() - t0)))
+
+    def left() -> float:
+        return max(0.0, end - time.perf_counter())
+
+    if explain:
+        budget = left()
+        report.alternatives = alternatives(problem, perf, obj, outcome.value,
+                                           budget * (0.5 if outcome.status == Status.INFEASIBLE else 1.0),
+                                           incumbent=outcome)
+        if any(a.reason == "time_limit" for a in report.alternatives):
+            report.cut_short.append("comparison rows")
+    if outcome.evaluation is not None and not outcome.evaluation.violations:
+        report.binding = binding(problem, perf, outcome.evaluation, obj)
+    if outcome.status == Status.INFEASIBLE:
+        explain_infeasible(report, problem, perf, obj, left)
+    report.total_time_s = time.perf_counter() - t0
+    return report
+
+
+def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfModel, obj, left) -> None:
+    """Fill the report's conflicts and the best achievable value of the violated requirement.
+
+    Order: (1) when every TP degree is ruled out by limits that need no solve (GPUs, heads,
+    memory), those rules are the conflict, grouped by rule; (2) otherwise a minimal conflicting
+    set of named constraints from CP-SAT; (3) the most sessions that can be on time (all
+    degrees together) when the on-time requirement is what fails.
+    """
+    rows = report.alternatives
+    static = [a for a in rows if a.static]
+    if rows and len(static) == len(rows):
+        report.conflict_keys = [ConstraintKey(a.reason, a.option) for a in static]
+        report.conflict_details = [f"{a.reason}[{a.option}]: {a.detail}" for a in static]
+        reasons = sorted({a.reason for a in static})
+        if len(reasons) == 1:
+            report.achievable = {"requirement": reasons[0], "best": None, "required": None,
+                                 "detail": f"every TP degree is ruled out by the {reasons[0]} rule: {static[0].detail}"}
+        return
+    budget = left()
+    if budget > 0.2:
+        keys, f = conflicts(problem, perf, obj, budget * 0.6)
+        if keys:
+            report.conflict_details = conflict_details(problem, perf, keys, f)
+            report.conflict_keys = keys
+    elif report.conflict_keys == []:
+        report.cut_short.append("conflict explanation")
+    need = max(problem.required_on_time, obj.min_on_time)
+    usable = usable_degrees(problem, perf, problem.degrees)
+    best = None
+    if usable and left() > 0.1:
+        best = max_on_time(problem, perf, usable, max(0.1, left()))
+    n = len(problem.sessions)
+    where = " in the worst fault scenario" if problem.faults else ""
+    if best is not None and best < need:
+        report.achievable = {"requirement": "on_time", "best": best, "required": need,
+                             "detail": f"at most {best} of {n} sessions can finish on time{where}; {need} required"}
+    elif best is None and usable:
+        report.achievable = {"requirement": "memory", "best": None, "required": n,
+                             "detail": f"the {n} sessions do not all fit in GPU memory at once with TP "
+                                       f"{', '.join(map(str, usable))}"}
+
+
+def run(raw: dict[str, Any], path: Path, objective: Optional[str], time_limit_s: Optional[float],
+        output_dir: Optional[Path]) -> DeploymentReport:
+    """CLI entry point (see :mod:`optimizer.problems`)."""
+    problem = build_problem(raw, path)
+    return solve(problem, objective or DEFAULT_OBJECTIVE, time_limit_s)

@@ -1,0 +1,1 @@
+"""JSON Schema files of the result envelope."""
