@@ -186,6 +186,11 @@ def test_table_rank_count_must_match_group(tmp_path):
 
 # ----------------------------------------------------------------------------- synthetic logs
 
+_GROUPS = "#                                                              out-of-place                       in-place"
+_COLUMNS = ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw "
+            "#wrong")
+_UNITS = ("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  "
+          "(GB/s)")
 _HEADER = "#  Rank {r:2d} Group  0 Pid  {pid} on node-{n} device  {d} [0000:19:00] NVIDIA H100 80GB HBM3"
 _ROW = "{size:>12} {count:>13}     float     sum      -1 {t:8.2f}    0.00    0.00      0 {t:8.2f}    0.00    0.00      0"
 
@@ -195,7 +200,7 @@ def _log_text(ranks: int, rows: list[tuple[int, float]], *, rank_lines: bool = T
              "# Using devices"]
     if rank_lines:
         lines += [_HEADER.format(r=r, pid=1000 + r, n=r // 8, d=r % 8) for r in range(ranks)]
-    lines += ["#", "#       size         count      type   redop    root     time   algbw   busbw #wrong"]
+    lines += ["#", _GROUPS, _COLUMNS, _UNITS]
     lines += [_ROW.format(size=s, count=max(1, s // 4), t=t) for s, t in rows]
     lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 1.00", "#"]
     return "\n".join(lines) + "\n"
@@ -232,7 +237,7 @@ BAD_LOGS = {
                              ["not strictly increasing"]),
     "repeated_size": (_log_text(16, [(8192, 20.0), (16384, 21.5), (16384, 21.6)]), ["not strictly increasing"]),
     "time_not_a_number": (_log_text(16, GOOD_ROWS).replace("   21.50", "     N/A", 1), ["not a number"]),
-    "no_rows": (_log_text(16, []), ["no all_reduce_perf data rows"]),
+    "no_rows": (_log_text(16, []), ["no nccl-tests data rows"]),
     "too_small_for_message": (_log_text(16, [(8, 20.0), (4096, 20.5), (8192, 21.0)]),
                               ["hardware.server.scale_out.allreduce_log", "measures up to 8192 B",
                                "AllReduce message of 10240 B"]),
