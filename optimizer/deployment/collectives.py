@@ -316,3 +316,46 @@ def read_nccl_allreduce_log(path: Path) -> NcclTestsTable:
                 raise InputError(path, f"line {lineno}", f"size {size} B is not count {count} x {b} B ({t.data_type}): "
                                  "not an AllReduce row (all_gather/reduce_scatter/alltoall print per-rank counts)")
     return t
+
+
+@dataclass(frozen=True)
+class AllReduceSource:
+    """Where the AllReduce time of one TP degree comes from, and why.
+
+    Attributes:
+        degree: TP degree p.
+        source: ``log`` (an nccl-tests table), ``model`` (alpha-beta, eq. 6-9 ring or 6-10
+            tree) or ``none`` (TP1: no AllReduce).
+        algorithm: ``measured``, ``ring`` or ``tree`` ("" for TP1).
+        tier: ``scale_up`` or ``scale_out`` ("" for TP1).
+        time_s: time of one AllReduce of the hidden vector, seconds.
+        reason: why this source, e.g. ``log has 2 ranks, TP4 needs 4``.
+        log: the nccl-tests log of the tier, if any (also when it was not used).
+        log_ranks: rank count of that log.
+    """
+
+    degree: int
+    source: str
+    algorithm: str
+    tier: str
+    time_s: float
+    reason: str
+    log: Optional[str] = None
+    log_ranks: Optional[int] = None
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "algorithm": self.algorithm, "tier": self.tier,
+                "time_us": self.time_s * 1e6, "reason": self.reason, "log": self.log, "log_ranks": self.log_ranks}
+
+    def summary(self) -> str:
+        """Short text for a table cell: ``log, 16 ranks: 32.74 us``, ``ring model: 11.55 us``, or
+        ``ring model: 4.97 us; log has 2 ranks, TP4 needs 4`` when a log exists but was not used
+        (or ``measured`` found none). The log file itself is in :meth:`to_dict`."""
+        if self.source == "none":
+            return "-"
+        t = f"{self.time_s * 1e6:.2f} us"
+        if self.source == "log":
+            return f"log, {self.log_ranks} ranks: {t}"
+        if self.log is None and not self.reason.startswith("no allreduce_log"):
+            return f"{self.algorithm} model: {t}"
+        return f"{self.algorithm} model: {t}; {self.reason}"

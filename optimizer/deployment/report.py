@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizer.deployment.explain import UNITS, Alternative, fmt_value
+from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.deployment.solve import SolveOutcome
 from optimizer.result import Binding, ConstraintKey, Status
@@ -40,12 +41,14 @@ class DeploymentReport:
         ev = o.evaluation
         if ev is not None:
             G = p.server.gpus
+            perf = PerfModel(p)
             instances = []
             for inst in ev.plan.instances:
                 instances.append({
                     "id": inst.id, "tp": inst.degree, "server": inst.servers[0], "servers": list(inst.servers),
                     "gpus": list(inst.gpus), "sessions": list(inst.sessions),
                     "memory_gb_per_gpu": round(ev.memory_per_gpu[inst.id] / 1e9, 4),
+                    "allreduce": perf.allreduce_source(inst.degree).to_dict(),
                 })
             sessions = [{
                 "id": t.id, "instance": t.instance, "start_ms": t.start_s * 1e3, "finish_ms": t.finish_s * 1e3,
@@ -140,13 +143,16 @@ class DeploymentReport:
                 console.print(f"faults: {len(ev.scenarios)} scenarios; worst is {w.label}: makespan {w.makespan_s * 1e3:.2f} ms, "
                               f"{w.on_time} on time, {o.objective} {fmt_value(o.objective, _scenario_objective(o.objective, w))}")
         if self.alternatives:
-            t = Table(title="Each TP degree alone")
-            for col in ("option", "result", "why not chosen"):
+            logs = [f"{tier} {link.table.path} ({link.table.ranks} ranks)"
+                    for tier, link in (("scale_up", p.server.scale_up), ("scale_out", p.server.scale_out)) if link.table]
+            t = Table(title="Each TP degree alone", caption=escape("AllReduce logs: " + ", ".join(logs)) if logs else None)
+            for col in ("option", "result", "why not chosen", "AllReduce"):
                 t.add_column(col)
             for a in self.alternatives:
                 res = fmt_value(o.objective, a.value) if a.value is not None else "-"
                 why = a.detail if a.reason in ("objective", "tie") else f"{a.reason}: {a.detail}"
-                t.add_row(a.option, res, escape(why))
+                ar = a.allreduce.summary() if a.allreduce is not None else "-"
+                t.add_row(a.option, res, escape(why), escape(ar))
             console.print(t)
         if self.binding:
             t = Table(title="Binding constraints (tightest first)")
