@@ -132,6 +132,15 @@ class _Layout:
     root: Optional[int]
 
 
+def _number(token: str) -> Optional[float]:
+    """``float(token)`` if it is a finite number (nccl-tests prints ``-nan``/``inf`` on failures)."""
+    try:
+        x = float(token)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
+
+
 def _is_row(tokens: list[str]) -> bool:
     """A results row starts with two integers (size, count); a lone integer is a cut-off row."""
     return bool(tokens) and tokens[0].isdigit() and (len(tokens) == 1 or tokens[1].isdigit())
@@ -239,16 +248,13 @@ def _parse(path: Path) -> tuple[NcclTestsTable, _RowFacts]:
         if len(tokens) != layout.n_tokens:
             raise InputError(path, f"line {lineno}", f"expected {layout.n_tokens} columns (header at line "
                              f"{layout.line}), got {len(tokens)}")
-        try:
-            t_us = float(tokens[layout.time])
-        except ValueError:
-            raise InputError(path, f"line {lineno}", f"out-of-place time '{tokens[layout.time]}' is not a number") from None
-        try:
-            bw = float(tokens[layout.busbw])
-        except ValueError:
-            raise InputError(path, f"line {lineno}", f"out-of-place busbw '{tokens[layout.busbw]}' is not a number") from None
+        t_us, bw = _number(tokens[layout.time]), _number(tokens[layout.busbw])
+        if t_us is None:
+            raise InputError(path, f"line {lineno}", f"out-of-place time '{tokens[layout.time]}' is not a number")
+        if bw is None:
+            raise InputError(path, f"line {lineno}", f"out-of-place busbw '{tokens[layout.busbw]}' is not a number")
         size = int(tokens[0])
-        if size <= 0 or not t_us > 0 or not math.isfinite(t_us):
+        if size <= 0 or t_us <= 0:
             raise InputError(path, f"line {lineno}", "size and time must be positive")
         kind = (tokens[layout.type] if layout.type is not None else "",
                 tokens[layout.redop] if layout.redop is not None else "")
