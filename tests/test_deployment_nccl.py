@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from optimizer.deployment import load, solve
-from optimizer.deployment.collectives import read_nccl_allreduce_log, ring_allreduce_s
+from optimizer.deployment.collectives import (read_nccl_allreduce_log, read_nccl_tests_log, ring_allreduce_s,
+                                              tree_allreduce_s)
 from optimizer.deployment.perf import PerfModel, weight_bytes
 from optimizer.errors import InputError
 from tests.conftest import INSTANCES, assert_one_line_error, shared
@@ -480,8 +481,6 @@ OTHER_COLLECTIVES = {
 
 @pytest.mark.parametrize("coll", sorted(OTHER_COLLECTIVES))
 def test_other_collectives_parse_and_record_their_name(tmp_path, coll):
-    from optimizer.deployment.collectives import read_nccl_tests_log
-
     log = tmp_path / f"{coll}.txt"
     log.write_text(OTHER_COLLECTIVES[coll])
     t = read_nccl_tests_log(log)
@@ -586,3 +585,116 @@ def test_non_row_lines_after_the_header_are_skipped(tmp_path):
     log.write_text("\n".join(lines) + "\n")
     t = read_nccl_allreduce_log(log)
     assert list(t.size_bytes) == LAYOUT_SIZES
+
+
+# ----------------------------------------------------------------------------- which AllReduce each degree used
+
+TWO_RANK_ROWS = [(8192, 39.0), (16384, 40.0), (32768, 41.0)]  # a slow 2-GPU measurement: 40 us at 16384 B
+
+
+def _two_rank_problem(tmp_path, allreduce="measured", degrees=(2, 4)):
+    log = tmp_path / "pair-all_reduce_perf.txt"
+    log.write_text(_log_text(2, TWO_RANK_ROWS))
+    path = _write_instance(tmp_path, log=None, scale_up_log=log, degrees=list(degrees), allreduce=allreduce,
+                           servers=1, deadline_ms=None)
+    return log, path
+
+
+def test_allreduce_source_with_a_2_rank_log(tmp_path):
+    """``measured`` with a 2-rank table: TP2 uses the log (40 us), TP4 has no 4-rank table and
+    falls back to the alpha-beta ring on NVLink, and says so."""
+    log, path = _two_rank_problem(tmp_path)
+    perf = PerfModel(load(path))
+    tp1, tp2, tp4 = perf.allreduce_source(1), perf.allreduce_source(2), perf.allreduce_source(4)
+    assert (tp1.source, tp1.time_s) == ("none", 0.0)
+    assert (tp2.source, tp2.algorithm, tp2.tier, tp2.log, tp2.log_ranks) == ("log", "measured", "scale_up", str(log), 2)
+    assert tp2.time_s == pytest.approx(40.0e-6, rel=1e-12) == perf.allreduce_s(2)
+    ring4 = ring_allreduce_s(4, M_BYTES, 0.822e-6, 450e9)
+    assert (tp4.source, tp4.algorithm, tp4.tier, tp4.log, tp4.log_ranks) == ("model", "ring", "scale_up", str(log), 2)
+    assert tp4.reason == "log has 2 ranks, TP4 needs 4"
+    assert tp4.time_s == pytest.approx(ring4, rel=1e-12) == perf.allreduce_s(4)
+    assert round(tp4.time_s * 1e6, 2) == 4.97  # 6 x 0.822 us + 6 x 10240 B / (4 x 450 GB/s)
+    assert tp4.summary() == "ring model: 4.97 us; log has 2 ranks, TP4 needs 4"
+    assert tp2.summary() == "log, 2 ranks: 40.00 us"
+
+
+def test_comparison_rows_say_where_each_allreduce_came_from(tmp_path, cli):
+    """JSON: each comparison row and each plan instance carries its AllReduce source; TP4 (ring
+    model) beats TP2 (measured 40 us), and the TP4 row says the log had only 2 ranks."""
+    log, path = _two_rank_problem(tmp_path)
+    out = cli(path, "--objective", "makespan", "--format", "json")
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.stdout)
+    rows = {r["option"]: r for r in d["comparison"]}
+    assert rows["tp2"]["allreduce"] == {"source": "log", "algorithm": "measured", "tier": "scale_up",
+                                        "time_us": pytest.approx(40.0, rel=1e-12),
+                                        "reason": "allreduce: measured; log has 2 ranks", "log": str(log),
+                                        "log_ranks": 2}
+    ring4_us = ring_allreduce_s(4, M_BYTES, 0.822e-6, 450e9) * 1e6
+    assert rows["tp4"]["allreduce"] == {"source": "model", "algorithm": "ring", "tier": "scale_up",
+                                        "time_us": pytest.approx(ring4_us, rel=1e-12),
+                                        "reason": "log has 2 ranks, TP4 needs 4", "log": str(log), "log_ranks": 2}
+    assert rows["tp4"]["value"] < rows["tp2"]["value"]  # the unmeasured degree wins: now visibly so
+    for inst in d["plan"]["instances"]:
+        assert inst["allreduce"] == rows[f"tp{inst['tp']}"]["allreduce"]
+
+
+def test_comparison_table_has_an_allreduce_column(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from optimizer.deployment import solve as solve_report
+
+    log, path = _two_rank_problem(tmp_path)
+    buf = io.StringIO()
+    solve_report(load(path), "makespan").render(Console(file=buf, width=400))
+    text = buf.getvalue()
+    row = {l.split("│")[1].strip(): l for l in text.splitlines() if l.startswith("│ tp")}
+    assert "log, 2 ranks: 40.00 us" in row["tp2"]
+    assert "ring model: 4.97 us; log has 2 ranks, TP4 needs 4" in row["tp4"]
+    assert f"AllReduce logs: scale_up {log} (2 ranks)" in text
+
+
+@pytest.mark.parametrize("mode, degree, source, reason", [
+    # a scale-up log is ignored unless allreduce: measured
+    ("ring", 2, "model", "allreduce: ring; the scale_up log is used only with allreduce: measured"),
+    ("tree", 4, "model", "allreduce: tree; the scale_up log is used only with allreduce: measured"),
+])
+def test_scale_up_log_unused_outside_measured(tmp_path, mode, degree, source, reason):
+    """TP2 has a 2-rank table, yet ring/tree modes use the model, and say why."""
+    log, path = _two_rank_problem(tmp_path, allreduce=mode)
+    src = PerfModel(load(path)).allreduce_source(degree)
+    expected = {"ring": ring_allreduce_s, "tree": tree_allreduce_s}[mode]
+    assert (src.source, src.algorithm, src.reason) == (source, mode, reason)
+    assert src.time_s == pytest.approx(expected(degree, M_BYTES, 0.822e-6, 450e9), rel=1e-12)
+
+
+def test_allreduce_source_across_servers(tmp_path):
+    """TP16 with the 16-rank scale-out log: the log in every mode; TP32 on four servers: the
+    ring model, because the log has 16 ranks; TP8 under ``measured`` with no scale-up log."""
+    real = shared(*LOG)
+    src16 = PerfModel(load(_write_instance(tmp_path, log=real, degrees=[16]))).allreduce_source(16)
+    assert (src16.source, src16.tier, src16.log_ranks, src16.log) == ("log", "scale_out", 16, str(real))
+    assert src16.reason == "TP16 spans servers: the scale_out log is used in every mode; log has 16 ranks"
+    assert src16.time_s == pytest.approx(MEASURED_16384_S, rel=1e-12)
+    (tmp_path / "b").mkdir()
+    src32 = PerfModel(load(_write_instance(tmp_path / "b", log=real, degrees=[32], servers=4))).allreduce_source(32)
+    assert (src32.source, src32.algorithm, src32.reason) == ("model", "ring", "log has 16 ranks, TP32 needs 32")
+    assert src32.time_s == pytest.approx(ring_allreduce_s(32, M_BYTES, 3.76e-6, 50e9), rel=1e-12)
+    (tmp_path / "c").mkdir()
+    src8 = PerfModel(load(_write_instance(tmp_path / "c", log=real, degrees=[8], servers=1, allreduce="measured",
+                                          fraction=0.75, deadline_ms=130))).allreduce_source(8)
+    assert (src8.source, src8.tier, src8.log, src8.reason) == ("model", "scale_up", None, "no allreduce_log on scale_up")
+    assert src8.summary().endswith("; no allreduce_log on scale_up")
+
+
+def test_allreduce_source_best_picks_the_faster_model(tmp_path):
+    path = _write_instance(tmp_path, log=None, degrees=[8], allreduce="best", servers=1, fraction=0.75, deadline_ms=130)
+    src = PerfModel(load(path)).allreduce_source(8)
+    ring = ring_allreduce_s(8, M_BYTES, 0.822e-6, 450e9)
+    tree = tree_allreduce_s(8, M_BYTES, 0.822e-6, 450e9)
+    assert src.source == "model"
+    assert src.algorithm == ("tree" if tree < ring else "ring")
+    assert src.time_s == pytest.approx(min(ring, tree), rel=1e-12)
+    assert src.reason == f"allreduce: best (tree {tree * 1e6:.2f} us, ring {ring * 1e6:.2f} us)"
