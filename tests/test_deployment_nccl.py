@@ -494,6 +494,19 @@ def test_other_collectives_parse_and_record_their_name(tmp_path, coll):
     assert f"{coll}_perf log, not all_reduce_perf" in exc.value.line()
 
 
+@pytest.mark.parametrize("line, name", [
+    ("# Collective test starting: /opt/nccl-tests/build/all_gather_perf_mpi", "all_gather"),
+    ("# Collective test starting: all_reduce_group_perf", "all_reduce_group"),
+])
+def test_starting_line_with_a_path_or_another_binary(tmp_path, line, name):
+    log = tmp_path / "x.txt"
+    log.write_text(_coll_log(name_line=line, redop="none", root=-1, per_rank_count=True))
+    assert read_nccl_tests_log(log).collective == name
+    with pytest.raises(InputError) as exc:
+        read_nccl_allreduce_log(log)
+    assert f"this is an {name}_perf log, not all_reduce_perf" in exc.value.line()
+
+
 def test_all_gather_log_as_allreduce_log_is_one_line_exit_2(tmp_path, cli):
     log = tmp_path / "ag.txt"
     log.write_text(OTHER_COLLECTIVES["all_gather"])

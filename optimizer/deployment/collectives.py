@@ -209,6 +209,7 @@ def _parse(path: Path) -> tuple[NcclTestsTable, _RowFacts]:
     sizes: list[int] = []
     times: list[float] = []
     busbw: list[float] = []
+    row_lines: list[int] = []
     kinds: dict[tuple[str, str], int] = {}  # (type, redop) -> first row line
     roots: dict[str, int] = {}
     counts: list[tuple[int, int, int]] = []  # (line, size, count)
@@ -225,7 +226,9 @@ def _parse(path: Path) -> tuple[NcclTestsTable, _RowFacts]:
                 continue
             m = _STARTING_RE.match(s)
             if m:
-                started.setdefault(m.group(1).removesuffix("_mpi").removesuffix("_perf"), lineno)
+                b = _BINARY_RE.search(m.group(1))
+                name = b.group(1) if b else Path(m.group(1)).name.removesuffix("_mpi").removesuffix("_perf")
+                started.setdefault(name, lineno)
                 continue
             head = s.lstrip("#").split()
             if head and head[0].lower() in ("size", "bytes"):
@@ -264,6 +267,7 @@ def _parse(path: Path) -> tuple[NcclTestsTable, _RowFacts]:
         if layout.count is not None and tokens[layout.count].isdigit():
             counts.append((lineno, size, int(tokens[layout.count])))
         sizes.append(size)
+        row_lines.append(lineno)
         times.append(t_us * 1e-6)
         busbw.append(bw)
 
@@ -277,7 +281,8 @@ def _parse(path: Path) -> tuple[NcclTestsTable, _RowFacts]:
                          f"({shown}): give a log of one -d TYPE -o OP run")
     if any(b <= a for a, b in zip(sizes, sizes[1:])):
         i = next(k for k, (a, b) in enumerate(zip(sizes, sizes[1:])) if b <= a)
-        raise InputError(path, "", f"message sizes are not strictly increasing ({sizes[i]} then {sizes[i + 1]} B)")
+        raise InputError(path, f"line {row_lines[i + 1]}", f"message sizes are not strictly increasing "
+                         f"({sizes[i]} B then {sizes[i + 1]} B)")
     if len(started) > 1 or (not started and len(named) > 1):
         src = started or named
         raise InputError(path, "", "the log names several collectives ("
