@@ -491,7 +491,7 @@ def test_other_collectives_parse_and_record_their_name(tmp_path, coll):
     assert t.time_s == pytest.approx([x * 1e-6 for x in LAYOUT_TIMES_US], rel=1e-12)
     with pytest.raises(InputError) as exc:
         read_nccl_allreduce_log(log)
-    assert f"{coll}_perf log, not all_reduce_perf" in exc.value.line()
+    assert f"the log is from {coll}_perf, not all_reduce_perf" in exc.value.line()
 
 
 @pytest.mark.parametrize("line, name", [
@@ -504,14 +504,14 @@ def test_starting_line_with_a_path_or_another_binary(tmp_path, line, name):
     assert read_nccl_tests_log(log).collective == name
     with pytest.raises(InputError) as exc:
         read_nccl_allreduce_log(log)
-    assert f"this is an {name}_perf log, not all_reduce_perf" in exc.value.line()
+    assert f"the log is from {name}_perf, not all_reduce_perf" in exc.value.line()
 
 
 def test_all_gather_log_as_allreduce_log_is_one_line_exit_2(tmp_path, cli):
     log = tmp_path / "ag.txt"
     log.write_text(OTHER_COLLECTIVES["all_gather"])
     path = _write_instance(tmp_path, log=log, degrees=[8, 16])
-    assert_one_line_error(cli(path), "ag.txt", "line 1", "all_gather_perf log, not all_reduce_perf")
+    assert_one_line_error(cli(path), "ag.txt", "line 1", "the log is from all_gather_perf, not all_reduce_perf")
 
 
 UNNAMED_NOT_ALLREDUCE = {

@@ -310,7 +310,7 @@ def read_nccl_allreduce_log(path: Path) -> NcclTestsTable:
     """
     t, facts = _parse(path)
     if t.collective is not None and t.collective != "all_reduce":
-        raise InputError(path, t.collective_source, f"this is an {t.collective}_perf log, not all_reduce_perf: "
+        raise InputError(path, t.collective_source, f"the log is from {t.collective}_perf, not all_reduce_perf: "
                          "allreduce_log needs an AllReduce table")
     what = f"{t.collective}_perf log" if t.collective else "log"
     if t.redop is None or t.redop == "none":
