@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from optimizer.deployment import load, solve
-from optimizer.deployment.collectives import read_nccl_allreduce_log, ring_allreduce_s
+from optimizer.deployment.collectives import (read_nccl_allreduce_log, read_nccl_tests_log, ring_allreduce_s,
+                                              tree_allreduce_s)
 from optimizer.deployment.perf import PerfModel, weight_bytes
 from optimizer.errors import InputError
 from tests.conftest import INSTANCES, assert_one_line_error, shared
@@ -186,6 +188,11 @@ def test_table_rank_count_must_match_group(tmp_path):
 
 # ----------------------------------------------------------------------------- synthetic logs
 
+_GROUPS = "#                                                              out-of-place                       in-place"
+_COLUMNS = ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw "
+            "#wrong")
+_UNITS = ("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  "
+          "(GB/s)")
 _HEADER = "#  Rank {r:2d} Group  0 Pid  {pid} on node-{n} device  {d} [0000:19:00] NVIDIA H100 80GB HBM3"
 _ROW = "{size:>12} {count:>13}     float     sum      -1 {t:8.2f}    0.00    0.00      0 {t:8.2f}    0.00    0.00      0"
 
@@ -195,7 +202,7 @@ def _log_text(ranks: int, rows: list[tuple[int, float]], *, rank_lines: bool = T
              "# Using devices"]
     if rank_lines:
         lines += [_HEADER.format(r=r, pid=1000 + r, n=r // 8, d=r % 8) for r in range(ranks)]
-    lines += ["#", "#       size         count      type   redop    root     time   algbw   busbw #wrong"]
+    lines += ["#", _GROUPS, _COLUMNS, _UNITS]
     lines += [_ROW.format(size=s, count=max(1, s // 4), t=t) for s, t in rows]
     lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 1.00", "#"]
     return "\n".join(lines) + "\n"
@@ -232,7 +239,7 @@ BAD_LOGS = {
                              ["not strictly increasing"]),
     "repeated_size": (_log_text(16, [(8192, 20.0), (16384, 21.5), (16384, 21.6)]), ["not strictly increasing"]),
     "time_not_a_number": (_log_text(16, GOOD_ROWS).replace("   21.50", "     N/A", 1), ["not a number"]),
-    "no_rows": (_log_text(16, []), ["no all_reduce_perf data rows"]),
+    "no_rows": (_log_text(16, []), ["no nccl-tests data rows"]),
     "too_small_for_message": (_log_text(16, [(8, 20.0), (4096, 20.5), (8192, 21.0)]),
                               ["hardware.server.scale_out.allreduce_log", "measures up to 8192 B",
                                "AllReduce message of 10240 B"]),
@@ -268,3 +275,439 @@ def test_relative_log_path_is_relative_to_instance(tmp_path):
     (tmp_path / "logs" / "ar.txt").write_text(_log_text(16, GOOD_ROWS))
     path = _write_instance(tmp_path, log=Path("logs/ar.txt"), degrees=[16])
     assert PerfModel(load(path)).allreduce_s(16) == pytest.approx(21.5e-6, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- layouts real clusters produce
+# Each fixture below is authored here in the layout one nccl-tests version prints (src/common.cu,
+# src/util.cu); every one holds the same measurement, 4 ranks, out-of-place time and busbw:
+LAYOUT_SIZES = [8192, 16384, 32768, 65536]
+LAYOUT_TIMES_US = [20.00, 21.50, 23.00, 27.00]  # out-of-place; in-place columns hold other numbers
+LAYOUT_BUSBW = [0.61, 1.14, 2.14, 3.64]
+
+# 2019 nccl-tests: no root column (12 columns), "error" instead of "#wrong", old rank lines
+LOG_12_COLUMNS = """\
+# nThread 1 nGpus 1 minBytes 8192 maxBytes 65536 step: 2(factor) warmup iters: 5 iters: 20 validation: 1
+#
+# Using devices
+#   Rank  0 Pid  41001 on     gpu-a1 device  0 [0x18] Tesla V100-SXM2-32GB
+#   Rank  1 Pid  41002 on     gpu-a1 device  1 [0x3b] Tesla V100-SXM2-32GB
+#   Rank  2 Pid  52001 on     gpu-a2 device  0 [0x18] Tesla V100-SXM2-32GB
+#   Rank  3 Pid  52002 on     gpu-a2 device  1 [0x3b] Tesla V100-SXM2-32GB
+#
+#                                                     out-of-place                       in-place
+#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+        8192          2048   float     sum    20.00    0.41    0.61  0e+00    19.00    0.43    0.65  0e+00
+       16384          4096   float     sum    21.50    0.76    1.14  0e+00    20.50    0.80    1.20  0e+00
+       32768          8192   float     sum    23.00    1.42    2.14  0e+00    22.00    1.49    2.23  0e+00
+       65536         16384   float     sum    27.00    2.43    3.64  0e+00    26.00    2.52    3.78  0e+00
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 1.8825
+#
+"""
+
+# 2016 nccl-tests: "bytes N type op ... res" headers, no group line, no units line
+LOG_2016 = """\
+# Using devices
+#   Rank  0 uses device  0 [0x04] Tesla P100-SXM2-16GB
+#   Rank  1 uses device  1 [0x05] Tesla P100-SXM2-16GB
+#   Rank  2 uses device  2 [0x06] Tesla P100-SXM2-16GB
+#   Rank  3 uses device  3 [0x07] Tesla P100-SXM2-16GB
+#      bytes             N    type      op     time  algbw  busbw      res     time  algbw  busbw      res
+        8192          2048   float     sum    20.00   0.41   0.61    0e+00    19.00   0.43   0.65    0e+00
+       16384          4096   float     sum    21.50   0.76   1.14    0e+00    20.50   0.80   1.20    0e+00
+       32768          8192   float     sum    23.00   1.42   2.14    0e+00    22.00   1.49   2.23    0e+00
+       65536         16384   float     sum    27.00   2.43   3.64    0e+00    26.00   2.52   3.78    0e+00
+"""
+
+_RANKS_4 = "\n".join(f"#  Rank {r:2d} Group  0 Pid {3100 + r:6d} on   gpu-b{r // 2} device {r % 2:2d} [0000:{r:02x}:00] "
+                     "NVIDIA H100 80GB HBM3" for r in range(4))
+
+# current nccl-tests, with "# Collective test starting" and -c 0 (no check: #wrong is N/A)
+LOG_CURRENT = f"""\
+# nccl-tests version 2.13.11 nccl-headers=22602 nccl-library=22602
+# Collective test starting: all_reduce_perf
+# nThread 1 nGpus 1 minBytes 8192 maxBytes 65536 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 0 graph: 0
+#
+# Using devices
+{_RANKS_4}
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+        8192          2048     float     sum      -1    20.00    0.41    0.61    N/A    19.00    0.43    0.65    N/A
+       16384          4096     float     sum      -1    21.50    0.76    1.14    N/A    20.50    0.80    1.20    N/A
+       32768          8192     float     sum      -1    23.00    1.42    2.14    N/A    22.00    1.49    2.23    N/A
+       65536         16384     float     sum      -1    27.00    2.43    3.64    N/A    26.00    2.52    3.78    N/A
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 1.8825
+#
+# Collective test concluded: all_reduce_perf
+"""
+
+# -R 1 (per-iteration columns) and timestamps (a two-word column), cputime (-C 1)
+LOG_PER_ITERATION = f"""\
+# Collective test starting: all_reduce_perf
+# Using devices
+{_RANKS_4}
+#
+#                                                  out-of-place (+ per-iteration)                                in-place (+ per-iteration)
+#       size         count      type   redop    root  cputime   algbw   busbw #wrong    i_min    i_max    i_p99    i_cv%  cputime   algbw   busbw #wrong    i_min    i_max    i_p99    i_cv%           timestamp
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)   %Y-%m-%d %H:%M:%S
+        8192          4096  bfloat16     sum      -1    20.00    0.41    0.61      0    19.10    24.00    23.90     3.10    19.00    0.43    0.65      0    18.10    23.00    22.90     3.00 2026-11-02 10:00:01
+       16384          8192  bfloat16     sum      -1    21.50    0.76    1.14      0    20.60    25.50    25.40     3.20    20.50    0.80    1.20      0    19.60    24.50    24.40     3.10 2026-11-02 10:00:01
+       32768         16384  bfloat16     sum      -1    23.00    1.42    2.14      0    22.10    27.00    26.90     3.30    22.00    1.49    2.23      0    21.10    26.00    25.90     3.20 2026-11-02 10:00:02
+       65536         32768  bfloat16     sum      -1    27.00    2.43    3.64      0    26.10    31.00    30.90     3.40    26.00    2.52    3.78      0    25.10    30.00    29.90     3.30 2026-11-02 10:00:02
+"""
+
+
+def _tag_output(text: str) -> str:
+    """As ``mpirun --tag-output`` prints it: ``[1,r]<stdout>:`` before every line, and NCCL INFO
+    lines (NCCL_DEBUG=INFO) from other ranks, on hosts whose names start with a digit."""
+    out = []
+    for i, line in enumerate(text.splitlines()):
+        out.append(f"[1,0]<stdout>:{line}")
+        if i == 3:
+            out += ["[1,2]<stdout>:10-0-0-2:52001:52001 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
+                    "[1,0]<stderr>:10-0-0-1:41001:41077 [0] NCCL INFO Channel 00/02 :    0   1   2   3",
+                    "[1,3]<stdout>:10-0-0-2:52002:52002 [1] NCCL INFO NCCL version 2.26.2+cuda12.8"]
+    return "\n".join(out) + "\n"
+
+
+def _srun_label(text: str, width: int = 1) -> str:
+    """As ``srun --label`` prints it: ``N: `` (task number right-aligned to ``width``)."""
+    out = []
+    for i, line in enumerate(text.splitlines()):
+        out.append(f"{0:>{width}}: {line}")
+        if i == 2:
+            out.append(f"{3:>{width}}: 10-0-0-2:52002:52002 [1] NCCL INFO cudaDriverVersion 12080")
+    return "\n".join(out) + "\n"
+
+
+def _nccl_info_between(text: str) -> str:
+    """NCCL INFO lines (no launcher prefix) from hosts named like ``10-0-0-1`` between the rows."""
+    out = []
+    for line in text.splitlines():
+        out.append(line)
+        if line.strip()[:1].isdigit():
+            out.append("10-0-0-1:100:100 [0] NCCL INFO comm 0x55d0 rank 0 nranks 4 cudaDev 0 busId 19000 - Init COMPLETE")
+    return "\n".join(out) + "\n"
+
+
+LAYOUTS = {
+    "12_columns_no_root": (LOG_12_COLUMNS, None),
+    "2016_bytes_N_op_res": (LOG_2016, None),
+    "current_wrong_na": (LOG_CURRENT, "all_reduce"),
+    "per_iteration_cputime_timestamp": (LOG_PER_ITERATION, "all_reduce"),
+    "mpirun_tag_output": (_tag_output(LOG_CURRENT), "all_reduce"),
+    "mpirun_tag_output_12_columns": (_tag_output(LOG_12_COLUMNS), None),
+    "srun_label": (_srun_label(LOG_CURRENT), "all_reduce"),
+    "srun_label_padded": (_srun_label(LOG_12_COLUMNS, width=2), None),
+    "nccl_info_digit_host": (_nccl_info_between(LOG_CURRENT), "all_reduce"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUTS))
+def test_log_layouts_parse_to_the_same_table(tmp_path, case):
+    text, collective = LAYOUTS[case]
+    log = tmp_path / "ar.txt"
+    log.write_text(text)
+    t = read_nccl_allreduce_log(log)
+    assert t.ranks == 4
+    assert list(t.size_bytes) == LAYOUT_SIZES
+    assert t.time_s == pytest.approx([x * 1e-6 for x in LAYOUT_TIMES_US], rel=1e-12)
+    assert t.busbw_gb_s == pytest.approx(LAYOUT_BUSBW, rel=1e-12)
+    assert t.collective == collective
+    assert t.redop == "sum"
+
+
+def test_12_column_log_drives_the_step_time(tmp_path):
+    """The 2019 layout on the scale-up tier with ``measured``: TP4 pays 2L x 21.50 us (the
+    16384 B row, the first >= the 10240 B message)."""
+    log = tmp_path / "v100.txt"
+    log.write_text(LOG_12_COLUMNS)
+    problem = load(_write_instance(tmp_path, log=None, scale_up_log=log, degrees=[4], allreduce="measured", servers=1))
+    perf = PerfModel(problem)
+    assert perf.allreduce_s(4) == pytest.approx(21.50e-6, rel=1e-12)
+    assert perf.step_time_s(4, CTX) == pytest.approx(_max_local_compute_s(problem, 4, CTX) + 2 * 64 * 21.50e-6,
+                                                     rel=1e-12)
+
+
+@pytest.mark.parametrize("wrap", ["tag_output", "srun_label", "srun_label_padded", "nccl_info"])
+def test_real_log_wrapped_by_launchers_parses_to_the_same_values(tmp_path, wrap):
+    real = shared(*LOG)
+    plain = read_nccl_allreduce_log(real)
+    text = real.read_text()
+    text = {"tag_output": _tag_output, "srun_label": _srun_label, "srun_label_padded": lambda s: _srun_label(s, 3),
+            "nccl_info": _nccl_info_between}[wrap](text)
+    log = tmp_path / "wrapped.txt"
+    log.write_text(text)
+    t = read_nccl_allreduce_log(log)
+    assert t.ranks == plain.ranks == 16
+    assert np.array_equal(t.size_bytes, plain.size_bytes)
+    assert np.array_equal(t.time_s, plain.time_s)
+    assert np.array_equal(t.busbw_gb_s, plain.busbw_gb_s)
+
+
+def test_real_log_collective_fields():
+    t = read_nccl_allreduce_log(shared(*LOG))
+    assert (t.collective, t.data_type, t.redop) == (None, "float", "sum")  # the log does not name its binary
+
+
+# ----------------------------------------------------------------------------- other collectives
+
+def _coll_log(*, name_line: str | None, redop: str, root: int, per_rank_count: bool, prefix: str = "") -> str:
+    """A 4-rank current-layout log of any collective: ``per_rank_count`` prints count = size/4/ranks
+    (all_gather, reduce_scatter, alltoall), else size/4 (all_reduce, reduce, broadcast)."""
+    lines = [name_line] if name_line else []
+    lines += ["# nThread 1 nGpus 1 minBytes 8192 maxBytes 65536 step: 2(factor) warmup iters: 5 iters: 20", "#",
+              "# Using devices", *_RANKS_4.splitlines(), "#", _GROUPS, _COLUMNS, _UNITS]
+    for size, t, bw in zip(LAYOUT_SIZES, LAYOUT_TIMES_US, LAYOUT_BUSBW):
+        count = size // 4 // (4 if per_rank_count else 1)
+        lines.append(f"{size:>12}  {count:>12}     float  {redop:>6}  {root:>6}  {t:7.2f}  {bw:6.2f}  {bw:6.2f}  "
+                     f"     0  {t - 1:7.2f}  {bw:6.2f}  {bw:6.2f}       0")
+    return "\n".join(prefix + l for l in lines) + "\n"
+
+
+OTHER_COLLECTIVES = {
+    "all_gather": _coll_log(name_line="# Collective test starting: all_gather_perf", redop="none", root=-1,
+                            per_rank_count=True),
+    "reduce_scatter": _coll_log(name_line="mpirun -np 4 -npernode 2 --bind-to numa /opt/nccl-tests/build/"
+                                "reduce_scatter_perf -b 8K -e 64K -f 2 -g 1", redop="sum", root=-1, per_rank_count=True),
+    "alltoall": _coll_log(name_line="srun --mpi=pmix -N 2 --ntasks-per-node=2 alltoall_perf_mpi -b 8K -e 64K",
+                          redop="none", root=-1, per_rank_count=True, prefix="0: "),
+}
+
+
+@pytest.mark.parametrize("coll", sorted(OTHER_COLLECTIVES))
+def test_other_collectives_parse_and_record_their_name(tmp_path, coll):
+    log = tmp_path / f"{coll}.txt"
+    log.write_text(OTHER_COLLECTIVES[coll])
+    t = read_nccl_tests_log(log)
+    assert t.collective == coll
+    assert t.collective_source == "line 1"
+    assert t.ranks == 4
+    assert list(t.size_bytes) == LAYOUT_SIZES
+    assert t.time_s == pytest.approx([x * 1e-6 for x in LAYOUT_TIMES_US], rel=1e-12)
+    with pytest.raises(InputError) as exc:
+        read_nccl_allreduce_log(log)
+    assert f"the log is from {coll}_perf, not all_reduce_perf" in exc.value.line()
+
+
+@pytest.mark.parametrize("line, name", [
+    ("# Collective test starting: /opt/nccl-tests/build/all_gather_perf_mpi", "all_gather"),
+    ("# Collective test starting: all_reduce_group_perf", "all_reduce_group"),
+])
+def test_starting_line_with_a_path_or_another_binary(tmp_path, line, name):
+    log = tmp_path / "x.txt"
+    log.write_text(_coll_log(name_line=line, redop="none", root=-1, per_rank_count=True))
+    assert read_nccl_tests_log(log).collective == name
+    with pytest.raises(InputError) as exc:
+        read_nccl_allreduce_log(log)
+    assert f"the log is from {name}_perf, not all_reduce_perf" in exc.value.line()
+
+
+def test_all_gather_log_as_allreduce_log_is_one_line_exit_2(tmp_path, cli):
+    log = tmp_path / "ag.txt"
+    log.write_text(OTHER_COLLECTIVES["all_gather"])
+    path = _write_instance(tmp_path, log=log, degrees=[8, 16])
+    assert_one_line_error(cli(path), "ag.txt", "line 1", "the log is from all_gather_perf, not all_reduce_perf")
+
+
+UNNAMED_NOT_ALLREDUCE = {
+    # no binary named anywhere: the rows themselves show it is not AllReduce
+    "all_gather": (dict(redop="none", root=-1, per_rank_count=True), "no reduction op (redop none)"),
+    "reduce_scatter": (dict(redop="sum", root=-1, per_rank_count=True), "size 8192 B is not count 512 x 4 B"),
+    "reduce": (dict(redop="sum", root=0, per_rank_count=False), "root 0: a rooted collective"),
+}
+
+
+@pytest.mark.parametrize("coll", sorted(UNNAMED_NOT_ALLREDUCE))
+def test_unnamed_log_of_another_collective_is_refused(tmp_path, cli, coll):
+    kw, needle = UNNAMED_NOT_ALLREDUCE[coll]
+    log = tmp_path / "unnamed.txt"
+    log.write_text(_coll_log(name_line=None, **kw))
+    path = _write_instance(tmp_path, log=log, degrees=[8, 16])
+    assert_one_line_error(cli(path), "unnamed.txt", needle)
+
+
+def test_old_all_gather_without_redop_column_is_refused(tmp_path):
+    text = LOG_12_COLUMNS.replace("   redop", "").replace("     sum", "")
+    log = tmp_path / "ag2019.txt"
+    log.write_text(text)
+    with pytest.raises(InputError) as exc:
+        read_nccl_allreduce_log(log)
+    assert "redop column missing" in exc.value.line()
+
+
+# ----------------------------------------------------------------------------- real damage, one line
+
+def _lines_replaced(text: str, old: str, new: str) -> str:
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+def _two_tables(text: str) -> str:
+    lines = text.splitlines()
+    i = next(k for k, l in enumerate(lines) if l.startswith("#       size"))
+    return text + "\n".join(lines[i - 1:]) + "\n"
+
+
+DAMAGED = {
+    "header_without_time": (LOG_CURRENT.replace("    root     time", "    root  elapsed").replace(
+        "#wrong     time", "#wrong  elapsed"), ["line 12", "no time column"]),
+    "row_before_header": ("\n".join(l for l in LOG_12_COLUMNS.splitlines() if "size" not in l) + "\n",
+                          ["line 11", "data row before any nccl-tests column header"]),
+    "extra_column": (_lines_replaced(LOG_CURRENT, "27.00    2.43", "27.00  9  2.43"), ["line 17", "expected 13 columns",
+                                                                                       "got 14"]),
+    "short_row_12_columns": (_lines_replaced(LOG_12_COLUMNS, "    23.00    1.42    2.14  0e+00    22.00    1.49    "
+                             "2.23  0e+00", "    23.00"), ["line 14", "expected 12 columns", "got 5"]),
+    "busbw_not_a_number": (_lines_replaced(LOG_CURRENT, "21.50    0.76    1.14", "21.50    0.76    -nan"),
+                           ["line 15", "busbw '-nan' is not a number"]),
+    "time_not_a_number_12_columns": (_lines_replaced(LOG_12_COLUMNS, "21.50", "  N/A"),
+                                     ["line 13", "time 'N/A' is not a number"]),
+    "two_tables": (_two_tables(LOG_CURRENT), ["line 23", "second nccl-tests results table", "line 12"]),
+    "several_types": (LOG_CURRENT.replace("       32768          8192     float", "        8192          4096      half")
+                      .replace("       65536         16384     float", "       16384          8192      half"),
+                      ["line 16", "several data types", "float/sum, half/sum"]),
+    "two_collectives_named": ("mpirun -np 4 all_reduce_perf -b 8K\nmpirun -np 4 all_gather_perf -b 8K\n"
+                              + LOG_12_COLUMNS, ["all_reduce_perf at line 1, all_gather_perf at line 2"]),
+    "no_header_no_rows": ("[1,0]<stdout>:# nThread 1 nGpus 1\n[1,0]<stdout>:#  Rank  0 Group  0 Pid 1 on h device 0\n",
+                          ["no nccl-tests data rows found (and no column header)"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED))
+def test_damaged_log_is_one_line_exit_2(tmp_path, cli, case):
+    text, needles = DAMAGED[case]
+    log = tmp_path / "damaged.txt"
+    log.write_text(text)
+    with pytest.raises(InputError):
+        read_nccl_allreduce_log(log)
+    path = _write_instance(tmp_path, log=log, degrees=[8, 16])
+    assert_one_line_error(cli(path), "damaged.txt", *needles)
+
+
+def test_non_row_lines_after_the_header_are_skipped(tmp_path):
+    """Launcher chatter that starts with a number but is not a (size, count, ...) row."""
+    lines = LOG_CURRENT.splitlines()
+    i = next(k for k, l in enumerate(lines) if l.strip().startswith("16384"))
+    lines[i:i] = ["1 warning generated.", "2026-11-02 10:00:01 node 10-0-0-1 heartbeat",
+                  "12:34:56 srun: Job step 77.0 running"]
+    log = tmp_path / "chatty.txt"
+    log.write_text("\n".join(lines) + "\n")
+    t = read_nccl_allreduce_log(log)
+    assert list(t.size_bytes) == LAYOUT_SIZES
+
+
+# ----------------------------------------------------------------------------- which AllReduce each degree used
+
+TWO_RANK_ROWS = [(8192, 39.0), (16384, 40.0), (32768, 41.0)]  # a slow 2-GPU measurement: 40 us at 16384 B
+
+
+def _two_rank_problem(tmp_path, allreduce="measured", degrees=(2, 4)):
+    log = tmp_path / "pair-all_reduce_perf.txt"
+    log.write_text(_log_text(2, TWO_RANK_ROWS))
+    path = _write_instance(tmp_path, log=None, scale_up_log=log, degrees=list(degrees), allreduce=allreduce,
+                           servers=1, deadline_ms=None)
+    return log, path
+
+
+def test_allreduce_source_with_a_2_rank_log(tmp_path):
+    """``measured`` with a 2-rank table: TP2 uses the log (40 us), TP4 has no 4-rank table and
+    falls back to the alpha-beta ring on NVLink, and says so."""
+    log, path = _two_rank_problem(tmp_path)
+    perf = PerfModel(load(path))
+    tp1, tp2, tp4 = perf.allreduce_source(1), perf.allreduce_source(2), perf.allreduce_source(4)
+    assert (tp1.source, tp1.time_s) == ("none", 0.0)
+    assert (tp2.source, tp2.algorithm, tp2.tier, tp2.log, tp2.log_ranks) == ("log", "measured", "scale_up", str(log), 2)
+    assert tp2.time_s == pytest.approx(40.0e-6, rel=1e-12) == perf.allreduce_s(2)
+    ring4 = ring_allreduce_s(4, M_BYTES, 0.822e-6, 450e9)
+    assert (tp4.source, tp4.algorithm, tp4.tier, tp4.log, tp4.log_ranks) == ("model", "ring", "scale_up", str(log), 2)
+    assert tp4.reason == "log has 2 ranks, TP4 needs 4"
+    assert tp4.time_s == pytest.approx(ring4, rel=1e-12) == perf.allreduce_s(4)
+    assert round(tp4.time_s * 1e6, 2) == 4.97  # 6 x 0.822 us + 6 x 10240 B / (4 x 450 GB/s)
+    assert tp4.summary() == "ring model: 4.97 us; log has 2 ranks, TP4 needs 4"
+    assert tp2.summary() == "log, 2 ranks: 40.00 us"
+
+
+def test_comparison_rows_say_where_each_allreduce_came_from(tmp_path, cli):
+    """JSON: each comparison row and each plan instance carries its AllReduce source; TP4 (ring
+    model) beats TP2 (measured 40 us), and the TP4 row says the log had only 2 ranks."""
+    log, path = _two_rank_problem(tmp_path)
+    out = cli(path, "--objective", "makespan", "--format", "json")
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.stdout)
+    rows = {r["option"]: r for r in d["alternatives"]}
+    assert rows["tp2"]["allreduce"] == {"source": "log", "algorithm": "measured", "tier": "scale_up",
+                                        "time_us": pytest.approx(40.0, rel=1e-12),
+                                        "reason": "allreduce: measured; log has 2 ranks", "log": str(log),
+                                        "log_ranks": 2}
+    ring4_us = ring_allreduce_s(4, M_BYTES, 0.822e-6, 450e9) * 1e6
+    assert rows["tp4"]["allreduce"] == {"source": "model", "algorithm": "ring", "tier": "scale_up",
+                                        "time_us": pytest.approx(ring4_us, rel=1e-12),
+                                        "reason": "log has 2 ranks, TP4 needs 4", "log": str(log), "log_ranks": 2}
+    assert rows["tp4"]["value"] < rows["tp2"]["value"]  # the unmeasured degree wins: now visibly so
+    for inst in d["plan"]["instances"]:
+        assert inst["allreduce"] == rows[f"tp{inst['tp']}"]["allreduce"]
+
+
+def test_comparison_table_has_an_allreduce_column(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from optimizer.deployment import solve as solve_report
+
+    log, path = _two_rank_problem(tmp_path)
+    buf = io.StringIO()
+    solve_report(load(path), "makespan").render(Console(file=buf, width=400))
+    text = buf.getvalue()
+    row = {l.split("│")[1].strip(): l for l in text.splitlines() if l.startswith("│ tp")}
+    assert "log, 2 ranks: 40.00 us" in row["tp2"]
+    assert "ring model: 4.97 us; log has 2 ranks, TP4 needs 4" in row["tp4"]
+    assert f"AllReduce logs: scale_up {log} (2 ranks)" in text
+
+
+@pytest.mark.parametrize("mode, degree, source, reason", [
+    # a scale-up log is ignored unless allreduce: measured
+    ("ring", 2, "model", "allreduce: ring; the scale_up log is used only with allreduce: measured"),
+    ("tree", 4, "model", "allreduce: tree; the scale_up log is used only with allreduce: measured"),
+])
+def test_scale_up_log_unused_outside_measured(tmp_path, mode, degree, source, reason):
+    """TP2 has a 2-rank table, yet ring/tree modes use the model, and say why."""
+    log, path = _two_rank_problem(tmp_path, allreduce=mode)
+    src = PerfModel(load(path)).allreduce_source(degree)
+    expected = {"ring": ring_allreduce_s, "tree": tree_allreduce_s}[mode]
+    assert (src.source, src.algorithm, src.reason) == (source, mode, reason)
+    assert src.time_s == pytest.approx(expected(degree, M_BYTES, 0.822e-6, 450e9), rel=1e-12)
+
+
+def test_allreduce_source_across_servers(tmp_path):
+    """TP16 with the 16-rank scale-out log: the log in every mode; TP32 on four servers: the
+    ring model, because the log has 16 ranks; TP8 under ``measured`` with no scale-up log."""
+    real = shared(*LOG)
+    src16 = PerfModel(load(_write_instance(tmp_path, log=real, degrees=[16]))).allreduce_source(16)
+    assert (src16.source, src16.tier, src16.log_ranks, src16.log) == ("log", "scale_out", 16, str(real))
+    assert src16.reason == "TP16 spans servers: the scale_out log is used in every mode; log has 16 ranks"
+    assert src16.time_s == pytest.approx(MEASURED_16384_S, rel=1e-12)
+    (tmp_path / "b").mkdir()
+    src32 = PerfModel(load(_write_instance(tmp_path / "b", log=real, degrees=[32], servers=4))).allreduce_source(32)
+    assert (src32.source, src32.algorithm, src32.reason) == ("model", "ring", "log has 16 ranks, TP32 needs 32")
+    assert src32.time_s == pytest.approx(ring_allreduce_s(32, M_BYTES, 3.76e-6, 50e9), rel=1e-12)
+    (tmp_path / "c").mkdir()
+    src8 = PerfModel(load(_write_instance(tmp_path / "c", log=real, degrees=[8], servers=1, allreduce="measured",
+                                          fraction=0.75, deadline_ms=130))).allreduce_source(8)
+    assert (src8.source, src8.tier, src8.log, src8.reason) == ("model", "scale_up", None, "no allreduce_log on scale_up")
+    assert src8.summary().endswith("; no allreduce_log on scale_up")
+
+
+def test_allreduce_source_best_picks_the_faster_model(tmp_path):
+    path = _write_instance(tmp_path, log=None, degrees=[8], allreduce="best", servers=1, fraction=0.75, deadline_ms=130)
+    src = PerfModel(load(path)).allreduce_source(8)
+    ring = ring_allreduce_s(8, M_BYTES, 0.822e-6, 450e9)
+    tree = tree_allreduce_s(8, M_BYTES, 0.822e-6, 450e9)
+    assert src.source == "model"
+    assert src.algorithm == ("tree" if tree < ring else "ring")
+    assert src.time_s == pytest.approx(min(ring, tree), rel=1e-12)
+    assert src.reason == f"allreduce: best (tree {tree * 1e6:.2f} us, ring {ring * 1e6:.2f} us)"

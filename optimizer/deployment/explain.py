@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+from optimizer.deployment.collectives import AllReduceSource
 from optimizer.deployment.evaluate import Evaluation
 from optimizer.deployment.formulation import degree_fits_hardware, degree_fits_model
 from optimizer.deployment.units import TIME_UNIT_S
@@ -20,7 +21,8 @@ class Alternative:
     """The best plan using only one TP degree, or why none exists.
 
     ``reason`` is ``objective`` (it exists but is worse, or ``tie``) or the limit that rules it
-    out: ``gpus``, ``memory``, ``deadline``, ``time_limit``.
+    out: ``gpus``, ``memory``, ``deadline``, ``time_limit``. ``allreduce`` says whether the
+    degree's AllReduce time came from an nccl-tests log or the alpha-beta model, and why.
     """
 
     option: str
@@ -33,6 +35,7 @@ class Alternative:
     on_time: Optional[int] = None
     makespan_ms: Optional[float] = None
     static: bool = False  # ruled out without a solve (GPUs, heads, one session's memory)
+    allreduce: Optional[AllReduceSource] = None  # where this degree's AllReduce time comes from
 
     def to_dict(self) -> dict:
         d = {"option": self.option, "reason": self.reason, "detail": self.detail}
@@ -43,6 +46,8 @@ class Alternative:
             d["makespan_ms"] = self.makespan_ms
         if self.status is not None:
             d["status"] = self.status.value
+        if self.allreduce is not None:
+            d["allreduce"] = self.allreduce.to_dict()
         return d
 
 
@@ -130,6 +135,8 @@ def alternatives(problem: Problem, perf: PerfModel, objective, best_value: Optio
             need = max(problem.required_on_time, get(objective).min_on_time)
             where = " in the worst fault scenario" if problem.faults else ""
             rows.append(Alternative(name, p, "deadline", f"{best_on} of {n} on time{where} < {need} required", on_time=best_on))
+    for row in rows:
+        row.allreduce = perf.allreduce_source(row.degree)
     return rows
 
 

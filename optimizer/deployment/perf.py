@@ -11,7 +11,7 @@ from functools import cached_property
 
 import numpy as np
 
-from optimizer.deployment.collectives import ACTIVATION_BYTES, ring_allreduce_s, tree_allreduce_s
+from optimizer.deployment.collectives import ACTIVATION_BYTES, AllReduceSource, ring_allreduce_s, tree_allreduce_s
 from optimizer.deployment.model_config import ModelShape
 from optimizer.deployment.schema import Problem
 
@@ -92,26 +92,51 @@ class PerfModel:
     def allreduce_s(self, p: int) -> float:
         """Time of one AllReduce of the ``H·2``-byte hidden vector in a TP-``p`` group (s).
 
+        See :meth:`allreduce_source` for which table or formula gives it.
+        """
+        return self.allreduce_source(p).time_s
+
+    def allreduce_source(self, p: int) -> AllReduceSource:
+        """The AllReduce time of a TP-``p`` group with its source and the reason for it.
+
         ring (eq. 6-9), tree (eq. 6-10), best = the faster; ``measured``, and any group that
         spans servers when an ``allreduce_log`` is given, uses the nccl-tests out-of-place time
         of the smallest size >= M, for groups with that table's rank count (alpha-beta ring
         otherwise). Groups that span servers use the scale-out tier.
         """
         if p <= 1:
-            return 0.0
+            return AllReduceSource(p, "none", "", "", 0.0, f"TP{p} has no AllReduce")
         srv = self.problem.server
-        link = srv.scale_out if self.spans_servers(p) else srv.scale_up
+        spans = self.spans_servers(p)
+        tier = "scale_out" if spans else "scale_up"
+        link = srv.scale_out if spans else srv.scale_up
         mode = self.problem.allreduce
         table = link.table
-        if table is not None and table.ranks == p and (mode == "measured" or self.spans_servers(p)):
-            return table.time_for(self.message_bytes)
+        log = str(table.path) if table is not None else None
+        ranks = table.ranks if table is not None else None
+        wants_log = mode == "measured" or spans
+        if table is not None and wants_log and table.ranks == p:
+            why = ("allreduce: measured" if mode == "measured"
+                   else f"TP{p} spans servers: the scale_out log is used in every mode")
+            return AllReduceSource(p, "log", "measured", tier, table.time_for(self.message_bytes),
+                                   f"{why}; log has {table.ranks} ranks", log, ranks)
         ring = ring_allreduce_s(p, self.message_bytes, link.alpha_s, link.bandwidth_bytes_per_s)
         tree = tree_allreduce_s(p, self.message_bytes, link.alpha_s, link.bandwidth_bytes_per_s)
+        if table is not None and wants_log:
+            why = f"log has {table.ranks} ranks, TP{p} needs {p}"
+        elif table is not None:
+            why = f"allreduce: {mode}; the {tier} log is used only with allreduce: measured"
+        elif mode == "measured":
+            why = f"no allreduce_log on {tier}"
+        else:
+            why = f"allreduce: {mode}"
         if mode == "tree":
-            return tree
+            return AllReduceSource(p, "model", "tree", tier, tree, why, log, ranks)
         if mode == "best":
-            return min(ring, tree)
-        return ring
+            algo = "tree" if tree < ring else "ring"
+            why += f" (tree {tree * 1e6:.2f} us, ring {ring * 1e6:.2f} us)"
+            return AllReduceSource(p, "model", algo, tier, min(ring, tree), why, log, ranks)
+        return AllReduceSource(p, "model", "ring", tier, ring, why, log, ranks)
 
     # ------------------------------------------------------------------ time
     def step_times_s(self, p: int, positions: np.ndarray) -> np.ndarray:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizer.deployment.explain import Alternative
+from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.deployment.solver import SolveOutcome
 from optimizer.result import Binding, ConstraintKey, Status, envelope, group_conflicts
@@ -41,13 +42,14 @@ class DeploymentReport:
         ev = o.evaluation
         if ev is not None:
             G = p.server.gpus
+            perf = self.perf if self.perf is not None else PerfModel(p)
             instances = []
             for inst in ev.plan.instances:
                 instances.append({
                     "id": inst.id, "tp": inst.degree, "server": inst.servers[0], "servers": list(inst.servers),
                     "gpus": list(inst.gpus), "sessions": list(inst.sessions),
                     "memory_gb_per_gpu": round(ev.memory_per_gpu[inst.id] / 1e9, 4),
-                    "allreduce": self._allreduce_source(inst.degree),
+                    "allreduce": perf.allreduce_source(inst.degree).to_dict(),
                 })
             sessions = [{
                 "id": t.id, "instance": t.instance, "start_ms": t.start_s * 1e3, "finish_ms": t.finish_s * 1e3,
@@ -116,10 +118,6 @@ class DeploymentReport:
             out.append(line[len(str(k)) + 2:] if line.startswith(f"{k}: ") else line)
         return out
 
-    def _allreduce_source(self, degree: int) -> str:
-        src = getattr(self.perf, "allreduce_source", None) if self.perf is not None else None
-        return src(degree) if callable(src) else ""
-
     # ------------------------------------------------------------------ tables
     def render(self, console) -> None:
         from rich.markup import escape
@@ -180,13 +178,16 @@ class DeploymentReport:
                 console.print(f"faults: {len(ev.scenarios)} scenarios; worst is {w.label}: makespan {w.makespan_s * 1e3:.2f} ms, "
                               f"{w.on_time} on time, {obj.name} {obj.fmt(obj.scenario_value(p, w))}")
         if self.alternatives:
-            t = Table(title="Each TP degree alone")
-            for col in ("option", "result", "why not chosen"):
+            logs = [f"{tier} {link.table.path} ({link.table.ranks} ranks)"
+                    for tier, link in (("scale_up", p.server.scale_up), ("scale_out", p.server.scale_out)) if link.table]
+            t = Table(title="Each TP degree alone", caption=escape("AllReduce logs: " + ", ".join(logs)) if logs else None)
+            for col in ("option", "result", "why not chosen", "AllReduce"):
                 t.add_column(col)
             for a in self.alternatives:
                 res = obj.fmt(a.value) if a.value is not None else "-"
                 why = a.detail if a.reason in ("objective", "tie") else f"{a.reason}: {a.detail}"
-                t.add_row(a.option, res, escape(why))
+                ar = a.allreduce.summary() if a.allreduce is not None else "-"
+                t.add_row(a.option, res, escape(why), escape(ar))
             console.print(t)
         if self.binding:
             t = Table(title="Binding constraints (tightest first)")
