@@ -1,37 +1,94 @@
-"""Dispatch from an instance's top-level section to the problem that solves it.
+"""Problem registry: an instance's top-level section picks the problem that solves it.
 
-Each problem package (``optimizer.deployment``, ``optimizer.experts``, ``optimizer.buildout``)
-exposes ``run(raw, path, objective, time_limit_s, output_dir) -> report`` where the report
-has ``status`` (:class:`~optimizer.result.Status`), ``to_dict()`` (the ``--format json``
-object) and ``render(console)`` (the table output).
+Each problem package ``optimizer/<name>/`` declares itself in a light module
+``optimizer/<name>/spec.py`` (no solver imports) holding ``SPEC = ProblemSpec(...)``; the
+registry finds every such module, so a new problem (``serving:``, ``supernode:``) plugs in
+by adding its package, without editing this dispatcher. The package itself is imported only
+when an instance asks for it, and exposes ``run(raw, path, objective, time_limit_s,
+output_dir) -> report`` where the report has ``status`` (:class:`~optimizer.result.Status`),
+``to_dict()`` (the result envelope) and ``render(console)`` (the table output).
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import pkgutil
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from optimizer.errors import EXIT_INFEASIBLE, EXIT_OK, EXIT_TIME_LIMIT, InputError
 from optimizer.result import Status
 
-_SECTIONS = {"experts": "optimizer.experts", "buildout": "optimizer.buildout"}
-_DEPLOYMENT_KEYS = {"model", "hardware", "workload"}
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """One problem's registry entry.
+
+    Attributes:
+        section: the instance's top-level key that selects it (e.g. ``buildout``).
+        package: the package with ``run(...)`` (e.g. ``optimizer.buildout``).
+        summary: one line for help texts.
+        objectives: the package of its objectives (``objectives/<problem>/``).
+        also_selected_by: other top-level keys that select it when no section key is given
+            (the deployment problem predates sections: ``model``/``hardware``/``workload``).
+    """
+
+    section: str
+    package: str
+    summary: str
+    objectives: str = ""
+    also_selected_by: frozenset = field(default_factory=frozenset)
+
+    def module(self):
+        return importlib.import_module(self.package)
 
 
-def problem_for(raw: dict[str, Any], path: Path):
-    """Return the problem module for this instance.
+@lru_cache(maxsize=1)
+def registry() -> dict[str, ProblemSpec]:
+    """``{section: ProblemSpec}`` of every ``optimizer/<pkg>/spec.py``.
+
+    Raises:
+        ValueError: two packages claim the same section.
+    """
+    import optimizer
+
+    found: dict[str, ProblemSpec] = {}
+    for info in sorted(pkgutil.iter_modules(optimizer.__path__), key=lambda i: i.name):
+        if not info.ispkg or importlib.util.find_spec(f"optimizer.{info.name}.spec") is None:
+            continue
+        spec = importlib.import_module(f"optimizer.{info.name}.spec").SPEC
+        if spec.section in found:
+            raise ValueError(f"problem section '{spec.section}' is declared by {found[spec.section].package} "
+                             f"and {spec.package}")
+        found[spec.section] = spec
+    return found
+
+
+def problem_spec_for(raw: dict[str, Any], path: Path) -> ProblemSpec:
+    """The registry entry for this instance.
 
     Raises:
         InputError: the instance names no known problem section, or several.
     """
-    present = [s for s in _SECTIONS if s in raw]
+    specs = registry()
+    present = [s for s in specs if s in raw]
     if len(present) > 1:
-        raise InputError(path, ", ".join(present), "an instance holds one problem: give either experts or buildout")
+        raise InputError(path, ", ".join(present), f"an instance holds one problem: give only one of {', '.join(present)}")
     if present:
-        return importlib.import_module(_SECTIONS[present[0]])
-    if _DEPLOYMENT_KEYS & raw.keys():
-        return importlib.import_module("optimizer.deployment")
-    raise InputError(path, "", "no problem section: expected model/hardware/workload (deployment), experts, or buildout")
+        return specs[present[0]]
+    implied = [s for s in specs.values() if s.also_selected_by & raw.keys()]
+    if len(implied) == 1:
+        return implied[0]
+    known = ", ".join(f"{s.section}" + (f" (or {'/'.join(sorted(s.also_selected_by))})" if s.also_selected_by else "")
+                      for s in specs.values())
+    raise InputError(path, "", f"no problem section: expected one of {known}")
+
+
+def problem_for(raw: dict[str, Any], path: Path):
+    """The problem package for this instance (see :func:`problem_spec_for`)."""
+    return problem_spec_for(raw, path).module()
 
 
 def exit_code_for(status: Status) -> int:

@@ -56,3 +56,51 @@ def test_units_module_is_importable_alone():
     units = importlib.import_module("optimizer.deployment.units")
     assert units.ticks_up(units.TIME_UNIT_S * 3) == 3
     assert units.ticks_down(units.TIME_UNIT_S * 3) == 3
+
+
+def test_problem_registry_finds_every_problem_package():
+    from optimizer.problems import registry
+
+    assert {"deployment", "experts", "buildout"} <= set(registry())
+
+
+def test_a_new_problem_plugs_in_without_editing_the_dispatcher(tmp_path, monkeypatch):
+    """A package ``optimizer/<name>/`` with a ``spec.py`` is found and selected by its section."""
+    import optimizer
+    from optimizer import problems
+
+    pkg = tmp_path / "toyproblem"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("def run(raw, path, objective, time_limit_s, output_dir):\n    return 'ran'\n")
+    (pkg / "spec.py").write_text("from optimizer.problems import ProblemSpec\n"
+                                 "SPEC = ProblemSpec(section='toy', package='optimizer.toyproblem', summary='a toy')\n")
+    monkeypatch.setattr(optimizer, "__path__", list(optimizer.__path__) + [str(tmp_path)])
+    problems.registry.cache_clear()
+    try:
+        spec = problems.problem_spec_for({"toy": {}}, Path("x.yaml"))
+        assert spec.section == "toy"
+        assert spec.module().run(None, None, None, None, None) == "ran"
+        assert problems.problem_spec_for({"model": {}}, Path("x.yaml")).section == "deployment"
+    finally:
+        problems.registry.cache_clear()
+        for name in ("optimizer.toyproblem", "optimizer.toyproblem.spec"):
+            sys.modules.pop(name, None)
+
+
+def test_objectives_are_objects_with_one_home():
+    """Every deployment objective is one module declaring name, unit and definition; no module
+    of the deployment problem outside objectives/ compares objective names."""
+    from objectives.deployment import registry
+
+    objs = registry()
+    assert {"cost", "dollars", "gpus", "makespan", "latency", "energy"} <= set(objs)
+    for o in objs.values():
+        assert o.unit and len(o.definition) > 20
+    offenders = []
+    for path in (ROOT / "optimizer" / "deployment").rglob("*.py"):
+        text = path.read_text()
+        for name in objs:
+            for pat in (f'objective == "{name}"', f'objective != "{name}"', f"objective == '{name}'"):
+                if pat in text:
+                    offenders.append(f"{path.relative_to(ROOT)}: {pat}")
+    assert offenders == []

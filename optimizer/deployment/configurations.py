@@ -87,10 +87,13 @@ def moore_hodgson(jobs: list[tuple[int, Optional[int]]]) -> int:
 
 
 def enumerate_configurations(problem: Problem, options: dict[int, Option], deadline_ticks: list,
-                             ub_ticks: int, limit: int = MAX_CONFIGURATIONS) -> Optional[list[Configuration]]:
-    """All configurations with load ≤ ``ub_ticks``; None if there are more than ``limit``."""
+                             ub_ticks: int, limit: int = MAX_CONFIGURATIONS,
+                             deadline: Optional[float] = None) -> Optional[list[Configuration]]:
+    """All configurations with load ≤ ``ub_ticks``; None if there are more than ``limit``, or
+    when the wall clock passes ``deadline`` (``time.perf_counter()`` seconds) first."""
     classes = problem.classes
     out: list[Configuration] = []
+    calls = [0]
     for p, opt in options.items():
         caps = [min(c.count, opt.cap[c.index]) for c in classes]
         if max(caps, default=0) == 0:
@@ -98,6 +101,9 @@ def enumerate_configurations(problem: Problem, options: dict[int, Option], deadl
         counts = [0] * len(classes)
 
         def rec(i: int, load: int, mem: int) -> bool:
+            calls[0] += 1
+            if deadline is not None and calls[0] % 4096 == 0 and time.perf_counter() > deadline:
+                return False
             if i == len(classes):
                 if load > 0:
                     jobs = [(opt.ticks[c.index], deadline_ticks[c.index]) for c in classes for _ in range(counts[c.index])]

@@ -329,7 +329,7 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
     bound = None
     t0 = time.perf_counter()
     for _ in range(12):
-        configs = enumerate_configurations(problem, f.options, f.deadline_ticks, ub)
+        configs = enumerate_configurations(problem, f.options, f.deadline_ticks, ub, deadline=deadline)
         if configs is None:
             break
         search = ConfigurationSearch(problem, configs, need, deadline)
