@@ -33,7 +33,8 @@ def load_catalog() -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def lookup(kind: str, name: str, file: str | Path, field: str) -> dict[str, Any]:
-    """Catalog entry ``name`` of section ``kind`` ("gpus" or "servers"), without its source.
+    """Catalog entry ``name`` of section ``kind`` ("gpus" or "servers"), without its sources
+    (``source``, ``price_source``).
 
     Raises:
         InputError: unknown name (the message lists the known names).
@@ -42,4 +43,4 @@ def lookup(kind: str, name: str, file: str | Path, field: str) -> dict[str, Any]
     if name not in cat:
         known = ", ".join(sorted(cat))
         raise InputError(file, field, f"unknown catalog name '{name}' (known: {known})")
-    return {k: v for k, v in cat[name].items() if k != "source"} | {"name": name}
+    return {k: v for k, v in cat[name].items() if not k.endswith("source")} | {"name": name}

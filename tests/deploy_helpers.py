@@ -1,6 +1,8 @@
 """Helpers for deployment tests: instance dicts, a tiny model config, brute force."""
 from __future__ import annotations
 
+from objectives.deployment import get as get_objective
+
 import copy
 import itertools
 import json
@@ -143,6 +145,7 @@ def brute_force(problem, objective: str):
     perf = CachedPerf(problem)
     sessions = [s.id for s in problem.sessions]
     need = problem.required_on_time
+    min_on = get_objective(objective).min_on_time
     best, best_plan = None, None
     for inst in deployments(problem):
         if len(inst) > len(sessions):
@@ -160,7 +163,7 @@ def brute_force(problem, objective: str):
                     ev = evaluate(problem, plan, perf)
                     if ev.violations:
                         continue
-                    if objective == "cost" and min([ev.nominal.on_time] + [r.on_time for r in ev.scenarios]) < max(1, need):
+                    if min([ev.nominal.on_time] + [r.on_time for r in ev.scenarios]) < max(min_on, need):
                         continue
                     v = ev.objective_value(objective)
                     if best is None or v < best - 1e-12:

@@ -79,6 +79,16 @@ class DeploymentObjective(Objective):
         """A numerator/on-time ratio in solver units (ticks) converted to :attr:`unit`."""
         raise NotImplementedError
 
+    def rounding_slack(self, problem) -> float:
+        """How far a ratio computed in ticks may exceed the exact one (unit of the objective).
+
+        Service times are rounded up to whole ticks, so a numerator in GPU·ticks overshoots the
+        exact one by less than ``G·N`` ticks (G GPUs, N sessions, one tick per session); divided
+        by at least ``max(required on time, 1)`` sessions.
+        """
+        need = max(problem.required_on_time, self.min_on_time, 1)
+        return self.ratio_in_unit(problem, Fraction(problem.total_gpus * len(problem.sessions), need))
+
     def numerator_bound(self, problem, makespan_ticks: int) -> Fraction:
         """A lower bound of the ratio from a proven makespan lower bound (0 when none follows)."""
         return Fraction(0)

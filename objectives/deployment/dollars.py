@@ -31,6 +31,9 @@ class Dollars(DeploymentObjective):
                              f"'{problem.gpu.name}'; give hardware.gpu as a mapping with dollars_per_gpu_hour "
                              f"or --set hardware.dollars_per_gpu_hour=...")
 
+    def fmt(self, value: float) -> str:
+        return f"{value:.4g} {self.unit}"
+
     def scenario_value(self, problem, r) -> float:
         if r.on_time == 0:
             return float("inf")

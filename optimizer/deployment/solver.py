@@ -156,7 +156,9 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
     ev = evaluate(problem, best_plan, perf)
     value = obj.value(ev)
     bound = min(obj.ratio_in_unit(problem, bound_ratio), value)  # the evaluated plan bounds the optimum too
-    if proven:
+    if bound < value * (1 - 1e-9):  # not met: stay valid despite service ticks rounded up
+        bound = max(0.0, bound - obj.rounding_slack(problem))
+    elif proven:
         bound = min(value, bound)  # exact arithmetic may shave the tick rounding
     status = Status.OPTIMAL if proven and bound >= value * (1 - 1e-9) else Status.FEASIBLE
     return _finish(status, obj, value, bound, ev, stats, allowed, mode)
