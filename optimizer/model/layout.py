@@ -89,7 +89,7 @@ def layout_problem(m: ModelSpec, lay: Layout, gpus: Optional[int] = None) -> Opt
     if lay.pp > m.layers:
         return "pp", f"{lay.pp} stages is more than the {m.layers} layers"
     if gpus is not None and lay.gpus != gpus:
-        return "pp", (f"pp x attention.tp x attention.dp = {lay.pp} x {lay.attention_tp} x {lay.attention_dp} "
+        return "gpus", (f"pp x attention.tp x attention.dp = {lay.pp} x {lay.attention_tp} x {lay.attention_dp} "
                       f"= {lay.gpus} GPUs, not the {gpus} GPUs of the instance")
     return None
 
