@@ -92,6 +92,12 @@ def test_busiest_ep_group_from_loads(qwen235):
     s = qwen235.step(lay, [CTX - 1], expert_loads=skewed)
     assert u.active_experts_per_layer == 1 and s.active_experts_per_layer == 8
     assert s.weight_bytes_read - u.weight_bytes_read == pytest.approx(94 * 7 * qwen235.w.expert_bytes, rel=1e-12)
+    # per-layer loads: half the layers skewed
+    per_layer = np.array([skewed if i % 2 else uniform for i in range(94)])
+    h = qwen235.step(lay, [CTX - 1], expert_loads=per_layer)
+    assert h.weight_bytes_read - u.weight_bytes_read == pytest.approx(47 * 7 * qwen235.w.expert_bytes, rel=1e-12)
+    with pytest.raises(ValueError):
+        qwen235.step(lay, [CTX - 1], expert_loads=np.zeros(100))
 
 
 # ----------------------------------------------------------------------------- dense batched
@@ -205,3 +211,16 @@ def test_ep_layout_pays_alltoall(qwen235):
     tp = qwen235.step(Layout.tp(8), [CTX - 1] * 8)
     assert ep.alltoall_s > 0 and ep.allreduce_s == 0
     assert tp.alltoall_s == 0 and tp.allreduce_s > 0
+
+
+def test_readme_worked_example(qwen235):
+    """The README's worked example (ms to the last quoted digit)."""
+    tp8, ep = Layout.tp(8), Layout(2, 4, 2, 4)
+    assert qwen235.step_time_s(tp8, [CTX - 1]) * 1e3 == pytest.approx(3.90, abs=0.005)
+    assert qwen235.step(tp8, [CTX - 1]).allreduce_s == pytest.approx(188 * qwen235.hw.allreduce_s(8, 4096 * 2.0), rel=1e-12)
+    b8 = qwen235.step(tp8, [CTX - 1] * 8)
+    assert b8.active_experts_per_layer == pytest.approx(51.6, abs=0.05)
+    assert b8.total_s * 1e3 == pytest.approx(10.54, abs=0.005)
+    assert qwen235.max_sessions(ep, CTX, 0) == 64
+    assert qwen235.step_time_s(ep, [CTX - 1]) * 1e3 == pytest.approx(4.90, abs=0.005)
+    assert qwen235.step_time_s(ep, [CTX - 1] * 8) * 1e3 == pytest.approx(10.95, abs=0.005)

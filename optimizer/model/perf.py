@@ -269,14 +269,26 @@ class PerfModel:
             if expert_loads is None:
                 active = float(expected_active_experts(mo.experts, mo.experts_per_token, b_total)) / lay.experts_ep
                 tokens_busiest = b_total * mo.experts_per_token / lay.experts_ep
+                active_sum, tokens_sum = st.moe_layers * active, st.moe_layers * tokens_busiest
             else:
                 loads = np.atleast_2d(np.asarray(expert_loads, dtype=np.float64))
+                if loads.ndim != 2 or loads.shape[1] != mo.experts or loads.shape[0] not in (1, len(m.moe_layers)):
+                    raise ValueError(f"expert_loads must have shape [{mo.experts}] or [{len(m.moe_layers)}, {mo.experts}] "
+                                     f"(got {np.shape(expert_loads)})")
+                if loads.shape[0] > 1:  # one row per MoE layer: this stage's rows
+                    in_stage = set(st.layers)
+                    loads = loads[[j for j, layer in enumerate(m.moe_layers) if layer in in_stage]]
+                else:
+                    loads = np.repeat(loads, st.moe_layers, axis=0)
                 groups = loads.reshape(loads.shape[0], lay.experts_ep, int(per_group))
-                active = float(((groups > 0).sum(axis=2)).max(axis=1).mean())
-                tokens_busiest = float(groups.sum(axis=2).max(axis=1).mean())
+                busiest_active = (groups > 0).sum(axis=2).max(axis=1)
+                busiest_tokens = groups.sum(axis=2).max(axis=1)
+                active_sum, tokens_sum = float(busiest_active.sum()), float(busiest_tokens.sum())
+                active = active_sum / st.moe_layers
+                tokens_busiest = tokens_sum / st.moe_layers
             etp = lay.experts_tp
-            routed_read = st.moe_layers * active * self.w.expert_bytes / etp
-            routed_flops = st.moe_layers * tokens_busiest * 2 * self.w.expert_params / etp
+            routed_read = active_sum * self.w.expert_bytes / etp
+            routed_flops = tokens_sum * 2 * self.w.expert_params / etp
         weight_read = sharded_read + routed_read
         kv_read = st.kv_token * ctx_rank / self.kv_shards(lay)
         if st.state:
@@ -341,6 +353,11 @@ class PerfModel:
                 the ``pp`` stages (eq. 6-7: ``Σ_s t_s + (m-1)·max_s t_s``, ``(q+m-1)·t`` for equal stages).
         Returns:
             :class:`StepBreakdown`; weight/KV bytes and FLOP are per GPU, summed over stages.
+        Raises:
+            ValueError: ``expert_loads`` of the wrong shape.
+
+        Attention-DP ranks without sessions still run every layer (they join the MoE
+        All-to-Alls, as vLLM and SGLang run a dummy batch), so they read their weights too.
 
         Per stage and rank r (``b_r`` sessions, ``S_r = Σ(s_i+1)``):
             ``local = (sharded_read/TP + replicated_read + MoE·A·expert/etp
