@@ -124,7 +124,7 @@ def test_unmodelled_features_refused(tmp_path, key, value, field):
     with pytest.raises(InputError) as exc:
         read_model_config(p)
     assert exc.value.field == field
-    assert f"not supported yet" in exc.value.line()
+    assert "not supported yet" in exc.value.line()
 
 
 @pytest.mark.parametrize("name,degrees", [
