@@ -224,3 +224,16 @@ def test_readme_worked_example(qwen235):
     assert qwen235.max_sessions(ep, CTX, 0) == 64
     assert qwen235.step_time_s(ep, [CTX - 1]) * 1e3 == pytest.approx(4.90, abs=0.005)
     assert qwen235.step_time_s(ep, [CTX - 1] * 8) * 1e3 == pytest.approx(10.95, abs=0.005)
+
+
+def test_hybrid_state_is_fixed_per_session(hw):
+    """Qwen3.5: KV grows only in the 10 full-attention layers; the linear layers' state is fixed
+    (read and written back every step), split over TP with the heads."""
+    pm = PerfModel(read_hf_config(shared("models", "Qwen--Qwen3.5-35B-A3B.config.json")), hw, 2.0, 2.0, 0.0)
+    lay = pm.check(Layout.tp(2))
+    kv_token, state = pm.w.kv_bytes_per_token, pm.w.state_bytes_per_session
+    assert kv_token == 10 * 2 * 2 * 256 * 2
+    a, b = pm.step(lay, [999]), pm.step(lay, [1999])
+    assert b.kv_bytes_read - a.kv_bytes_read == pytest.approx(kv_token * 1000 / 2, rel=1e-12)
+    assert a.kv_bytes_read == pytest.approx(kv_token * 1000 / 2 + 2 * state / 2, rel=1e-12)
+    assert pm.kv_bytes_per_gpu(lay, 100_000, 0) == pytest.approx(kv_token * 100_000 / 2 + state / 2, rel=1e-12)
