@@ -57,3 +57,14 @@ def test_other_rope_types(tmp_path, rope, limit):
     p = tmp_path / "i.yaml"
     p.write_text(yaml.safe_dump(raw))
     assert load(p).model.max_context == limit
+
+
+def test_json_report_has_the_model_block(cli):
+    import json
+
+    r = cli(BOOK, "--format", "json")
+    assert r.exit_code == 0
+    m = json.loads(r.stdout)["model"]
+    assert m["kv_bytes_per_token"] == 256 * 1024 and m["max_context"] == 131072
+    assert m["weight_bytes"] / 1e9 == pytest.approx(65.52, abs=0.005)  # the chapter's resident bytes
+    assert sum(c["params"] for c in m["components"].values()) == m["params"] == m["active_params_per_token"]

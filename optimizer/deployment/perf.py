@@ -20,7 +20,7 @@ from optimizer.model.layout import Layout
 from optimizer.model.perf import PerfModel as SharedPerfModel
 from optimizer.model.weights import ACTIVATION_BYTES, NORM_BYTES, weights
 
-__all__ = ["NORM_BYTES", "WeightBytes", "weight_bytes", "kv_bytes_per_token", "PerfModel"]
+__all__ = ["NORM_BYTES", "WeightBytes", "weight_bytes", "kv_bytes_per_token", "model_summary", "PerfModel"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,13 @@ def kv_bytes_per_token(m: ModelSpec, bytes_per_elem: float) -> float:
     """KV cache bytes per token for the whole model: GQA ``2·L·KVH·D·b`` (K and V); MLA
     ``(kv_lora_rank + qk_rope_head_dim)·L·b``; linear-attention layers hold none."""
     return weights(m, bytes_per_elem, bytes_per_elem).kv_bytes_per_token
+
+
+def model_summary(problem: Problem) -> dict:
+    """The ``model`` block of the JSON report: params, weight_bytes, active_params_per_token,
+    kv_bytes_per_token, state_bytes_per_session, max_context and components (see
+    :meth:`optimizer.model.weights.Weights.as_dict`), at the instance's dtypes."""
+    return weights(problem.model, problem.weight_bytes, problem.kv_bytes).as_dict()
 
 
 class PerfModel:

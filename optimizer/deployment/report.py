@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizer.deployment.explain import UNITS, Alternative, fmt_value
+from optimizer.deployment.perf import model_summary
 from optimizer.deployment.schema import Problem
 from optimizer.deployment.solve import SolveOutcome
 from optimizer.result import Binding, ConstraintKey, Status
@@ -37,6 +38,7 @@ class DeploymentReport:
             "status": o.status.value,
             "objective": {"name": o.objective, "value": o.value, "unit": UNITS[o.objective], "bound": o.bound},
         }
+        d["model"] = model_summary(p)
         ev = o.evaluation
         if ev is not None:
             G = p.server.gpus
