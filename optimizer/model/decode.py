@@ -10,6 +10,11 @@ Linear figures are ``fixed + per_context_token * context`` (reference chapter, s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimizer.errors import InputError
+from optimizer.model.config import ModelSpec, read_hf_config
+from optimizer.model.weights import weights
 
 
 @dataclass(frozen=True)
@@ -122,12 +127,6 @@ def decode_inventory(config, weight_dtype: str = "bf16", kv_dtype: str | None = 
     Raises:
         InputError: a bad config (see :func:`optimizer.model.config.parse_config`) or dtype.
     """
-    from pathlib import Path
-
-    from optimizer.errors import InputError
-    from optimizer.model.config import ModelSpec, read_hf_config
-    from optimizer.model.weights import weights
-
     kv_dtype = kv_dtype or weight_dtype
     for name, d in (("weight_dtype", weight_dtype), ("kv_dtype", kv_dtype)):
         if d not in DTYPE_BYTES:
