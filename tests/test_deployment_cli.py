@@ -86,9 +86,19 @@ def test_config_with_bad_field(cli, tmp_path):
     assert_one_line_error(cli(_copy_book(tmp_path, json.dumps(cfg))), "qwen3-32b.json", "num_hidden_layers", "positive")
 
 
-def test_moe_config_not_supported_yet(cli, tmp_path):
+def test_moe_config_without_experts_per_token_is_bad_input(cli, tmp_path):
+    """MoE configs are modelled now (issue: models from HF config.json); one missing
+    ``num_experts_per_tok`` is one line naming the field, exit 2."""
     src = shared("models", "Qwen--Qwen3-30B-A3B.config.json")
-    assert_one_line_error(cli(_copy_book(tmp_path, src.read_text())), "not supported yet: num_experts")
+    cfg = json.loads(src.read_text())
+    del cfg["num_experts_per_tok"]
+    assert_one_line_error(cli(_copy_book(tmp_path, json.dumps(cfg))), "qwen3-32b.json", "num_experts_per_tok", "missing")
+
+
+def test_moe_config_plans(cli, tmp_path):
+    src = shared("models", "Qwen--Qwen3-30B-A3B.config.json")
+    r = cli(_copy_book(tmp_path, src.read_text()), "--format", "json")
+    assert r.exit_code == 0, r.output
 
 
 def test_infeasible_names_conflicting_constraints(cli):

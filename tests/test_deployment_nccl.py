@@ -71,7 +71,8 @@ def _write_instance(tmp_path: Path, *, log: Path | None, degrees, allreduce: str
         session["deadline_ms"] = deadline_ms
     raw = {
         "name": "tp16 across two servers",
-        "model": {"config": str(QWEN32B), "weight_dtype": "bf16", "kv_dtype": "bf16"},
+        "model": {"config": str(QWEN32B), "weight_dtype": "bf16", "kv_dtype": "bf16",
+                  "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768}},
         "hardware": {
             "gpu": "h100-sxm",
             "server": {"name": "hgx-h100-measured", "gpus": 8, "power_kw": 10.2,

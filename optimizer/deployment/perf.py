@@ -1,8 +1,10 @@
-"""Analytic performance model of dense-decoder inference (reference chapter, eqs. 6-1 to 6-10).
+"""Performance model of a deployment problem: a thin view of :mod:`optimizer.model.perf`.
 
-Pure functions of a resolved :class:`~optimizer.deployment.schema.Problem`; no solver
-imports. Units: bytes, seconds, FLOP. Symbols: H hidden, QH query heads, KVH KV heads,
-D head dim, F FFN size, L layers, V vocabulary, p TP degree, s context position.
+A TP-``p`` instance is the layout ``attention: {tp: p, dp: 1}, experts: {tp: p, ep: 1}, pp: 1``
+(:meth:`optimizer.model.layout.Layout.tp`); every figure (memory per GPU, eq. 6-1; step time,
+eqs. 6-2, 6-4, 6-5, 6-8; AllReduce, eqs. 6-9, 6-10) comes from the shared model, one code path.
+Units: bytes, seconds, FLOP. Symbols: H hidden, QH query heads, KVH KV heads, D head dim, F FFN
+size, L layers, V vocabulary, p TP degree, s context position.
 """
 from __future__ import annotations
 
@@ -11,24 +13,28 @@ from functools import cached_property
 
 import numpy as np
 
-from optimizer.deployment.collectives import ACTIVATION_BYTES, AllReduceSource, ring_allreduce_s, tree_allreduce_s
-from optimizer.deployment.model_config import ModelShape
+from optimizer.deployment.collectives import AllReduceSource
 from optimizer.deployment.schema import Problem
+from optimizer.model.config import ModelSpec
+from optimizer.model.hardware import Hardware
+from optimizer.model.layout import Layout
+from optimizer.model.perf import PerfModel as SharedPerfModel
+from optimizer.model.weights import ACTIVATION_BYTES, NORM_BYTES, weights
 
-NORM_BYTES = 2.0  # norm weights stay in 16 bits even in quantised checkpoints
+__all__ = ["NORM_BYTES", "WeightBytes", "weight_bytes", "kv_bytes_per_token", "model_summary", "PerfModel"]
 
 
 @dataclass(frozen=True)
 class WeightBytes:
-    """Weight bytes of a dense decoder (eq. 6-1 terms).
+    """Weight bytes of a model in eq. 6-1 terms (per-layer figures are averages over layers).
 
     Attributes (bytes):
-        attention_per_layer: ``2·(2·H·QH·D + 2·H·KVH·D)`` at 2 B/param, scaled by the weight dtype
-            (Q and O projections H×QH·D, K and V projections H×KVH·D).
-        ffn_per_layer: ``3·H·F·b`` (SwiGLU gate, up, down).
+        attention_per_layer: dense GQA ``b·(2·H·QH·D + 2·H·KVH·D)`` (Q, O; K, V); any attention
+            (MLA, linear) in general.
+        ffn_per_layer: SwiGLU ``3·H·F·b``; for MoE every expert, shared expert and router.
         lm_head: ``V·H·b``.
         embedding: ``V·H·b`` unless tied to the LM head (then 0).
-        norms: replicated norm weights (2 per layer, plus q/k norms for Qwen3, plus the final norm).
+        norms: replicated norm weights (2 per layer, q/k norms, the final norm), 16-bit.
     """
 
     attention_per_layer: float
@@ -44,7 +50,7 @@ class WeightBytes:
 
     @property
     def read_per_step(self) -> float:
-        """Bytes streamed from HBM per decode step: all layers and the LM head (not the embedding)."""
+        """Bytes of all layers and the LM head (a dense model streams all of it per decode step)."""
         return self.layers * self.per_layer + self.lm_head
 
     @property
@@ -53,20 +59,25 @@ class WeightBytes:
         return self.read_per_step + self.embedding + self.norms
 
 
-def weight_bytes(m: ModelShape, bytes_per_param: float) -> WeightBytes:
-    """Weight bytes of model ``m`` at ``bytes_per_param`` (2 for bf16). See :class:`WeightBytes`."""
-    b = bytes_per_param
-    attn = b * (2 * m.hidden * m.q_heads * m.head_dim + 2 * m.hidden * m.kv_heads * m.head_dim)
-    ffn = 3 * m.hidden * m.ffn * b
-    lm = m.vocab * m.hidden * b
-    emb = 0.0 if m.tied_embeddings else lm
-    norm_params = m.layers * (2 * m.hidden + (2 * m.head_dim if m.qk_norm else 0)) + m.hidden
-    return WeightBytes(attn, ffn, lm, emb, norm_params * NORM_BYTES, m.layers)
+def weight_bytes(m: ModelSpec, bytes_per_param: float) -> WeightBytes:
+    """Weight bytes of model ``m`` at ``bytes_per_param`` (2 for bf16), from :func:`optimizer.model.weights.weights`."""
+    c = weights(m, bytes_per_param).component_bytes()
+    attn = (c["attention"] + c["linear_attention"]) / m.layers
+    ffn = (c["dense_ffn"] + c["routed_experts"] + c["shared_experts"] + c["router"]) / m.layers
+    return WeightBytes(attn, ffn, c["lm_head"], c["embedding"], c["norms"], m.layers)
 
 
-def kv_bytes_per_token(m: ModelShape, bytes_per_elem: float) -> float:
-    """KV cache bytes per token for the whole model: ``2·L·KVH·D·b`` (K and V)."""
-    return 2 * m.layers * m.kv_heads * m.head_dim * bytes_per_elem
+def kv_bytes_per_token(m: ModelSpec, bytes_per_elem: float) -> float:
+    """KV cache bytes per token for the whole model: GQA ``2·L·KVH·D·b`` (K and V); MLA
+    ``(kv_lora_rank + qk_rope_head_dim)·L·b``; linear-attention layers hold none."""
+    return weights(m, bytes_per_elem, bytes_per_elem).kv_bytes_per_token
+
+
+def model_summary(problem: Problem) -> dict:
+    """The ``model`` block of the JSON report: params, weight_bytes, active_params_per_token,
+    kv_bytes_per_token, state_bytes_per_session, max_context and components (see
+    :meth:`optimizer.model.weights.Weights.as_dict`), at the instance's dtypes."""
+    return weights(problem.model, problem.weight_bytes, problem.kv_bytes).as_dict()
 
 
 class PerfModel:
@@ -75,86 +86,51 @@ class PerfModel:
     def __init__(self, problem: Problem):
         self.problem = problem
         self.m = problem.model
+        self.model = SharedPerfModel(problem.model, Hardware(problem.gpu, problem.server, problem.allreduce),
+                                     problem.weight_bytes, problem.kv_bytes, problem.reserve_bytes)
         self.w = weight_bytes(self.m, problem.weight_bytes)
-        self.kv_token = kv_bytes_per_token(self.m, problem.kv_bytes)
+        self.kv_token = self.model.w.kv_bytes_per_token
         self.message_bytes = self.m.hidden * ACTIVATION_BYTES
+
+    @staticmethod
+    def layout(p: int) -> Layout:
+        """The layout of a TP-``p`` instance."""
+        return Layout.tp(p)
 
     # ------------------------------------------------------------------ topology
     def spans_servers(self, p: int) -> bool:
         """True when a TP group of ``p`` GPUs does not fit in one server (uses scale-out)."""
-        return p > self.problem.server.gpus
+        return self.model.hw.spans_servers(p)
 
     def kv_shards(self, p: int) -> int:
-        """KV heads are split over at most KVH GPUs; TP beyond that replicates KV."""
-        return min(p, self.m.kv_heads)
+        """KV heads are split over at most KVH GPUs; TP beyond that replicates KV (MLA: 1)."""
+        return self.model.kv_shards(Layout.tp(p))
 
     # ------------------------------------------------------------------ collectives
     def allreduce_s(self, p: int) -> float:
-        """Time of one AllReduce of the ``H·2``-byte hidden vector in a TP-``p`` group (s).
-
-        See :meth:`allreduce_source` for which table or formula gives it.
-        """
+        """Time of one AllReduce of the ``H·2``-byte hidden vector in a TP-``p`` group (s);
+        see :meth:`optimizer.model.hardware.Hardware.allreduce_source`."""
         return self.allreduce_source(p).time_s
 
     def allreduce_source(self, p: int) -> AllReduceSource:
-        """The AllReduce time of a TP-``p`` group with its source and the reason for it.
-
-        ring (eq. 6-9), tree (eq. 6-10), best = the faster; ``measured``, and any group that
-        spans servers when an ``allreduce_log`` is given, uses the nccl-tests out-of-place time
-        of the smallest size >= M, for groups with that table's rank count (alpha-beta ring
-        otherwise). Groups that span servers use the scale-out tier.
-        """
-        if p <= 1:
-            return AllReduceSource(p, "none", "", "", 0.0, f"TP{p} has no AllReduce")
-        srv = self.problem.server
-        spans = self.spans_servers(p)
-        tier = "scale_out" if spans else "scale_up"
-        link = srv.scale_out if spans else srv.scale_up
-        mode = self.problem.allreduce
-        table = link.table
-        log = str(table.path) if table is not None else None
-        ranks = table.ranks if table is not None else None
-        wants_log = mode == "measured" or spans
-        if table is not None and wants_log and table.ranks == p:
-            why = ("allreduce: measured" if mode == "measured"
-                   else f"TP{p} spans servers: the scale_out log is used in every mode")
-            return AllReduceSource(p, "log", "measured", tier, table.time_for(self.message_bytes),
-                                   f"{why}; log has {table.ranks} ranks", log, ranks)
-        ring = ring_allreduce_s(p, self.message_bytes, link.alpha_s, link.bandwidth_bytes_per_s)
-        tree = tree_allreduce_s(p, self.message_bytes, link.alpha_s, link.bandwidth_bytes_per_s)
-        if table is not None and wants_log:
-            why = f"log has {table.ranks} ranks, TP{p} needs {p}"
-        elif table is not None:
-            why = f"allreduce: {mode}; the {tier} log is used only with allreduce: measured"
-        elif mode == "measured":
-            why = f"no allreduce_log on {tier}"
-        else:
-            why = f"allreduce: {mode}"
-        if mode == "tree":
-            return AllReduceSource(p, "model", "tree", tier, tree, why, log, ranks)
-        if mode == "best":
-            algo = "tree" if tree < ring else "ring"
-            why += f" (tree {tree * 1e6:.2f} us, ring {ring * 1e6:.2f} us)"
-            return AllReduceSource(p, "model", algo, tier, min(ring, tree), why, log, ranks)
-        return AllReduceSource(p, "model", "ring", tier, ring, why, log, ranks)
+        """Where a TP-``p`` group's AllReduce time comes from (nccl-tests log or alpha-beta model)
+        and why; see :meth:`optimizer.model.hardware.Hardware.allreduce_source`."""
+        return self.model.hw.allreduce_source(p, self.message_bytes)
 
     # ------------------------------------------------------------------ time
     def step_times_s(self, p: int, positions: np.ndarray) -> np.ndarray:
-        """Decode step time at context positions ``s`` (eqs. 6-2, 6-4, 6-5), seconds, shape like s.
-
-        ``max(local, compute) + 2L·T_AR(p)`` with
+        """Decode step time of one session at context positions ``s`` (eqs. 6-2, 6-4, 6-5, 6-8),
+        seconds, shape like s. Dense: ``max(local, compute) + 2L·T_AR(p)`` with
         ``local = (weights_read/p + kv_token·(s+1)/min(p,KVH)) / HBM bandwidth`` and
-        ``compute = (2·params_read + 4·QH·D·(s+1)·L) / p / peak``.
-        """
-        s1 = np.asarray(positions, dtype=np.float64) + 1.0
-        g = self.problem.gpu
-        local = (self.w.read_per_step / p + self.kv_token * s1 / self.kv_shards(p)) / g.hbm_bytes_per_s
-        params_read = self.w.read_per_step / self.problem.weight_bytes
-        compute = (2 * params_read + 4 * self.m.q_heads * self.m.head_dim * s1 * self.m.layers) / p / g.peak_flops
-        return np.maximum(local, compute) + 2 * self.m.layers * self.allreduce_s(p)
+        ``compute = (2·params_read + 4·QH·D·(s+1)·L) / p / peak``."""
+        return self.model.single_session_step_s(Layout.tp(p), positions)
 
     def step_time_s(self, p: int, position: int) -> float:
         return float(self.step_times_s(p, np.array([position]))[0])
+
+    def batch_step_time_s(self, p: int, positions) -> float:
+        """One batched decode step of the sessions at ``positions`` on a TP-``p`` instance (s)."""
+        return self.model.step_time_s(Layout.tp(p), positions)
 
     def service_time_s(self, p: int, context: int, new: int) -> float:
         """Time to run ``new`` decode steps at positions context .. context+new-1 (s)."""
@@ -162,12 +138,14 @@ class PerfModel:
 
     # ------------------------------------------------------------------ memory
     def static_bytes_per_gpu(self, p: int) -> float:
-        """Weights per GPU plus the reserve: ``(resident - norms)/p + norms + reserve`` (eq. 6-1)."""
-        return (self.w.resident - self.w.norms) / p + self.w.norms + self.problem.reserve_bytes
+        """Weights per GPU plus the reserve (eq. 6-1): ``(resident - replicated)/p + replicated + reserve``,
+        K/V projections held ``min(p, KVH)``-way split."""
+        return self.model.static_bytes_per_gpu(Layout.tp(p))
 
     def kv_bytes_per_gpu(self, p: int, context: int, new: int) -> float:
-        """KV bytes one session holds per GPU for the whole run: ``kv_token·(context+new)/min(p,KVH)``."""
-        return self.kv_token * (context + new) / self.kv_shards(p)
+        """KV bytes one session holds per GPU for the whole run: ``kv_token·(context+new)/min(p,KVH)``
+        (+ linear-attention state / p)."""
+        return self.model.kv_bytes_per_gpu(Layout.tp(p), context, new)
 
     def memory_per_gpu(self, p: int, sessions: list[tuple[int, int]]) -> float:
         """Bytes per GPU of a TP-``p`` instance holding ``sessions`` [(context, new), ...] (eq. 6-1)."""
@@ -175,10 +153,7 @@ class PerfModel:
 
     def max_sessions(self, p: int, context: int, new: int) -> int:
         """How many identical sessions fit one TP-``p`` instance (0 if not even one)."""
-        room = self.problem.gpu.memory_bytes - self.static_bytes_per_gpu(p)
-        if room < 0:
-            return 0
-        return int(room // self.kv_bytes_per_gpu(p, context, new))
+        return self.model.max_sessions(Layout.tp(p), context, new)
 
     @cached_property
     def service_table_s(self) -> dict[tuple[int, int], float]:

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizer.deployment.explain import Alternative
-from optimizer.deployment.perf import PerfModel
+from optimizer.deployment.perf import PerfModel, model_summary
 from optimizer.deployment.schema import Problem
 from optimizer.deployment.solver import SolveOutcome
 from optimizer.result import Binding, ConstraintKey, Status, envelope, group_conflicts
@@ -38,7 +38,7 @@ class DeploymentReport:
         p = self.problem
         obj = o.objective
         plan = None
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"model": model_summary(p)}
         ev = o.evaluation
         if ev is not None:
             G = p.server.gpus

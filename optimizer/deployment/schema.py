@@ -40,10 +40,21 @@ MAX_SERVERS = 4096
 MAX_GPUS_PER_SERVER = 1024
 
 
+class RopeScalingIn(_In):
+    """RoPE scaling the deployment enables (overrides the config's ``rope_scaling``), e.g. Qwen's
+    documented ``{rope_type: yarn, factor: 4, original_max_position_embeddings: 32768}`` for
+    131,072 tokens. Sets the maximum context as vLLM does (:func:`optimizer.model.config.max_model_len`)."""
+
+    rope_type: Literal["yarn", "linear", "dynamic", "llama3", "longrope"]
+    factor: float = Field(gt=0, le=1e4)
+    original_max_position_embeddings: Optional[int] = Field(default=None, gt=0, le=MAX_TOKENS)
+
+
 class ModelIn(_In):
     config: str = Field(min_length=1, description="HuggingFace config.json, path relative to the instance file")
     weight_dtype: DType = "bf16"
     kv_dtype: DType = "bf16"
+    rope_scaling: Optional[RopeScalingIn] = Field(default=None, description="RoPE scaling enabled at serving time (null: the config's own)")
 
 
 class GpuIn(_In):
@@ -277,7 +288,12 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
     server = Server(server_in.name, server_in.gpus, server_in.power_kw * 1e3,
                     _link(server_in.scale_up, path, "hardware.server.scale_up"),
                     _link(server_in.scale_out, path, "hardware.server.scale_out"))
-    shape = read_model_config(_existing(path, inst.model.config, "model.config"))
+    rope = inst.model.rope_scaling
+    if rope is not None and rope.rope_type == "yarn" and rope.original_max_position_embeddings is None:
+        raise InputError(path, "model.rope_scaling.original_max_position_embeddings",
+                         "YaRN needs the original context length (e.g. 32768 for Qwen3)")
+    shape = read_model_config(_existing(path, inst.model.config, "model.config"),
+                              rope.model_dump(exclude_none=True) if rope is not None else None)
     message = shape.hidden * ACTIVATION_BYTES
     for tier, link in (("scale_up", server.scale_up), ("scale_out", server.scale_out)):
         t = link.table
@@ -286,6 +302,13 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
                              f"{t.path} measures up to {int(t.size_bytes[-1])} B, less than the AllReduce message "
                              f"of {message:.0f} B (hidden_size {shape.hidden} x {ACTIVATION_BYTES:.0f} B)")
 
+    if shape.max_context is not None:
+        for i, g in enumerate(inst.workload.sessions):
+            if g.context_tokens + g.new_tokens > shape.max_context:
+                raise InputError(path, f"workload.sessions[{i}].context_tokens",
+                                 f"context_tokens {g.context_tokens} + new_tokens {g.new_tokens} = "
+                                 f"{g.context_tokens + g.new_tokens} tokens exceeds the model's maximum length "
+                                 f"{shape.max_context} ({shape.max_context_source}; set model.rope_scaling to extend it)")
     names = [g.name for g in inst.workload.sessions]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -10,6 +10,11 @@ Linear figures are ``fixed + per_context_token * context`` (reference chapter, s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimizer.errors import InputError
+from optimizer.model.config import ModelSpec, read_hf_config
+from optimizer.model.weights import weights
 
 
 @dataclass(frozen=True)
@@ -96,3 +101,63 @@ class DecodeInventory:
     @property
     def table_bytes(self) -> float:
         return sum(t.bytes for t in self.tables)
+
+
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
+
+
+def decode_inventory(config, weight_dtype: str = "bf16", kv_dtype: str | None = None,
+                     dispatch_bytes: float = 2.0, rope_scaling: dict | None = None) -> DecodeInventory:
+    """The :class:`DecodeInventory` of a HuggingFace model.
+
+    Args:
+        config: path of a ``config.json`` or an :class:`optimizer.model.config.ModelSpec`.
+        weight_dtype: matrix dtype (``bf16``, ``fp8``, ...; norms and routers stay 16-bit).
+        kv_dtype: KV-cache dtype (default: ``weight_dtype``).
+        dispatch_bytes: bytes per hidden element in the MoE dispatch (2: bf16; DeepEP's FP8
+            dispatch is about 1).
+        rope_scaling: override of the config's ``rope_scaling`` (sets ``max_context``).
+    Returns:
+        replicated_read_bytes: every non-routed weight read per step (attention, dense FFN, shared
+        experts, routers, LM head; not the embedding, not the norms); replicated_resident_bytes:
+        that plus the embedding and the norms, so that ``replicated_resident + routed`` is the
+        weight total; kv_capacity ``state + kv_token·context``; kv_read ``2·state + kv_token·context``
+        (the linear-attention state is read and written back); flops_per_token ``2·active params
+        read + state FLOP + attention FLOP per context token`` (eqs. 6-4, 6-5).
+    Raises:
+        InputError: a bad config (see :func:`optimizer.model.config.parse_config`) or dtype.
+    """
+    kv_dtype = kv_dtype or weight_dtype
+    for name, d in (("weight_dtype", weight_dtype), ("kv_dtype", kv_dtype)):
+        if d not in DTYPE_BYTES:
+            raise InputError(None, name, f"unknown dtype {d!r} (one of {', '.join(DTYPE_BYTES)})")
+    spec = config if isinstance(config, ModelSpec) else read_hf_config(Path(config), rope_scaling)
+    w = weights(spec, DTYPE_BYTES[weight_dtype], DTYPE_BYTES[kv_dtype])
+    cb = w.component_bytes()
+    routed = cb["routed_experts"]
+    resident = w.total_bytes - routed
+    read = resident - cb["embedding"] - cb["norms"]
+    moe = spec.moe
+    k = moe.experts_per_token if moe else 0
+    cp = w.component_params()
+    active_params = (sum(cp[c] for c in ("attention", "linear_attention", "dense_ffn", "shared_experts", "router", "lm_head"))
+                     + len(spec.moe_layers) * k * w.expert_params)
+    return DecodeInventory(
+        name=spec.name,
+        layers=spec.layers,
+        moe_layers=len(spec.moe_layers),
+        hidden=spec.hidden,
+        max_context=spec.max_context,
+        replicated_read_bytes=read,
+        replicated_resident_bytes=resident,
+        routed_experts=moe.experts if moe else 0,
+        experts_per_token=k,
+        expert_bytes=w.expert_bytes,
+        routed_bytes=routed,
+        kv_capacity_bytes=Linear(w.state_bytes_per_session, w.kv_bytes_per_token),
+        kv_read_bytes=Linear(2 * w.state_bytes_per_session, w.kv_bytes_per_token),
+        flops_per_token=Linear(2 * active_params + float(w.state_flops_per_token_layer.sum()),
+                               float(w.attention_flops_per_context_token_layer.sum())),
+        dispatch_bytes_per_token=spec.hidden * dispatch_bytes if moe else 0.0,
+        source=str(config) if not isinstance(config, ModelSpec) else spec.name,
+    )

@@ -1,0 +1,162 @@
+"""Hardware seen by the performance model: one GPU type, one server type, two network tiers.
+
+Figures come from ``instances/hardware/catalog.yaml`` (:func:`hardware_from_catalog`) or from a
+problem's resolved hardware (any objects with the same attribute names). SI units throughout:
+bytes, bytes/s, FLOP/s, seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from optimizer.catalog import lookup
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """memory_bytes, hbm_bytes_per_s (HBM bandwidth), peak_flops (dense BF16 FLOP/s)."""
+
+    name: str
+    memory_bytes: float
+    hbm_bytes_per_s: float
+    peak_flops: float
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One network tier, per GPU per direction: bandwidth (bytes/s), alpha (s per round), and an
+    optional nccl-tests AllReduce table (:class:`optimizer.deployment.collectives.AllReduceTable`)."""
+
+    bandwidth_bytes_per_s: float
+    alpha_s: float
+    table: Any = None
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """gpus per server; scale_up (NVLink) and scale_out (NIC) tiers."""
+
+    name: str
+    gpus: int
+    scale_up: LinkSpec
+    scale_out: LinkSpec
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The GPU and server of an instance, and how AllReduce is timed.
+
+    Attributes:
+        gpu: any object with ``memory_bytes``, ``hbm_bytes_per_s``, ``peak_flops``.
+        server: any object with ``gpus``, ``scale_up``, ``scale_out`` (links with
+            ``bandwidth_bytes_per_s``, ``alpha_s``, ``table``).
+        allreduce: "ring" (eq. 6-9), "tree" (eq. 6-10), "best" (the faster) or "measured" (the
+            nccl-tests table of the group's tier).
+    """
+
+    gpu: Any
+    server: Any
+    allreduce: str = "ring"
+
+    def spans_servers(self, gpus: int) -> bool:
+        """True when a group of ``gpus`` GPUs does not fit in one server (uses scale-out)."""
+        return gpus > self.server.gpus
+
+    def link(self, gpus: int):
+        """The tier a group of ``gpus`` GPUs communicates over."""
+        return self.server.scale_out if self.spans_servers(gpus) else self.server.scale_up
+
+    def allreduce_s(self, p: int, message_bytes: float) -> float:
+        """Time of one AllReduce of ``message_bytes`` in a group of ``p`` GPUs (s); see
+        :meth:`allreduce_source` for which table or formula gives it. Zero for p <= 1."""
+        return self.allreduce_source(p, message_bytes).time_s
+
+    def allreduce_source(self, p: int, message_bytes: float):
+        """The AllReduce time of a ``p``-GPU group with its source and the reason for it
+        (:class:`optimizer.deployment.collectives.AllReduceSource`).
+
+        ring (eq. 6-9), tree (eq. 6-10), best = the faster; ``measured``, and any group that spans
+        servers when the tier has an nccl-tests table, uses the out-of-place time of the smallest
+        measured size >= the message, for tables with ``p`` ranks (alpha-beta otherwise, also when
+        the message exceeds the table).
+        """
+        # imported here: optimizer.deployment imports this package (no import cycle at load time)
+        from optimizer.deployment.collectives import AllReduceSource, ring_allreduce_s, tree_allreduce_s
+
+        if p <= 1:
+            return AllReduceSource(p, "none", "", "", 0.0, f"TP{p} has no AllReduce")
+        spans = self.spans_servers(p)
+        tier = "scale_out" if spans else "scale_up"
+        link = self.link(p)
+        mode = self.allreduce
+        table = link.table
+        log = str(table.path) if table is not None else None
+        ranks = table.ranks if table is not None else None
+        wants_log = mode == "measured" or spans
+        fits = table is not None and message_bytes <= table.size_bytes[-1]
+        if table is not None and wants_log and table.ranks == p and fits:
+            why = ("allreduce: measured" if mode == "measured"
+                   else f"TP{p} spans servers: the scale_out log is used in every mode")
+            return AllReduceSource(p, "log", "measured", tier, table.time_for(message_bytes),
+                                   f"{why}; log has {table.ranks} ranks", log, ranks)
+        ring = ring_allreduce_s(p, message_bytes, link.alpha_s, link.bandwidth_bytes_per_s)
+        tree = tree_allreduce_s(p, message_bytes, link.alpha_s, link.bandwidth_bytes_per_s)
+        if table is not None and wants_log and table.ranks != p:
+            why = f"log has {table.ranks} ranks, TP{p} needs {p}"
+        elif table is not None and wants_log:
+            why = f"message of {message_bytes:.0f} B exceeds the log's largest size {int(table.size_bytes[-1])} B"
+        elif table is not None:
+            why = f"allreduce: {mode}; the {tier} log is used only with allreduce: measured"
+        elif mode == "measured":
+            why = f"no allreduce_log on {tier}"
+        else:
+            why = f"allreduce: {mode}"
+        if mode == "tree":
+            return AllReduceSource(p, "model", "tree", tier, tree, why, log, ranks)
+        if mode == "best":
+            algo = "tree" if tree < ring else "ring"
+            why += f" (tree {tree * 1e6:.2f} us, ring {ring * 1e6:.2f} us)"
+            return AllReduceSource(p, "model", algo, tier, min(ring, tree), why, log, ranks)
+        return AllReduceSource(p, "model", "ring", tier, ring, why, log, ranks)
+
+    def alltoall_s(self, n: int, bytes_out_per_gpu: float) -> float:
+        """All-to-All among ``n`` GPUs, each sending ``bytes_out_per_gpu`` spread evenly over the
+        others (s). Alpha-beta, pairwise exchange: the share ``(g-1)/(n-1)`` of the bytes that stays
+        in a server of ``g`` GPUs goes over scale-up in ``g-1`` rounds, the share that leaves it over
+        the GPU's NIC (scale-out) in ``n-g`` rounds; the two tiers work concurrently (max).
+        Zero for n <= 1."""
+        if n <= 1:
+            return 0.0
+        g = min(n, self.server.gpus)
+        up, out = self.server.scale_up, self.server.scale_out
+        inside = bytes_out_per_gpu * (g - 1) / (n - 1)
+        outside = bytes_out_per_gpu - inside
+        t_up = (g - 1) * up.alpha_s + inside / up.bandwidth_bytes_per_s
+        t_out = (n - g) * out.alpha_s + outside / out.bandwidth_bytes_per_s if n > g else 0.0
+        return max(t_up, t_out)
+
+    def p2p_s(self, message_bytes: float, crosses_servers: bool) -> float:
+        """One point-to-point send (a pipeline hand-off): ``alpha + M/B`` on the tier used (s)."""
+        link = self.server.scale_out if crosses_servers else self.server.scale_up
+        return link.alpha_s + message_bytes / link.bandwidth_bytes_per_s
+
+
+def hardware_from_catalog(gpu: str, server: str, allreduce: str = "ring", file: Optional[str] = None) -> Hardware:
+    """:class:`Hardware` for catalog names (``instances/hardware/catalog.yaml``), in SI units.
+
+    Raises:
+        InputError: unknown name.
+    """
+    g = lookup("gpus", gpu, file or "catalog", "gpu")
+    s = lookup("servers", server, file or "catalog", "server")
+
+    def _link(d: dict) -> LinkSpec:
+        return LinkSpec(d["bandwidth_gb_s"] * GB, d["latency_us"] * 1e-6)
+
+    return Hardware(
+        GpuSpec(gpu, g["memory_gb"] * GB, g["memory_bandwidth_gb_s"] * GB, g["bf16_tflops"] * 1e12),
+        ServerSpec(server, s["gpus"], _link(s["scale_up"]), _link(s["scale_out"])),
+        allreduce,
+    )

@@ -1,0 +1,128 @@
+"""Parallel layouts: attention TP x DP, experts TP x EP, pipeline stages.
+
+A layout of one model instance is ``attention: {tp, dp}``, ``experts: {tp, ep}`` (MoE only)
+and ``pp``, with ``attention.tp x attention.dp = experts.tp x experts.ep = GPUs per stage`` and
+``pp x GPUs per stage = GPUs of the instance``. A dense model has no experts section: its FFN
+follows the attention TP (and attention DP replicates it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+from optimizer.errors import InputError
+from optimizer.model.config import ModelSpec
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Parallel degrees of one model instance.
+
+    Attributes:
+        attention_tp: GPUs splitting each attention (and dense FFN, shared expert, embedding, LM head).
+        attention_dp: attention replicas, each serving its own sessions (DP attention).
+        experts_tp: GPUs splitting each routed expert.
+        experts_ep: groups the routed experts are divided over (EP).
+        pp: pipeline stages, each holding a contiguous block of layers.
+    """
+
+    attention_tp: int = 1
+    attention_dp: int = 1
+    experts_tp: int = 1
+    experts_ep: int = 1
+    pp: int = 1
+
+    @classmethod
+    def tp(cls, p: int) -> "Layout":
+        """Plain tensor parallelism over ``p`` GPUs (attention and experts split ``p`` ways)."""
+        return cls(attention_tp=p, experts_tp=p)
+
+    @property
+    def gpus_per_stage(self) -> int:
+        return self.attention_tp * self.attention_dp
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_stage * self.pp
+
+    def label(self) -> str:
+        """Short name, e.g. ``TP8``, ``TP2xDP4/EP4xTP2``, ``TP4 PP2``."""
+        a = f"TP{self.attention_tp}" + (f"xDP{self.attention_dp}" if self.attention_dp > 1 else "")
+        e = "" if (self.experts_ep == 1 and self.experts_tp == self.attention_tp) else \
+            f"/EP{self.experts_ep}" + (f"xTP{self.experts_tp}" if self.experts_tp > 1 else "")
+        return a + e + (f" PP{self.pp}" if self.pp > 1 else "")
+
+    def as_dict(self) -> dict:
+        return {"attention": {"tp": self.attention_tp, "dp": self.attention_dp},
+                "experts": {"tp": self.experts_tp, "ep": self.experts_ep}, "pp": self.pp}
+
+
+def layout_problem(m: ModelSpec, lay: Layout, gpus: Optional[int] = None) -> Optional[tuple[str, str]]:
+    """None if ``lay`` fits model ``m`` (and ``gpus`` GPUs when given), else (field, problem).
+
+    Rules: every degree positive; attention TP divides the query heads and divides the KV heads
+    or is a multiple of them (as vLLM and SGLang require); it divides the linear-attention key
+    and value heads of hybrid models; ``attention.tp x attention.dp = experts.tp x experts.ep``;
+    EP divides the routed experts; a dense model has ``experts.ep = 1`` and ``experts.tp =
+    attention.tp`` (its FFN follows attention); PP <= layers; ``pp x GPUs per stage = gpus``.
+    """
+    for name, v in (("attention.tp", lay.attention_tp), ("attention.dp", lay.attention_dp),
+                    ("experts.tp", lay.experts_tp), ("experts.ep", lay.experts_ep), ("pp", lay.pp)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            return name, f"must be a positive integer (got {v!r})"
+    p = lay.attention_tp
+    if m.q_heads % p or (m.kv_heads % p and p % m.kv_heads):
+        return "attention.tp", f"TP{p} does not split {m.q_heads} attention heads and {m.kv_heads} KV heads evenly"
+    if m.linear and (m.linear.k_heads % p or m.linear.v_heads % p):
+        return "attention.tp", (f"TP{p} does not split the linear-attention heads "
+                                f"({m.linear.k_heads} key, {m.linear.v_heads} value) evenly")
+    if m.moe is None:
+        if lay.experts_ep != 1 or lay.experts_tp != lay.attention_tp:
+            return "experts", "a dense model has no experts: experts.ep must be 1 and experts.tp equal attention.tp"
+    else:
+        if lay.experts_tp * lay.experts_ep != lay.gpus_per_stage:
+            return "experts", (f"experts.tp x experts.ep = {lay.experts_tp} x {lay.experts_ep} must equal "
+                               f"attention.tp x attention.dp = {lay.attention_tp} x {lay.attention_dp}")
+        if m.moe.experts % lay.experts_ep:
+            return "experts.ep", f"EP{lay.experts_ep} does not divide the {m.moe.experts} routed experts"
+    if lay.pp > m.layers:
+        return "pp", f"{lay.pp} stages is more than the {m.layers} layers"
+    if gpus is not None and lay.gpus != gpus:
+        return "gpus", (f"pp x attention.tp x attention.dp = {lay.pp} x {lay.attention_tp} x {lay.attention_dp} "
+                      f"= {lay.gpus} GPUs, not the {gpus} GPUs of the instance")
+    return None
+
+
+def check_layout(m: ModelSpec, lay: Layout, gpus: Optional[int] = None, file: str | Path | None = None,
+                 prefix: str = "layout") -> Layout:
+    """Return ``lay`` if valid (see :func:`layout_problem`).
+
+    Raises:
+        InputError: naming ``<prefix>.<field>`` and the problem.
+    """
+    bad = layout_problem(m, lay, gpus)
+    if bad:
+        raise InputError(file, f"{prefix}.{bad[0]}", bad[1])
+    return lay
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def enumerate_layouts(m: ModelSpec, max_gpus: int) -> Iterator[Layout]:
+    """Every valid layout of ``m`` on 1..``max_gpus`` GPUs, ordered by GPUs, then pp, attention
+    TP, experts EP. Dense models get ``experts.tp = attention.tp`` and ``experts.ep = 1``."""
+    for n in range(1, max_gpus + 1):
+        for pp in _divisors(n):
+            g = n // pp
+            for atp in _divisors(g):
+                adp = g // atp
+                if m.moe is None:
+                    cands = [Layout(atp, adp, atp, 1, pp)]
+                else:
+                    cands = [Layout(atp, adp, g // ep, ep, pp) for ep in _divisors(g)]
+                for lay in cands:
+                    if layout_problem(m, lay) is None:
+                        yield lay

@@ -1,0 +1,407 @@
+"""What each GPU stores, reads, computes and sends per decode step, for any model and layout.
+
+Reference chapter equations:
+
+* eq. 6-1 memory per GPU: weights held (sharded parts / their split, replicated parts whole)
+  + KV of the sessions it holds + a reserve;
+* eq. 6-2 roofline: a step takes ``max(bytes read / HBM bandwidth, FLOP / peak)``;
+* eq. 6-4/6-5 decode FLOP: ``2·params`` per token plus ``4·QH·D`` per context token per layer;
+* eq. 6-7 pipeline: ``b`` micro-batches through ``q`` stages of time ``t`` take ``(q + b - 1)·t``
+  (utilisation ``b/(q+b-1)``);
+* eq. 6-8 expected distinct experts a batch of ``b`` tokens touches: ``E·(1-(1-k/E)^b)``;
+* eq. 6-9/6-10 AllReduce (ring, tree) via :class:`~optimizer.model.hardware.Hardware`.
+
+Batched decode on a dense TP-``p`` instance with active sessions ``A`` at positions ``s_i``::
+
+    step = max(local, compute) + 2L·T_AR(p, |A|·H·2 B)
+    local   = (weights_read/p + Σ_i kv_token·(s_i+1)/min(p, KVH)) / B_HBM
+    compute = (|A|·2·params_read + Σ_i 4·QH·D·(s_i+1)·L) / p / P
+
+MoE, MLA, hybrid and DP/EP/PP layouts generalise the terms (see :meth:`PerfModel.step`).
+Units: bytes, FLOP, seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Optional
+
+import numpy as np
+
+from optimizer.model.config import ModelSpec
+from optimizer.model.hardware import Hardware
+from optimizer.model.layout import Layout, check_layout
+from optimizer.model.weights import ACTIVATION_BYTES, NORM_BYTES, Weights, weights
+
+
+def expected_active_experts(experts: int, k: int, tokens) -> np.ndarray:
+    """Expected distinct experts a batch of ``tokens`` tokens visits in one MoE layer (eq. 6-8):
+    ``E·(1-(1-k/E)^b)`` under uniform independent top-``k`` routing. Exactly ``k`` for one token.
+    ``tokens`` may be an array; returns float array of the same shape."""
+    b = np.asarray(tokens, dtype=np.float64)
+    frac = np.where(b == 1, k / experts, 1.0 - (1.0 - k / experts) ** b)
+    return experts * frac
+
+
+def pipeline_time(stages: int, microbatches: int, stage_s: float) -> float:
+    """Time for ``microbatches`` micro-batches through ``stages`` equal stages of ``stage_s`` each
+    (eq. 6-7): ``(q + b - 1)·t``."""
+    return (stages + microbatches - 1) * stage_s
+
+
+def pipeline_utilisation(stages: int, microbatches: int) -> float:
+    """Share of stage-time doing work in a pipeline (eq. 6-7): ``b/(q+b-1)``."""
+    return microbatches / (stages + microbatches - 1)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Bytes/FLOP of one pipeline stage (its layers), per whole stage (not yet per GPU).
+
+    Attributes (bytes unless stated):
+        layers: layer indices of the stage.
+        sharded: weights split over attention TP (attention, dense FFN, shared experts,
+            embedding on the first stage, LM head on the last).
+        kv_proj: GQA K/V projections (split over ``min(TP, KVH)``).
+        replicated: weights every GPU holds whole (norms, routers, MLA ``q_a``/``kv_a``).
+        routed: routed experts (split over experts TP x EP).
+        sharded_read: weights read every step and counted split over attention TP (eq. 6-2 as the
+            chapter applies it: attention incl. K/V projections, dense FFN, shared experts,
+            routers, LM head; no embedding, no norms). The duplicated K/V-head projections (TP >
+            KVH) and the replicated routers are held per GPU (memory) but, as in the chapter's
+            figures, their reads are counted once per TP group.
+        replicated_read: replicated matrices read whole by every GPU (MLA ``q_a``/``kv_a``, which
+            vLLM keeps unsplit).
+        moe_layers: MoE layers in the stage.
+        kv_token: KV bytes per context token; state: fixed bytes per session.
+        attn_flops_ctx: FLOP per context token; state_flops: fixed FLOP per token.
+        ar_layers_attention: layers ending their mixer with an attention-TP AllReduce.
+        dense_ffn_layers: layers whose FFN is dense (one more AllReduce each).
+    """
+
+    layers: tuple[int, ...]
+    sharded: float
+    kv_proj: float
+    replicated: float
+    routed: float
+    sharded_read: float
+    replicated_read: float
+    moe_layers: int
+    kv_token: float
+    state: float
+    attn_flops_ctx: float
+    state_flops: float
+    dense_ffn_layers: int
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """One decode step of the active sessions on one instance (seconds, bytes, FLOP per GPU of the
+    busiest stage/rank). ``total_s`` is the step time."""
+
+    total_s: float
+    local_s: float
+    compute_s: float
+    allreduce_s: float
+    alltoall_s: float
+    pipeline_s: float
+    weight_bytes_read: float
+    kv_bytes_read: float
+    flops: float
+    active_experts_per_layer: float
+
+
+def stage_layers(layers: int, pp: int) -> list[tuple[int, ...]]:
+    """Contiguous layer blocks of ``pp`` stages; the first ``layers % pp`` stages get one more."""
+    base, extra = divmod(layers, pp)
+    out, start = [], 0
+    for s in range(pp):
+        n = base + (1 if s < extra else 0)
+        out.append(tuple(range(start, start + n)))
+        start += n
+    return out
+
+
+class PerfModel:
+    """Memory and step time of one model at one dtype on one hardware, for any valid layout.
+
+    Args:
+        spec: the model.
+        hw: the hardware.
+        weight_bytes: bytes per matrix parameter; kv_bytes: bytes per KV element.
+        reserve_bytes: per GPU (activations, workspace).
+    """
+
+    def __init__(self, spec: ModelSpec, hw: Hardware, weight_bytes: float = 2.0, kv_bytes: Optional[float] = None,
+                 reserve_bytes: float = 0.0):
+        self.spec = spec
+        self.hw = hw
+        self.w: Weights = weights(spec, weight_bytes, kv_bytes)
+        self.reserve_bytes = reserve_bytes
+        self._stages: dict[int, list[Stage]] = {}
+
+    # ------------------------------------------------------------------ stages
+    def stages(self, pp: int) -> list[Stage]:
+        """The ``pp`` stages (cached)."""
+        if pp not in self._stages:
+            w, m = self.w, self.spec
+            b = {c: w.category_bytes(c) for c in w.per_layer}
+            blocks = stage_layers(m.layers, pp)
+            out = []
+            moe = set(m.moe_layers)
+            for s, idx in enumerate(blocks):
+                ix = list(idx)
+                first, last = s == 0, s == pp - 1
+                emb = w.embedding if first else 0.0
+                if first and pp > 1 and m.tied_embeddings:
+                    emb = w.lm_head  # the first stage keeps its own copy of the tied matrix
+                lm = w.lm_head if last else 0.0
+                sharded_layers = float((b["attn_split"][ix] + b["linear_attn"][ix] + b["dense_ffn"][ix] + b["shared"][ix]).sum())
+                router = float(b["router"][ix].sum())
+                repl_read = float(b["attn_repl"][ix].sum())
+                norms = float(b["norms"][ix].sum()) + (w.final_norm * NORM_BYTES if last else 0.0)
+                st_kv = float(b["attn_kv"][ix].sum())
+                out.append(Stage(
+                    layers=idx,
+                    sharded=sharded_layers * 1.0 + (lm + emb) * w.weight_bytes,
+                    kv_proj=st_kv,
+                    replicated=repl_read + router + norms,
+                    routed=float(b["routed"][ix].sum()),
+                    sharded_read=sharded_layers + st_kv + router + lm * w.weight_bytes,
+                    replicated_read=repl_read,
+                    moe_layers=sum(1 for i in idx if i in moe),
+                    kv_token=float(w.kv_bytes_per_token_layer[ix].sum()),
+                    state=float(w.state_bytes_per_layer[ix].sum()),
+                    attn_flops_ctx=float(w.attention_flops_per_context_token_layer[ix].sum()),
+                    state_flops=float(w.state_flops_per_token_layer[ix].sum()),
+                    dense_ffn_layers=sum(1 for i in idx if i not in moe),
+                ))
+            self._stages[pp] = out
+        return self._stages[pp]
+
+    def check(self, lay: Layout) -> Layout:
+        """Validate a layout for this model (raises InputError naming the field)."""
+        return check_layout(self.spec, lay)
+
+    def kv_shards(self, lay: Layout) -> int:
+        """GPUs a session's KV is split over: ``min(TP, KVH)`` (MLA: KVH = 1, the latent is whole on
+        every attention-TP GPU; only DP attention spreads sessions)."""
+        return min(lay.attention_tp, self.spec.kv_heads)
+
+    def _kv_extra(self, st: Stage, lay: Layout) -> float:
+        """Extra K/V-projection bytes when TP > KVH: each GPU holds a whole KV head's projection,
+        i.e. ``kv_proj/min(TP,KVH)`` instead of ``kv_proj/TP`` (0 when TP <= KVH)."""
+        p = lay.attention_tp
+        shards = min(p, self.spec.kv_heads) if st.kv_proj else 1
+        return st.kv_proj * (p // shards - 1) if p > shards else 0.0
+
+    # ------------------------------------------------------------------ memory (eq. 6-1)
+    def static_bytes_per_gpu(self, lay: Layout) -> float:
+        """Weights per GPU plus the reserve, worst stage (eq. 6-1)::
+
+            (sharded + kv_proj + kv_extra)/attention.tp + routed/(experts.tp·experts.ep)
+            + replicated + reserve
+        """
+        return max(self._static(st, lay) for st in self.stages(lay.pp))
+
+    def _static(self, st: Stage, lay: Layout) -> float:
+        routed = st.routed / (lay.experts_tp * lay.experts_ep) if st.routed else 0.0
+        return (st.sharded + st.kv_proj + self._kv_extra(st, lay)) / lay.attention_tp + routed + st.replicated + self.reserve_bytes
+
+    def weight_bytes_per_gpu(self, lay: Layout) -> float:
+        """Weights per GPU (worst stage), without the reserve."""
+        return max(self._static(st, lay) - self.reserve_bytes for st in self.stages(lay.pp))
+
+    def weight_bytes_total(self, lay: Layout) -> float:
+        """Weights summed over every GPU of the instance (replicas counted)."""
+        g = lay.gpus_per_stage
+        return sum((self._static(st, lay) - self.reserve_bytes) * g for st in self.stages(lay.pp))
+
+    def kv_bytes_per_gpu(self, lay: Layout, context: int, new: int) -> float:
+        """KV (and state) bytes one session holds per GPU of its attention rank for the whole run,
+        worst stage: ``kv_token·(context+new)/min(TP,KVH) + state/TP``."""
+        return max(self._kv_session(st, lay, context + new) for st in self.stages(lay.pp))
+
+    def _kv_session(self, st: Stage, lay: Layout, tokens) -> float:
+        kv = st.kv_token * tokens / self.kv_shards(lay)
+        return kv + st.state / lay.attention_tp if st.state else kv
+
+    def memory_per_gpu(self, lay: Layout, sessions: list[tuple[int, int]], rank: Optional[list[int]] = None) -> float:
+        """Bytes on the fullest GPU of an instance holding ``sessions`` [(context, new), ...]
+        (eq. 6-1). ``rank[i]`` is the attention-DP rank of session i (default: round robin)."""
+        dp = lay.attention_dp
+        rank = rank if rank is not None else [i % dp for i in range(len(sessions))]
+        worst = 0.0
+        for st in self.stages(lay.pp):
+            per_rank = [0.0] * dp
+            for (c, n), r in zip(sessions, rank):
+                per_rank[r] += self._kv_session(st, lay, c + n)
+            worst = max(worst, self._static(st, lay) + max(per_rank))
+        return worst
+
+    def max_sessions(self, lay: Layout, context: int, new: int) -> int:
+        """How many identical sessions fit one instance: ``dp x`` the fewest per rank over stages."""
+        best = None
+        for st in self.stages(lay.pp):
+            room = self.hw.gpu.memory_bytes - self._static(st, lay)
+            if room < 0:
+                return 0
+            kv = self._kv_session(st, lay, context + new)
+            n = int(room // kv) if kv > 0 else 10 ** 9
+            best = n if best is None else min(best, n)
+        return best * lay.attention_dp
+
+    # ------------------------------------------------------------------ time
+    def _stage_time(self, st: Stage, lay: Layout, b_rank: np.ndarray, ctx_rank: np.ndarray, b_total: float,
+                    expert_loads: Optional[np.ndarray]):
+        """Per-GPU step pieces of one stage for ranks with ``b_rank`` tokens and ``Σ(s_i+1)`` =
+        ``ctx_rank`` (arrays of one shape). Returns (time, local, compute, allreduce, alltoall,
+        weight bytes, kv bytes, flops, active experts per layer), arrays over the ranks."""
+        m, hw, wb = self.spec, self.hw, self.w.weight_bytes
+        p = lay.attention_tp
+        sharded_read = st.sharded_read / p + st.replicated_read
+        active = 0.0
+        routed_read = 0.0
+        routed_flops = 0.0
+        if st.moe_layers:
+            mo = m.moe
+            per_group = mo.experts / lay.experts_ep
+            if expert_loads is None:
+                active = float(expected_active_experts(mo.experts, mo.experts_per_token, b_total)) / lay.experts_ep
+                tokens_busiest = b_total * mo.experts_per_token / lay.experts_ep
+                active_sum, tokens_sum = st.moe_layers * active, st.moe_layers * tokens_busiest
+            else:
+                loads = np.atleast_2d(np.asarray(expert_loads, dtype=np.float64))
+                if loads.ndim != 2 or loads.shape[1] != mo.experts or loads.shape[0] not in (1, len(m.moe_layers)):
+                    raise ValueError(f"expert_loads must have shape [{mo.experts}] or [{len(m.moe_layers)}, {mo.experts}] "
+                                     f"(got {np.shape(expert_loads)})")
+                if loads.shape[0] > 1:  # one row per MoE layer: this stage's rows
+                    in_stage = set(st.layers)
+                    loads = loads[[j for j, layer in enumerate(m.moe_layers) if layer in in_stage]]
+                else:
+                    loads = np.repeat(loads, st.moe_layers, axis=0)
+                groups = loads.reshape(loads.shape[0], lay.experts_ep, int(per_group))
+                busiest_active = (groups > 0).sum(axis=2).max(axis=1)
+                busiest_tokens = groups.sum(axis=2).max(axis=1)
+                active_sum, tokens_sum = float(busiest_active.sum()), float(busiest_tokens.sum())
+                active = active_sum / st.moe_layers
+                tokens_busiest = tokens_sum / st.moe_layers
+            etp = lay.experts_tp
+            routed_read = active_sum * self.w.expert_bytes / etp
+            routed_flops = tokens_sum * 2 * self.w.expert_params / etp
+        weight_read = sharded_read + routed_read
+        kv_read = st.kv_token * ctx_rank / self.kv_shards(lay)
+        if st.state:
+            kv_read = kv_read + 2 * st.state * b_rank / p  # the state is read and written back
+        local = (weight_read + kv_read) / hw.gpu.hbm_bytes_per_s
+        params_sharded = st.sharded_read / wb
+        flops = (b_rank * 2 * params_sharded + st.attn_flops_ctx * ctx_rank) / p
+        extra = b_rank * 2 * st.replicated_read / wb + routed_flops + st.state_flops * b_rank / p
+        if st.replicated_read or routed_flops or st.state_flops:
+            flops = flops + extra
+        compute = flops / hw.gpu.peak_flops
+        # communication
+        H = m.hidden
+        b_max = float(np.max(b_rank))
+        mixer_layers = len(st.layers)
+        ar_count = mixer_layers + st.dense_ffn_layers
+        a2a = 0.0
+        if st.moe_layers and lay.experts_ep == 1 and lay.attention_dp == 1:
+            ar_count += st.moe_layers  # experts split like attention: one more AllReduce per layer
+        elif st.moe_layers:
+            # dispatch and combine All-to-All per MoE layer among the GPUs of the stage; each
+            # attention-TP GPU sends its 1/tp slice of its rank's tokens to k experts
+            n = lay.gpus_per_stage
+            out_bytes = b_max / p * m.moe.experts_per_token * H * ACTIVATION_BYTES * (n - 1) / n
+            a2a = 2 * st.moe_layers * hw.alltoall_s(n, out_bytes)
+            if lay.experts_tp > 1:
+                a2a += st.moe_layers * hw.allreduce_s(lay.experts_tp, tokens_busiest * H * ACTIVATION_BYTES)
+        ar = ar_count * hw.allreduce_s(p, b_max * H * ACTIVATION_BYTES)
+        time = np.maximum(local, compute) + ar + a2a
+        return time, local, compute, ar, a2a, weight_read, kv_read, flops, active
+
+    def single_session_step_s(self, lay: Layout, positions) -> np.ndarray:
+        """Step time (s) of one session alone at each context position in ``positions`` (shape
+        [n] -> [n]); the |A| = 1 case of :meth:`step` vectorised over steps (stages and PP
+        hand-offs summed, as for one micro-batch)."""
+        s1 = np.asarray(positions, dtype=np.float64) + 1.0
+        ones = np.ones_like(s1)
+        total = np.zeros_like(s1)
+        stages = self.stages(lay.pp)
+        for k, st in enumerate(stages):
+            t = self._stage_time(st, lay, ones, s1, 1.0, None)[0]
+            total = total + t if k else t
+            if k < len(stages) - 1:
+                total = total + self.hw.p2p_s(self.spec.hidden * ACTIVATION_BYTES, self._crosses(lay, k))
+        return total
+
+    def _crosses(self, lay: Layout, stage: int) -> bool:
+        g, s = lay.gpus_per_stage, self.hw.server.gpus
+        return (stage * g) // s != ((stage + 1) * g) // s
+
+    def step(self, lay: Layout, positions, rank=None, expert_loads=None, microbatches: int = 1) -> StepBreakdown:
+        """One decode step of every active session (batched decode), per GPU of the busiest rank.
+
+        Args:
+            lay: the layout (validated by the caller or :meth:`check`).
+            positions: context positions ``s_i`` of the active sessions, shape [n] (each reads
+                ``s_i + 1`` tokens of KV, eq. 6-2).
+            rank: attention-DP rank of each session, shape [n] (default round robin).
+            expert_loads: tokens per routed expert in this step, shape [E] or [MoE layers, E]
+                (default: eq. 6-8 expectation); the busiest EP group sets the time.
+            microbatches: sessions split round robin into this many micro-batches flowing through
+                the ``pp`` stages (eq. 6-7: ``Σ_s t_s + (m-1)·max_s t_s``, ``(q+m-1)·t`` for equal stages).
+        Returns:
+            :class:`StepBreakdown`; weight/KV bytes and FLOP are per GPU, summed over stages.
+        Raises:
+            ValueError: ``expert_loads`` of the wrong shape.
+
+        Attention-DP ranks without sessions still run every layer (they join the MoE
+        All-to-Alls, as vLLM and SGLang run a dummy batch), so they read their weights too.
+
+        Per stage and rank r (``b_r`` sessions, ``S_r = Σ(s_i+1)``):
+            ``local = (sharded_read/TP + replicated_read + MoE·A·expert/etp
+            + kv_token·S_r/min(TP,KVH) + 2·state·b_r/TP) / B_HBM`` with A the busiest EP group's
+            active experts (eq. 6-8 / loads); ``compute = (b_r·2·params_sharded + attn_ctx·S_r)/TP
+            + b_r·2·params_replicated + tokens_busiest·2·expert_params/etp``; plus TP AllReduces
+            ``T_AR(TP, b_r·H·2)`` (one per layer, one per dense FFN, one per MoE layer when experts
+            follow attention TP), else two All-to-Alls per MoE layer; plus PP hand-offs ``α + b·H·2/B``.
+        """
+        pos = np.asarray(positions, dtype=np.float64).reshape(-1)
+        n = pos.size
+        dp = lay.attention_dp
+        rank = np.arange(n) % dp if rank is None else np.asarray(rank, dtype=int)
+        m_count = max(1, min(microbatches, n)) if lay.pp > 1 else 1
+        mb = np.arange(n) % m_count
+        stage_t = np.zeros((m_count, lay.pp))
+        acc = dict(local=0.0, compute=0.0, ar=0.0, a2a=0.0, wr=0.0, kv=0.0, fl=0.0, act=0.0)
+        for j in range(m_count):
+            sel = mb == j
+            b_rank = np.bincount(rank[sel], minlength=dp).astype(np.float64)
+            ctx_rank = np.bincount(rank[sel], weights=pos[sel] + 1.0, minlength=dp)
+            b_total = float(sel.sum())
+            for k, st in enumerate(self.stages(lay.pp)):
+                t, lo, co, ar, a2a, wr, kv, fl, act = self._stage_time(st, lay, b_rank, ctx_rank, b_total, expert_loads)
+                r = int(np.argmax(t))
+                hand = self.hw.p2p_s(b_total * self.spec.hidden * ACTIVATION_BYTES, self._crosses(lay, k)) \
+                    if k < lay.pp - 1 else 0.0
+                stage_t[j, k] = t[r] + hand
+                if j == 0:
+                    acc["local"] += float(lo[r]); acc["compute"] += float(np.atleast_1d(co)[r])
+                    acc["ar"] += ar; acc["a2a"] += a2a; acc["wr"] += wr
+                    acc["kv"] += float(np.atleast_1d(kv)[r]); acc["fl"] += float(np.atleast_1d(fl)[r])
+                    acc["act"] = max(acc["act"], act)
+        per_stage = stage_t.max(axis=0)
+        total = float(per_stage.sum() + (m_count - 1) * per_stage.max())
+        return StepBreakdown(total, acc["local"], acc["compute"], acc["ar"], acc["a2a"],
+                             total - float(stage_t[0].sum()) if lay.pp > 1 else 0.0,
+                             acc["wr"], acc["kv"], acc["fl"], acc["act"])
+
+    def step_time_s(self, lay: Layout, positions, **kw) -> float:
+        """Step time (s) of the active sessions at ``positions`` (see :meth:`step`)."""
+        return self.step(lay, positions, **kw).total_s
+
+    @cached_property
+    def summary(self) -> dict:
+        """The weight inventory as a JSON-ready dict (see :meth:`Weights.as_dict`)."""
+        return self.w.as_dict()
