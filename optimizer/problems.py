@@ -14,7 +14,7 @@ from typing import Any
 from optimizer.errors import EXIT_INFEASIBLE, EXIT_OK, EXIT_TIME_LIMIT, InputError
 from optimizer.result import Status
 
-_SECTIONS = {"experts": "optimizer.experts", "buildout": "optimizer.buildout"}
+_SECTIONS = {"experts": "optimizer.experts", "buildout": "optimizer.buildout", "supernode": "optimizer.supernode"}
 _DEPLOYMENT_KEYS = {"model", "hardware", "workload"}
 
 
