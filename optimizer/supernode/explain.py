@@ -190,7 +190,9 @@ def _with_tier(p: Problem, tier: str, param: str, value: float) -> Problem:
         new = dataclasses.replace(t, latency_s=value * 1e-6)
         if tier == "pool":
             d = t.detail
-            bw = min(d["path_bandwidth_gb_s"] * GB, d["in_flight"] * t.transaction_bytes / (value * 1e-6))
+            bw = d["path_bandwidth_gb_s"] * GB
+            if value > 0:
+                bw = min(bw, d["in_flight"] * t.transaction_bytes / (value * 1e-6))
             new = dataclasses.replace(new, bandwidth=bw)
     elif param == "latency_per_hop_us":
         new = dataclasses.replace(t, latency_s=value * 1e-6 * t.detail["hops"],
@@ -243,7 +245,7 @@ def flip_thresholds(p: Problem, res, budget_s: float = 8.0, steps: int = 12) -> 
         far, far_res = decide(hi if in_plan else lo)
         entry = {"tier": tier, "parameter": param, "given": value, "unit": "us"}
         if far == base:
-            entry.update(threshold=None, detail=f"the placement does not change for {param} from "
+            entry.update(threshold=None, detail=f"the placement does not change for {tier} {param} from "
                                                 f"{min(lo, hi):g} to {max(lo, hi):g} us")
             out.append(entry)
             continue
