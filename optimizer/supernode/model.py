@@ -1,7 +1,7 @@
 """The supernode CP-SAT model: one integer per option, the named constraint families.
 
 Variables: ``x_o`` instances built as option o (size S_o, fabric, a tier per table, KV tier),
-``0 <= x_o <= cards / S_o``; for the single-user objective also ``y_o`` (option o is built)
+``0 <= x_o <= cards`` (the cards family, not the domain, limits it, so conflicts name it); for the single-user objective also ``y_o`` (option o is built)
 and ``t`` (ns). Per-option figures (sessions per card N_o, tokens/s, batch-1 token time,
 pool bytes) are precomputed by :mod:`optimizer.supernode.perf`; families live in
 ``constraints/supernode/`` and add constraints under :class:`~optimizer.result.ConstraintKey`
@@ -49,7 +49,7 @@ def build(p: Problem, results: list[OptionResult], explain: bool = False,
     nm = NamedModel(explain=explain)
     m = nm.model
     labels = [r.option.label(p) for r in results]
-    x = [m.new_int_var(0, p.cards // r.option.size, f"x[{lab}]") for r, lab in zip(results, labels)]
+    x = [m.new_int_var(0, p.cards, f"x[{lab}]") for r, lab in zip(results, labels)]
     y = [m.new_bool_var(f"y[{lab}]") for lab in labels] if with_single_user else []
     ctx = Ctx(p, results, labels, x, y)
     for fam in FAMILIES:
