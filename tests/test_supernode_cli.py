@@ -115,3 +115,30 @@ def test_every_objective_runs(tmp_path, objective):
     assert d["status"] == "optimal" and d["objective"]["gap"] == 0
     assert d["plan"]["cards_used"] <= 16
     assert d["plan"]["sessions"] >= 1000
+
+
+def _readme_supernode_commands():
+    import shlex
+
+    from tests.supernode_helpers import REPO
+
+    out = []
+    for line in (REPO / "README.md").read_text().splitlines():
+        line = line.split(" #")[0].strip()
+        if line.startswith(".venv/bin/optimize instances/supernode_"):
+            out.append(shlex.split(line)[1:])
+    return out
+
+
+@pytest.mark.parametrize("parts", _readme_supernode_commands(), ids=lambda p: " ".join(p))
+def test_readme_supernode_commands(parts):
+    from tests.supernode_helpers import REPO
+
+    shared("models", "deepseek-ai--DeepSeek-V4.1-Flash.inventory.yaml")
+    code, out, err = run_cli(REPO / parts[0], *parts[1:])
+    assert code == 0, out + err
+    assert "optimal" in out and "Traceback" not in out
+
+
+def test_readme_lists_supernode_commands():
+    assert len(_readme_supernode_commands()) >= 4

@@ -161,13 +161,16 @@ def alternatives(p: Problem, res, limit: int = 16) -> list[dict[str, Any]]:
         f = r.figures
         m = metric(p, obj, r)
         if j in chosen:
-            why = "chosen"
+            why = short = "chosen"
         elif m is None:
             why = "cannot be built: " + "; ".join(f"{k}: {v}" for k, v in r.violations.items())
+            short = "cannot be built: " + ", ".join(r.violations)
         elif best_chosen is not None and m < best_chosen - 1e-9:
             why = f"{metric_text(p, obj, r)} against {metric_text(p, obj, res.results[min(chosen)])}"
+            short = f"worse {obj}; {LIMIT_NAMES.get(r.limit, r.limit)} limits N"
         else:
             why = f"equal {metric_text(p, obj, r)}; lost the secondary objective or the tie-break"
+            short = "tie on the objective; lost the secondary or the tie-break"
         out.append({
             "option": r.option.label(p), "size": r.option.size, "fabric": r.option.fabric,
             "tables": dict(zip([t.name for t in p.inventory.tables], r.option.tables)), "kv": r.option.kv,
@@ -179,6 +182,7 @@ def alternatives(p: Problem, res, limit: int = 16) -> list[dict[str, Any]]:
             "limited_by": LIMIT_NAMES.get(r.limit, r.limit) if f is not None else None,
             "limit_detail": limit_text(p, r),
             "why": why,
+            "why_short": short,
         })
     return out
 

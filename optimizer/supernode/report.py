@@ -191,15 +191,14 @@ class SupernodeReport:
                       f"{i['step_ms']:.1f}", f"{i['tokens_per_s_per_card']:,.0f}", f"{i['single_user_ms']:.2f}")
         console.print(t)
         a = Table(title="Sizes and placements compared (best of each; why each lost)")
-        for col in ("option", "weights/card GB", "sessions/card", "step ms", "tok/s/card", "batch-1 ms", "why"):
+        for col in ("option", "weights/card GB", "sessions/card", "step ms", "tok/s/card", "batch-1 ms", "why not"):
             a.add_column(col)
         for x in d["alternatives"]:
             a.add_row(escape(x["option"]), f"{x['weights_per_card_gb']:.1f}", str(x["sessions_per_card"]),
                       "-" if x["step_ms"] is None else f"{x['step_ms']:.1f}",
                       "-" if x["tokens_per_s_per_card"] is None else f"{x['tokens_per_s_per_card']:,.0f}",
                       f"{x['single_user_ms']:.2f}",
-                      escape(x["why"] if x["why"] == "chosen" or not x["feasible"]
-                             else f"{x['why']}; limited by {x['limited_by']}"))
+                      escape(x["why_short"]))
         console.print(a)
         tiers = plan["tiers"]
         lk = tiers["lookups"]
