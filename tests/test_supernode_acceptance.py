@@ -139,3 +139,24 @@ def test_cli_json_envelope(chapter):
     assert any(b["family"] == "memory" for b in d["binding"])
     assert d["conflicts"] == []
     assert "step_ms" in d["definitions"]
+
+
+def test_rom_per_hop_flip_threshold_matches_window():
+    """Exercise 6-11(f) on the tiers variant: the Engram table of layer 1 leaves ROM when
+    hops x per-hop latency + rows / B_ROM exceeds its window (one block of the step)."""
+    from tests.supernode_helpers import REPO
+
+    shared(*INVENTORY)
+    path = REPO / "instances" / "supernode_v41_flash_tiers.yaml"
+    p = load(read_yaml(path), path, None)
+    rep = solve_instance(p, "throughput")
+    (inst,) = rep.to_dict()["plan"]["instances"]
+    assert inst["size"] == 64 and set(inst["tables"].values()) == {"rom"}
+    rom = p.hw.tiers["rom"]
+    n = inst["sessions_per_card"]
+    rows_bytes = n * sum(t.rows_per_token * t.row_bytes for t in p.inventory.tables)
+    window = inst["step_ms"] * 1e-3 / p.inventory.layers
+    expect_us = (window - rows_bytes / rom.bandwidth) / rom.detail["hops"] * 1e6
+    (th,) = [t for t in rep.thresholds if t["tier"] == "rom"]
+    assert th["threshold"] == pytest.approx(expect_us, rel=0.005)
+    assert "tables rom,host" in th["detail"]  # the layer-14 table keeps its longer window in ROM

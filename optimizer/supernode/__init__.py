@@ -56,7 +56,8 @@ def solve_instance(p: Problem, objective: str | None = None, time_limit_s: float
         raise RuntimeError(f"throughput {res.value} disagrees with the re-check {ev.tokens_per_s_per_card}")
     rep = SupernodeReport(p, res, ev, bindings(p, res, ev), alternatives(p, res))
     if thresholds:
-        rep.thresholds = flip_thresholds(p, res)
+        budget = 8.0 if time_limit_s is None else max(0.5, min(8.0, time_limit_s))
+        rep.thresholds = flip_thresholds(p, res, budget_s=budget)
     return rep
 
 
