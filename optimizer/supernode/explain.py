@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from constraints.supernode import cards as sn_cards
+from constraints.supernode import deploy as sn_deploy
 from constraints.supernode import option_limits as sn_option_limits
 from constraints.supernode import pool as sn_pool
 from constraints.supernode import target as sn_target
@@ -56,7 +57,7 @@ def limit_text(p: Problem, r: OptionResult) -> str:
                 f"one more session needs {f.kv_per_session / GB:.3f} GB, {free / GB:.3f} GB free")
     if r.limit == "slo":
         nxt = evaluate_step(p, r, n + 1)
-        return (f"step time: {n + 1} sessions per card would take {nxt * 1e3:.2f} ms > "
+        return (f"step time: {n + 1} sessions per card would take {nxt * 1e3:.3f} ms > "
                 f"{p.slo_s * 1e3:g} ms per token")
     if r.limit == "host_capacity":
         return f"host memory per server: {r.host_bytes_per_server / GB:,.1f} GB used"
@@ -222,7 +223,7 @@ def flip_thresholds(p: Problem, res, budget_s: float = 8.0, steps: int = 12) -> 
     used_tiers = set()
     for tiers in p.table_tiers.values():
         used_tiers |= set(tiers)
-    used_tiers |= set(p.kv_tiers)
+    # KV timing uses a tier's bandwidth only; latencies matter for the table lookups
     params = []
     if "host" in p.hw.tiers and "host" in used_tiers:
         params.append(("host", "round_trip_us", p.hw.tiers["host"].latency_s * 1e6))
@@ -284,6 +285,8 @@ def conflict_details(p: Problem, keys: list[ConstraintKey], results: list[Option
             shown = [sn_option_limits.describe(k, p, by_label) for k in ks[:3]]
             more = f" (and {len(ks) - 3} more options)" if len(ks) > 3 else ""
             lines.append(f"{fam}: " + " | ".join(shown) + more)
+        elif fam == "deploy":
+            lines.append(f"{ks[0]}: {sn_deploy.describe(ks[0], p)}")
         elif fam == "cards":
             lines.append(f"{ks[0]}: {sn_cards.describe(ks[0], p)}")
         elif fam == "target":
