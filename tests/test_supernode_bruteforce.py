@@ -163,3 +163,21 @@ def test_hand_computed_host_prefetch_and_cross_server(tmp_path):
     base = f.step - f.prefetch_excess
     assert d["window_s"] == pytest.approx(1 * base / 4)
     assert f.prefetch_excess == pytest.approx(max(0.0, fetch - base / 4))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_largest_batch_has_the_most_tokens_per_card(tmp_path, seed):
+    """The model builds each option at its largest feasible batch; no smaller batch of the same
+    option gives more tokens/s per card (so the throughput objective loses nothing)."""
+    import numpy as np
+
+    from optimizer.supernode.perf import step_times
+
+    path = random_instance(tmp_path, 200 + seed)
+    p = load(read_yaml(path), path, None)
+    for r in evaluate_all(p):
+        if not r.feasible:
+            continue
+        n = np.arange(1, r.sessions_per_card + 1, dtype=float)
+        tput = n / step_times(p, r.option, n)["step"]
+        assert tput.max() <= r.figures.tokens_per_s_card * (1 + 1e-12)

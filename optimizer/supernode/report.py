@@ -61,7 +61,7 @@ class SupernodeReport:
         f = r.figures
         return {
             "option": r.option.label(p), "size": r.option.size, "count": count,
-            "fabric": "NVLink domain" if r.option.fabric == SCALE_UP else "servers over the NIC",
+            "fabric": "NVLink" if r.option.fabric == SCALE_UP else "NIC-joined servers",
             "tables": dict(zip([t.name for t in p.inventory.tables], r.option.tables)), "kv": r.option.kv,
             "sessions_per_card": r.sessions_per_card, "sessions": r.sessions_instance * count,
             "limited_by": LIMIT_NAMES.get(r.limit, r.limit), "limit_detail": limit_text(p, r),
@@ -79,7 +79,8 @@ class SupernodeReport:
                                      "compute": r.single.t_compute * 1e3, "comm": r.single.t_comm * 1e3,
                                      "fixed": r.single.t_fixed * 1e3, "prefetch_excess": r.single.prefetch_excess * 1e3},
             "prefetch_window_us": r.single.window_first_block * 1e6,
-            "prefetch": {t: {k: (v * 1e6 if k.endswith("_s") else v) for k, v in d.items()} for t, d in f.prefetch.items()},
+            "prefetch": {t: {(k[:-2] + "_us" if k.endswith("_s") else k): (v * 1e6 if k.endswith("_s") else v)
+                             for k, v in d.items()} for t, d in f.prefetch.items()},
         }
 
     def tiers(self) -> dict[str, Any]:
@@ -182,7 +183,7 @@ class SupernodeReport:
                       f"{plan['cards_used']} of {plan['cards']} cards, {plan['sessions']:,} sessions, "
                       f"{plan['tokens_per_s_per_card']:,.0f} tokens/s per card, context {plan['context_tokens']:,}")
         t = Table(title="Instances")
-        for col in ("count", "S", "fabric", "tables", "KV", "weights/card GB", "sessions/card", "limited by",
+        for col in ("count", "S", "fabric", "tables", "KV", "GB/card", "N/card", "limited by",
                     "step ms", "tok/s/card", "batch-1 ms"):
             t.add_column(col)
         for i in plan["instances"]:
@@ -191,7 +192,7 @@ class SupernodeReport:
                       f"{i['step_ms']:.1f}", f"{i['tokens_per_s_per_card']:,.0f}", f"{i['single_user_ms']:.2f}")
         console.print(t)
         a = Table(title="Sizes and placements compared (best of each; why each lost)")
-        for col in ("option", "weights/card GB", "sessions/card", "step ms", "tok/s/card", "batch-1 ms", "why not"):
+        for col in ("option", "GB/card", "N/card", "step ms", "tok/s/card", "batch-1 ms", "why not"):
             a.add_column(col)
         for x in d["alternatives"]:
             a.add_row(escape(x["option"]), f"{x['weights_per_card_gb']:.1f}", str(x["sessions_per_card"]),
