@@ -1,0 +1,22 @@
+"""Supernode family ``target``: the instances hold at least ``target_sessions`` concurrent sessions.
+
+    sum_o S_o N_o x_o >= target_sessions
+
+with ``N_o`` the sessions per card of option o (eq 6-14, capped by the per-token target).
+"""
+from __future__ import annotations
+
+from optimizer.result import ConstraintKey
+
+FAMILY = "target"
+KEY = ConstraintKey(FAMILY, "sessions")
+
+
+def add(nm, ctx) -> None:
+    t = ctx.problem.target_sessions
+    if t is not None:
+        nm.add(KEY, ctx.sessions >= t)
+
+
+def describe(key: ConstraintKey, p) -> str:
+    return f"at least {p.target_sessions:,} concurrent sessions"

@@ -1,0 +1,14 @@
+"""Supernode objective ``cards``: fewest cards that hold ``target_sessions`` (``sum_o S_o x_o``)."""
+from __future__ import annotations
+
+NAME = "cards"
+SENSE = "min"
+UNIT = "cards"
+
+
+def expr(ctx):
+    return ctx.cards_used
+
+
+def to_unit(value: float, ctx) -> float:
+    return int(round(value))

@@ -1,0 +1,14 @@
+"""Supernode objective ``sessions``: most concurrent sessions on the cards given (``sum_o S_o N_o x_o``)."""
+from __future__ import annotations
+
+NAME = "sessions"
+SENSE = "max"
+UNIT = "sessions"
+
+
+def expr(ctx):
+    return ctx.sessions
+
+
+def to_unit(value: float, ctx) -> float:
+    return int(round(value))

@@ -1,0 +1,22 @@
+"""Supernode objective ``throughput``: most decode tokens/s per card given (the default).
+
+Model units: milli-tokens/s of all instances, ``sum_o x_o * round(1000 * S_o * N_o / step_o)``
+(resolution 0.001 token/s per instance); reported per card given (divided by ``cards``).
+"""
+from __future__ import annotations
+
+NAME = "throughput"
+SENSE = "max"
+UNIT = "tokens/s per card"
+
+
+def coef(r) -> int:
+    return int(round(1000 * r.tokens_per_s_instance))
+
+
+def expr(ctx):
+    return sum(coef(r) * x for r, x in zip(ctx.results, ctx.x))
+
+
+def to_unit(value: float, ctx) -> float:
+    return value / 1000 / ctx.problem.cards

@@ -1,0 +1,72 @@
+"""Supernode sizing (reference chapter, section 6.7.4): how many cards each instance's scale-up
+domain spans, where read-only lookup tables (Engram) and the KV live among HBM, host memory, a
+memory pool, ROM and SRAM, and what that does to sessions per card, step time, tokens/s per
+card and single-user speed.
+
+Pipeline: :mod:`.schema` (strict input, units) -> :mod:`.perf` (pure model: every option's
+best batch and figures) -> :mod:`.model` (CP-SAT, families in ``constraints/supernode/``) ->
+:mod:`.solve` (lexicographic, objectives in ``objectives/supernode/``) -> :mod:`.evaluate`
+(independent scalar re-check) -> :mod:`.explain` -> :mod:`.report` (result envelope).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from optimizer.result import Conflict, Status
+from optimizer.supernode.evaluate import evaluate
+from optimizer.supernode.explain import alternatives, bindings, conflict_details, flip_thresholds
+from optimizer.supernode.report import SupernodeReport
+from optimizer.supernode.schema import Problem, load
+from optimizer.supernode.solve import SolveResult, solve
+
+__all__ = ["run", "load", "solve", "solve_instance", "evaluate_plan", "SupernodeReport"]
+
+
+def evaluate_plan(p: Problem, res: SolveResult):
+    """Re-check a solver plan with the independent evaluator."""
+    plan = []
+    for j, count in sorted(res.plan.items()):
+        r = res.results[j]
+        o = r.option
+        plan.append((o.size, o.fabric, o.tables, o.kv, r.sessions_per_card, count))
+    return evaluate(p, plan)
+
+
+def solve_instance(p: Problem, objective: str | None = None, time_limit_s: float | None = None,
+                   thresholds: bool = True) -> SupernodeReport:
+    """Solve, re-check the plan independently, explain it; returns the report.
+
+    Raises:
+        RuntimeError: the plan fails the independent check, or its objective disagrees with
+            the re-computed one (a modelling bug).
+    """
+    objective = objective or p.objective
+    res = solve(p, objective, time_limit_s)
+    if res.plan is None:
+        conflict = None
+        if res.status == Status.INFEASIBLE:
+            keys = res.conflict or []
+            conflict = Conflict(keys, conflict_details(p, keys, res.results) or ["the limits cannot all hold"])
+        return SupernodeReport(p, res, conflict=conflict)
+    ev = evaluate_plan(p, res)
+    if ev.violations:
+        raise RuntimeError(f"supernode plan fails the independent check: {ev.violations}")
+    if objective == "throughput" and abs(ev.tokens_per_s_per_card - res.value) > 1e-3 * max(1.0, res.value):
+        raise RuntimeError(f"throughput {res.value} disagrees with the re-check {ev.tokens_per_s_per_card}")
+    rep = SupernodeReport(p, res, ev, bindings(p, res, ev), alternatives(p, res))
+    if thresholds:
+        budget = 8.0 if time_limit_s is None else max(0.5, min(8.0, time_limit_s))
+        rep.thresholds = flip_thresholds(p, res, budget_s=budget)
+    return rep
+
+
+def run(raw: dict[str, Any], path: Path, objective: str | None, time_limit_s: float | None,
+        output_dir: Path | None) -> SupernodeReport:
+    """CLI entry point (see optimizer/problems.py). ``output_dir`` is unused (result.json only).
+
+    Raises:
+        InputError: bad input, including an unknown objective.
+    """
+    p = load(raw, path, objective)
+    return solve_instance(p, p.objective, time_limit_s)

@@ -1,0 +1,139 @@
+"""Independent re-check of a supernode plan.
+
+Re-derives every figure of each built instance from the inventory and the hardware with plain
+scalar arithmetic (no numpy, no shared code with :mod:`optimizer.supernode.perf` beyond the
+resolved problem) and checks the limits: cards, HBM per card (eq 6-1/6-14), host memory per
+server, ROM/SRAM per card, the memory pool, the per-token target, the sessions target. The
+solver's objective is recomputed from these figures.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from optimizer.supernode.schema import Problem
+
+
+@dataclass
+class InstanceCheck:
+    """Figures of one built option, recomputed (SI units)."""
+
+    label: str
+    size: int
+    count: int
+    sessions_per_card: int
+    weights_per_card: float
+    hbm_used: float
+    step: float
+    tokens_per_s_card: float
+    single_user: float
+
+
+@dataclass
+class Evaluation:
+    instances: list[InstanceCheck]
+    cards_used: int
+    sessions: int
+    tokens_per_s: float
+    tokens_per_s_per_card: float
+    violations: list[str] = field(default_factory=list)
+
+
+def _a2a(p: Problem, size: int, fabric: str, tokens: float) -> float:
+    hw, inv = p.hw, p.inventory
+    if size <= 1 or inv.moe_layers == 0:
+        return 0.0
+    b = tokens * inv.dispatch_bytes_per_token
+    if fabric == "scale_up":
+        return hw.nvlink_latency_s + b * (size - 1) / size / hw.nvlink_bandwidth
+    s = min(size, hw.server_cards)
+    return max(hw.nvlink_latency_s + b * (s - 1) / size / hw.nvlink_bandwidth,
+               hw.nic_latency_s + b * (size - s) / size / hw.nic_bandwidth)
+
+
+def _fetch_excess(p: Problem, tables: tuple[str, ...], n: float, base: float) -> float:
+    hw, inv = p.hw, p.inventory
+    worst = 0.0
+    for tier_name in set(tables) - {"hbm"}:
+        tabs = [t for t, tn in zip(inv.tables, tables) if tn == tier_name]
+        tier = hw.tiers[tier_name]
+        rows = n * sum(t.rows_per_token for t in tabs)
+        nbytes = n * sum(t.rows_per_token * t.row_bytes for t in tabs)
+        if tier_name == "host":
+            fetch = tier.latency_s + max(rows * hw.server_cards / tier.reads_per_s, nbytes / tier.bandwidth)
+        elif tier_name == "pool":
+            q = tier.transaction_bytes
+            fetch = tier.latency_s + n * sum(t.rows_per_token * math.ceil(t.row_bytes / q) * q for t in tabs) / tier.bandwidth
+        else:
+            fetch = tier.latency_s + nbytes / tier.bandwidth
+        window = min(t.layer for t in tabs) * base / inv.layers
+        worst = max(worst, fetch - window)
+    return worst
+
+
+def evaluate(p: Problem, plan: list[tuple[int, str, tuple[str, ...], str, int, int]]) -> Evaluation:
+    """Re-check a plan.
+
+    Args:
+        p: the resolved problem.
+        plan: ``(size, fabric, table tiers, kv tier, sessions per card, instances)`` per built option.
+    Returns:
+        The recomputed figures and a list of violated limits (empty for a valid plan).
+    """
+    hw, inv = p.hw, p.inventory
+    ctx = p.context_tokens
+    extra = inv.table_extra_bytes / inv.table_bytes if inv.table_bytes else 0.0
+    k = inv.kv_capacity_bytes.fixed + inv.kv_capacity_bytes.per_context_token * ctx
+    kv_read = inv.kv_read_bytes.fixed + inv.kv_read_bytes.per_context_token * ctx
+    flop = inv.flops_per_token.fixed + inv.flops_per_token.per_context_token * ctx
+    out, bad = [], []
+    cards = sessions = 0
+    tps = 0.0
+    pool_used = 0.0
+    for size, fabric, tables, kv, n, count in plan:
+        label = f"S={size} {fabric} tables {','.join(tables)} KV {kv}"
+        cards += size * count
+        sessions += size * n * count
+        tab_in = lambda tier: sum(t.bytes * (1 + extra) for t, tn in zip(inv.tables, tables) if tn == tier)
+        w = inv.replicated_resident_bytes + (inv.routed_bytes + tab_in("hbm")) / size
+        used = w + p.reserve_bytes + (n * k if kv == "hbm" else 0.0)
+        if used > hw.memory_bytes * (1 + 1e-12):
+            bad.append(f"{label}: HBM {used / 1e9:.3f} GB per card > {hw.memory_bytes / 1e9:g} GB")
+        if n < 1:
+            bad.append(f"{label}: no session fits")
+        host = tab_in("host") * hw.server_cards / size + (n * hw.server_cards * k if kv == "host" else 0.0)
+        if host > 0 and host > hw.tiers["host"].capacity_bytes * (1 + 1e-12):
+            bad.append(f"{label}: host memory {host / 1e9:.1f} GB per server over capacity")
+        for tier in ("rom", "sram"):
+            b = tab_in(tier) / size
+            if b > 0 and b > hw.tiers[tier].capacity_bytes * (1 + 1e-12):
+                bad.append(f"{label}: {tier} {b / 1e9:.3f} GB per card over capacity")
+        pool_used += count * (tab_in("pool") + (n * size * k if kv == "pool" else 0.0))
+        # decode step for n sessions per card
+        e, kk = inv.routed_experts, inv.experts_per_token
+        touched = inv.moe_layers * (e / size) * (1 - (1 - kk / e) ** (n * size)) * inv.expert_bytes if e else 0.0
+        lookups = n * sum(t.rows_per_token * t.row_bytes for t, tn in zip(inv.tables, tables) if tn == "hbm")
+        reads = inv.replicated_read_bytes + touched + lookups + (n * kv_read if kv == "hbm" else 0.0)
+        kv_bw = hw.hbm_bandwidth if kv == "hbm" else hw.tiers[kv].bandwidth
+        t_kv = 0.0 if kv == "hbm" else n * kv_read / kv_bw
+        base = max(reads / hw.hbm_bandwidth, t_kv, n * flop / hw.flops) \
+            + 2 * inv.moe_layers * _a2a(p, size, fabric, n) + p.fixed_s
+        step = base + max(0.0, _fetch_excess(p, tables, n, base))
+        if step > p.slo_s * (1 + 1e-9):
+            bad.append(f"{label}: step {step * 1e3:.3f} ms > {p.slo_s * 1e3:g} ms per token")
+        # eq 6-15
+        t_w = (inv.replicated_read_bytes + lookups / max(n, 1)) / hw.hbm_bandwidth
+        b1 = max(t_w, kv_read / kv_bw, flop / hw.flops) / p.overlap_efficiency \
+            + 2 * inv.moe_layers * _a2a(p, size, fabric, 1) + p.fixed_s
+        t1 = b1 + max(0.0, _fetch_excess(p, tables, 1, b1))
+        tps += count * size * n / step
+        out.append(InstanceCheck(label, size, count, n, w, used, step, n / step, t1))
+    if cards > p.cards:
+        bad.append(f"{cards} cards used > {p.cards} given")
+    if pool_used > 0 and pool_used > hw.tiers["pool"].capacity_bytes * (1 + 1e-12):
+        bad.append(f"pool {pool_used / 1e9:.1f} GB over capacity")
+    if p.target_sessions is not None and sessions < p.target_sessions:
+        bad.append(f"{sessions} sessions < target {p.target_sessions}")
+    if not plan:
+        bad.append("no instance built")
+    return Evaluation(out, cards, sessions, tps, tps / p.cards, bad)

@@ -1,0 +1,298 @@
+"""Explanations of a supernode plan: what binds each instance, why the alternatives lost,
+flip thresholds of tier parameters, and the conflicting constraints of an infeasible instance.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+from constraints.supernode import cards as sn_cards
+from constraints.supernode import deploy as sn_deploy
+from constraints.supernode import option_limits as sn_option_limits
+from constraints.supernode import pool as sn_pool
+from constraints.supernode import target as sn_target
+from optimizer.result import Binding, ConstraintKey
+from optimizer.supernode.perf import SCALE_UP, OptionResult, evaluate_option
+from optimizer.supernode.schema import GB, Problem
+
+LIMIT_NAMES = {"memory": "HBM capacity", "host_capacity": "host memory capacity",
+               "pool_capacity": "memory pool capacity", "slo": "step time (per-token target)", "": "nothing"}
+
+
+def metric(p: Problem, objective: str, r: OptionResult) -> float | None:
+    """The objective's figure for one option used alone (higher is better), None if it cannot be built."""
+    if not r.feasible:
+        return None
+    if objective == "throughput":
+        return r.figures.tokens_per_s_card
+    if objective == "sessions":
+        return float(r.sessions_per_card)
+    if objective == "cards":
+        return -r.option.size * math.ceil(p.target_sessions / r.sessions_instance)
+    return -r.single.token
+
+
+def metric_text(p: Problem, objective: str, r: OptionResult) -> str:
+    if objective == "throughput":
+        return f"{r.figures.tokens_per_s_card:,.0f} tokens/s per card"
+    if objective == "sessions":
+        return f"{r.sessions_per_card} sessions per card"
+    if objective == "cards":
+        return f"{-metric(p, objective, r):,.0f} cards for {p.target_sessions:,} sessions"
+    return f"{r.single.token * 1e3:.3f} ms per batch-1 token"
+
+
+def limit_text(p: Problem, r: OptionResult) -> str:
+    """Why the option holds no more sessions per card (one sentence)."""
+    f, S = r.figures, r.option.size
+    if f is None:
+        return "; ".join(r.violations.values())
+    n = r.sessions_per_card
+    if r.limit == "memory":
+        free = p.hw.memory_bytes - f.hbm_used
+        return (f"HBM capacity: {f.weights_per_card / GB:.1f} GB weights + {p.reserve_bytes / GB:.2f} GB reserve + "
+                f"{n} x {f.kv_per_session / GB:.3f} GB KV = {f.hbm_used / GB:.2f} of {p.hw.memory_bytes / GB:g} GB; "
+                f"one more session needs {f.kv_per_session / GB:.3f} GB, {free / GB:.3f} GB free")
+    if r.limit == "slo":
+        nxt = evaluate_step(p, r, n + 1)
+        return (f"step time: {n + 1} sessions per card would take {nxt * 1e3:.3f} ms > "
+                f"{p.slo_s * 1e3:g} ms per token")
+    if r.limit == "host_capacity":
+        return f"host memory per server: {r.host_bytes_per_server / GB:,.1f} GB used"
+    if r.limit == "pool_capacity":
+        return f"memory pool: one instance uses {r.pool_bytes / GB:,.1f} GB"
+    return "no limit reached"
+
+
+def evaluate_step(p: Problem, r: OptionResult, n: int) -> float:
+    from optimizer.supernode.perf import figures
+
+    return figures(p, r.option, n).step
+
+
+def step_text(f) -> str:
+    parts = {"HBM reads": f.t_hbm, "compute": f.t_compute, "KV tier": f.t_kv}
+    top = max(parts, key=parts.get)
+    return (f"step {f.step * 1e3:.2f} ms = max(HBM reads {f.t_hbm * 1e3:.2f}, compute {f.t_compute * 1e3:.2f}"
+            + (f", KV tier {f.t_kv * 1e3:.2f}" if f.t_kv else "") + f") ms [{top} bound] + All-to-All "
+            f"{f.t_comm * 1e3:.2f} ms" + (f" + prefetch excess {f.prefetch_excess * 1e3:.3f} ms"
+                                          if f.prefetch_excess else ""))
+
+
+def bindings(p: Problem, res, ev) -> list[Binding]:
+    """Limits that bind (or nearly bind) at the plan, each with its slack."""
+    out: list[Binding] = []
+    out.append(Binding(sn_cards.KEY, p.cards - ev.cards_used, "cards",
+                       f"{ev.cards_used} of {p.cards} cards used"))
+    if p.target_sessions is not None:
+        out.append(Binding(sn_target.KEY, ev.sessions - p.target_sessions, "sessions",
+                           f"{ev.sessions:,} sessions for a target of {p.target_sessions:,}"))
+    pool_used = sum(res.results[j].pool_bytes * c for j, c in res.plan.items())
+    if pool_used > 0:
+        cap = p.hw.tiers["pool"].capacity_bytes
+        out.append(Binding(sn_pool.KEY, round((cap - pool_used) / GB, 6), "GB",
+                           f"{pool_used / GB:,.1f} of {cap / GB:,.0f} GB of the memory pool used"))
+    for j in sorted(res.plan):
+        r = res.results[j]
+        f, lab = r.figures, r.option.label(p)
+        if r.limit == "memory":
+            out.append(Binding(ConstraintKey("memory", lab), round((p.hw.memory_bytes - f.hbm_used) / GB, 6), "GB",
+                               limit_text(p, r)))
+        elif r.limit == "slo":
+            out.append(Binding(ConstraintKey("slo", lab), round((p.slo_s - f.step) * 1e3, 6), "ms",
+                               limit_text(p, r)))
+        elif r.limit in ("host_capacity", "pool_capacity"):
+            cap = p.hw.tiers["host" if r.limit == "host_capacity" else "pool"].capacity_bytes
+            used = r.host_bytes_per_server if r.limit == "host_capacity" else r.pool_bytes
+            out.append(Binding(ConstraintKey("tier_capacity" if r.limit == "host_capacity" else "pool_capacity", lab),
+                               round((cap - used) / GB, 6), "GB", limit_text(p, r)))
+        if r.limit != "slo":
+            out.append(Binding(ConstraintKey("slo", lab), round((p.slo_s - f.step) * 1e3, 6), "ms",
+                               f"{step_text(f)}, target {p.slo_s * 1e3:g} ms"))
+        out.append(Binding(ConstraintKey("all_to_all", lab), round(f.t_comm * 1e3, 6), "ms",
+                           f"2 x {p.inventory.moe_layers} MoE layers x {f.t_a2a * 1e6:.2f} us "
+                           f"= {f.t_comm / f.step:.0%} of the step"
+                           + (" (NVLink)" if r.option.fabric == SCALE_UP else " (NVLink inside a server, NIC across)")))
+        for tier, d in f.prefetch.items():
+            out.append(Binding(ConstraintKey("prefetch", f"{tier}, {lab}"), round((d["window_s"] - d["fetch_s"]) * 1e6, 6),
+                               "us", f"rows from {tier} arrive in {d['fetch_s'] * 1e6:.2f} us; window "
+                                     f"{d['window_s'] * 1e6:.2f} us ({d['layer']} block(s) of the step)"
+                               + (f"; the excess {d['excess_s'] * 1e6:.2f} us adds to the step" if d["excess_s"] else "")))
+            if tier == "host":
+                h = p.hw.tiers["host"]
+                rows = r.sessions_per_card * p.hw.server_cards * sum(
+                    t.rows_per_token for t, tn in zip(p.inventory.tables, r.option.tables) if tn == "host")
+                rate = rows / f.step
+                out.append(Binding(ConstraintKey("host_rate", lab), round(h.reads_per_s - rate, 3), "reads/s",
+                                   f"{rate:,.0f} random reads/s per server of {h.reads_per_s:,.0f}"))
+    return out
+
+
+def alternatives(p: Problem, res, limit: int = 16) -> list[dict[str, Any]]:
+    """The best option of every size and fabric, and every other placement at the chosen size,
+    each with its figures and why it lost (or ``chosen``)."""
+    obj = res.objective
+    chosen = set(res.plan)
+    best_chosen = max((metric(p, obj, res.results[j]) for j in chosen), default=None)
+    groups: dict[tuple, list[int]] = {}
+    for j, r in enumerate(res.results):
+        groups.setdefault((r.option.size, r.option.fabric), []).append(j)
+    picks: list[int] = []
+    for key, idx in sorted(groups.items()):
+        feas = [j for j in idx if res.results[j].feasible]
+        if chosen & set(idx):
+            picks.append(min(chosen & set(idx)))
+        elif feas:
+            picks.append(max(feas, key=lambda j: (metric(p, obj, res.results[j]), -j)))
+        else:
+            picks.append(idx[0])
+    chosen_sizes = {(res.results[j].option.size, res.results[j].option.fabric) for j in chosen}
+    seen_place = set()
+    for j, r in enumerate(res.results):
+        if (r.option.size, r.option.fabric) in chosen_sizes and j not in picks:
+            place = (r.option.tables, r.option.kv)
+            if place not in seen_place and r.feasible:
+                seen_place.add(place)
+                picks.append(j)
+    out = []
+    for j in picks[:limit]:
+        r = res.results[j]
+        f = r.figures
+        m = metric(p, obj, r)
+        if j in chosen:
+            why = short = "chosen"
+        elif m is None:
+            why = "cannot be built: " + "; ".join(f"{k}: {v}" for k, v in r.violations.items())
+            short = "cannot be built: " + ", ".join(r.violations)
+        elif best_chosen is not None and m < best_chosen - 1e-9:
+            why = f"{metric_text(p, obj, r)} against {metric_text(p, obj, res.results[min(chosen)])}"
+            short = f"worse {obj}; {LIMIT_NAMES.get(r.limit, r.limit)} limits N"
+        else:
+            why = f"equal {metric_text(p, obj, r)}; lost the secondary objective or the tie-break"
+            short = "tie on the objective; lost the secondary or the tie-break"
+        out.append({
+            "option": r.option.label(p), "size": r.option.size, "fabric": r.option.fabric,
+            "tables": dict(zip([t.name for t in p.inventory.tables], r.option.tables)), "kv": r.option.kv,
+            "feasible": r.feasible, "sessions_per_card": r.sessions_per_card,
+            "weights_per_card_gb": r.weights_per_card / GB,
+            "step_ms": None if f is None else f.step * 1e3,
+            "tokens_per_s_per_card": None if f is None else f.tokens_per_s_card,
+            "single_user_ms": r.single.token * 1e3,
+            "limited_by": LIMIT_NAMES.get(r.limit, r.limit) if f is not None else None,
+            "limit_detail": limit_text(p, r),
+            "why": why,
+            "why_short": short,
+        })
+    return out
+
+
+# ------------------------------------------------------------------ flip thresholds
+def _with_tier(p: Problem, tier: str, param: str, value: float) -> Problem:
+    t = p.hw.tiers[tier]
+    if param == "round_trip_us":
+        new = dataclasses.replace(t, latency_s=value * 1e-6)
+        if tier == "pool":
+            d = t.detail
+            bw = d["path_bandwidth_gb_s"] * GB
+            if value > 0:
+                bw = min(bw, d["in_flight"] * t.transaction_bytes / (value * 1e-6))
+            new = dataclasses.replace(new, bandwidth=bw)
+    elif param == "latency_per_hop_us":
+        new = dataclasses.replace(t, latency_s=value * 1e-6 * t.detail["hops"],
+                                  detail=dict(t.detail, latency_per_hop_us=value))
+    else:
+        raise KeyError(param)
+    return dataclasses.replace(p, hw=dataclasses.replace(p.hw, tiers=dict(p.hw.tiers, **{tier: new})))
+
+
+def _placement(res) -> tuple:
+    return tuple(sorted({(res.results[j].option.tables, res.results[j].option.kv) for j in res.plan}))
+
+
+def flip_thresholds(p: Problem, res, budget_s: float = 8.0, steps: int = 12) -> list[dict[str, Any]]:
+    """Parameter values at which the chosen tiers change (e.g. exercise 6-11(f): the ROM per-hop
+    latency or the host round trip), by bisection on re-solves with that parameter changed.
+
+    A tier the plan uses is made slower (up to 10^4 times the given value) until the placement
+    changes; a tier it does not use is made faster (down to 0). Assumes one flip on that range.
+    """
+    from optimizer.supernode.solve import solve
+
+    used_tiers = set()
+    for tiers in p.table_tiers.values():
+        used_tiers |= set(tiers)
+    # KV timing uses a tier's bandwidth only; latencies matter for the table lookups
+    params = []
+    if "host" in p.hw.tiers and "host" in used_tiers:
+        params.append(("host", "round_trip_us", p.hw.tiers["host"].latency_s * 1e6))
+    if "pool" in p.hw.tiers and "pool" in used_tiers:
+        params.append(("pool", "round_trip_us", p.hw.tiers["pool"].latency_s * 1e6))
+    if "rom" in p.hw.tiers and "rom" in used_tiers and p.hw.tiers["rom"].detail.get("hops"):
+        params.append(("rom", "latency_per_hop_us", p.hw.tiers["rom"].detail["latency_per_hop_us"]))
+    if not params:
+        return []
+    t_end = time.perf_counter() + budget_s
+    base = _placement(res)
+    out = []
+    for tier, param, value in params:
+        in_plan = any(tier in k[0] or tier == k[1] for k in base)
+
+        def decide(v: float):
+            p2 = _with_tier(p, tier, param, v)
+            results = [r if tier not in r.option.tables and r.option.kv != tier else evaluate_option(p2, r.option)
+                       for r in res.results]
+            r2 = solve(p2, res.objective, max(0.5, t_end - time.perf_counter()), results=results)
+            return None if r2.plan is None else _placement(r2), r2
+
+        lo, hi = (value, max(value, 1e-3) * 1e4) if in_plan else (0.0, value)
+        far, far_res = decide(hi if in_plan else lo)
+        entry = {"tier": tier, "parameter": param, "given": value, "unit": "us"}
+        if far == base:
+            entry.update(threshold=None, detail=f"the placement does not change for {tier} {param} from "
+                                                f"{min(lo, hi):g} to {max(lo, hi):g} us")
+            out.append(entry)
+            continue
+        a, b = (lo, hi)  # a keeps the base placement (in_plan) / b keeps it (not in_plan)
+        for _ in range(steps):
+            if time.perf_counter() > t_end:
+                break
+            mid = math.sqrt(a * b) if in_plan and a > 0 else (a + b) / 2
+            if (decide(mid)[0] == base) == in_plan:
+                a = mid
+            else:
+                b = mid
+        flip = b if in_plan else a
+        new_res = decide(flip)[1]
+        new_place = ", ".join(f"tables {','.join(k[0])} KV {k[1]}" for k in (_placement(new_res) if new_res.plan else []))
+        entry.update(threshold=flip, bracket=[min(a, b), max(a, b)],
+                     detail=f"{tier} {param} {'above' if in_plan else 'below'} about {flip:.4g} us changes the "
+                            f"placement to {new_place or 'no plan'}")
+        out.append(entry)
+    return out
+
+
+def conflict_details(p: Problem, keys: list[ConstraintKey], results: list[OptionResult]) -> list[str]:
+    """Readable lines for the conflicting keys, grouped per family (options summarised)."""
+    by_label = {r.option.label(p): r for r in results}
+    lines = []
+    fams: dict[str, list[ConstraintKey]] = {}
+    for k in keys:
+        fams.setdefault(k.family, []).append(k)
+    for fam, ks in sorted(fams.items()):
+        if fam in sn_option_limits.FAMILIES and fam != "pool_capacity" or (fam == "pool_capacity" and ks[0].element != "pool"):
+            shown = [sn_option_limits.describe(k, p, by_label) for k in ks[:3]]
+            more = f" (and {len(ks) - 3} more options)" if len(ks) > 3 else ""
+            lines.append(f"{fam}: " + " | ".join(shown) + more)
+        elif fam == "deploy":
+            lines.append(f"{ks[0]}: {sn_deploy.describe(ks[0], p)}")
+        elif fam == "cards":
+            lines.append(f"{ks[0]}: {sn_cards.describe(ks[0], p)}")
+        elif fam == "target":
+            lines.append(f"{ks[0]}: {sn_target.describe(ks[0], p)}")
+        elif fam == "pool_capacity":
+            lines.append(f"{ks[0]}: {sn_pool.describe(ks[0], p)}")
+        else:
+            lines.extend(str(k) for k in ks)
+    return lines

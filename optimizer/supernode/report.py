@@ -1,0 +1,235 @@
+"""The supernode report: the result envelope (``to_dict``) and the rich tables (``render``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from optimizer.result import Binding, Conflict, Status
+from optimizer.supernode.evaluate import Evaluation
+from optimizer.supernode.explain import LIMIT_NAMES, limit_text
+from optimizer.supernode.perf import SCALE_UP
+from optimizer.supernode.schema import GB, Problem
+from optimizer.supernode.solve import OBJECTIVE_MODULES, SolveResult
+
+DEFINITIONS = {
+    "weights_per_card_gb": "bytes each card stores for weights, eq 6-14: replicated resident + (routed experts + "
+                           "tables in HBM with their projections) / S, GB (1e9 B)",
+    "sessions_per_card": "concurrent sessions per card N = floor((C - W_card - U) / K) (eq 6-14), or fewer when "
+                         "the per-token target or a tier capacity binds, sessions",
+    "kv_per_session_gb": "KV bytes one session holds at the instance's context, K = fixed + per_token x context, GB",
+    "step_ms": "decode step with N sessions per card: max(HBM reads / B_HBM, KV-tier reads / B, FLOPs / P) + "
+               "2 x MoE layers x T_A2A + prefetch excess + T_fixed, ms",
+    "hbm_reads_gb": "bytes one card reads from HBM per step: replicated read + expected routed experts touched "
+                    "(uniform routing over N x S tokens) + KV read x N (KV in HBM) + table rows in HBM, GB",
+    "t_a2a_us": "one All-to-All (dispatch or combine): latency + N x dispatch bytes x (S-1)/S / link bandwidth, us",
+    "tokens_per_s_per_card": "decode tokens per second per card, N / step, tokens/s",
+    "single_user_ms": "batch-1 token, eq 6-15: max(T_weight, T_KV, T_compute) / eta + T_comm + T_fixed with "
+                      "T_weight = replicated read / B_HBM and T_comm = 2 x MoE layers x T_A2A(1 token), ms",
+    "prefetch_window_us": "time the looked-up rows have to arrive: consuming layer x step / layers (the first "
+                          "block for a table at layer 1), us",
+    "lookup_bytes_per_token": "bytes of table rows one token looks up: rows per token x row bytes, B",
+    "pool_bandwidth_gb_s": "usable memory-pool bandwidth per card, eq 6-12: min(B_path, u x q / L), GB/s",
+    "objective.throughput": "decode tokens/s of all instances divided by the cards given, tokens/s per card",
+    "objective.sessions": "concurrent sessions of all instances, sessions",
+    "objective.cards": "cards used by the instances, cards",
+    "objective.single_user": "slowest batch-1 token among the instances built, ms per token",
+}
+
+
+def _gb(x: float) -> float:
+    return round(x / GB, 6)
+
+
+@dataclass
+class SupernodeReport:
+    """Result of one supernode run (``status``, ``to_dict()``, ``render(console)``)."""
+
+    problem: Problem
+    result: SolveResult
+    evaluation: Evaluation | None = None
+    binding: list[Binding] = field(default_factory=list)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    thresholds: list[dict[str, Any]] = field(default_factory=list)
+    conflict: Conflict | None = None
+
+    @property
+    def status(self) -> Status:
+        return self.result.status
+
+    def _instance(self, j: int, count: int) -> dict[str, Any]:
+        p, r = self.problem, self.result.results[j]
+        f = r.figures
+        return {
+            "option": r.option.label(p), "size": r.option.size, "count": count,
+            "fabric": "NVLink" if r.option.fabric == SCALE_UP else "NIC-joined servers",
+            "tables": dict(zip([t.name for t in p.inventory.tables], r.option.tables)), "kv": r.option.kv,
+            "sessions_per_card": r.sessions_per_card, "sessions": r.sessions_instance * count,
+            "limited_by": LIMIT_NAMES.get(r.limit, r.limit), "limit_detail": limit_text(p, r),
+            "weights_per_card_gb": _gb(f.weights_per_card), "hbm_used_gb": _gb(f.hbm_used),
+            "kv_per_session_gb": _gb(f.kv_per_session), "hbm_reads_gb": _gb(f.hbm_reads),
+            "experts_read_gb": _gb(f.experts_read),
+            "step_ms": f.step * 1e3,
+            "step_parts_ms": {"hbm_reads": f.t_hbm * 1e3, "kv_tier": f.t_kv * 1e3, "compute": f.t_compute * 1e3,
+                              "all_to_all": f.t_comm * 1e3, "prefetch_excess": f.prefetch_excess * 1e3,
+                              "fixed": p.fixed_s * 1e3},
+            "t_a2a_us": f.t_a2a * 1e6,
+            "tokens_per_s_per_card": f.tokens_per_s_card,
+            "single_user_ms": r.single.token * 1e3, "single_user_tokens_per_s": 1 / r.single.token,
+            "single_user_parts_ms": {"weight": r.single.t_weight * 1e3, "kv": r.single.t_kv * 1e3,
+                                     "compute": r.single.t_compute * 1e3, "comm": r.single.t_comm * 1e3,
+                                     "fixed": r.single.t_fixed * 1e3, "prefetch_excess": r.single.prefetch_excess * 1e3},
+            "prefetch_window_us": r.single.window_first_block * 1e6,
+            "prefetch": {t: {(k[:-2] + "_us" if k.endswith("_s") else k): (v * 1e6 if k.endswith("_s") else v)
+                             for k, v in d.items()} for t, d in f.prefetch.items()},
+        }
+
+    def tiers(self) -> dict[str, Any]:
+        p = self.problem
+        inv = p.inventory
+        out: dict[str, Any] = {"hbm": {"capacity_gb_per_card": _gb(p.hw.memory_bytes),
+                                       "bandwidth_gb_s": p.hw.hbm_bandwidth / GB}}
+        for name, t in p.hw.tiers.items():
+            d = {"scope": t.scope, "capacity_gb": _gb(t.capacity_bytes), "latency_us": t.latency_s * 1e6,
+                 "bandwidth_gb_s": t.bandwidth / GB}
+            if t.reads_per_s:
+                d["random_reads_per_s"] = t.reads_per_s
+            if name == "pool":
+                d.update(in_flight=t.detail["in_flight"], transaction_bytes=t.transaction_bytes,
+                         path_bandwidth_gb_s=t.detail["path_bandwidth_gb_s"],
+                         in_flight_for_path=t.detail["in_flight_for_path"])
+            if name == "rom":
+                d.update(hops=t.detail["hops"], latency_per_hop_us=t.detail["latency_per_hop_us"])
+            out[name] = d
+        out["prefetch_check"] = self.prefetch_check()
+        out["lookups"] = {"rows_per_token": sum(t.rows_per_token for t in inv.tables),
+                          "bytes_per_token": sum(t.rows_per_token * t.row_bytes for t in inv.tables),
+                          "table_bytes_gb": _gb(inv.table_bytes), "stored_with_tables_gb": _gb(inv.table_extra_bytes)}
+        return out
+
+    def prefetch_check(self) -> dict[str, Any]:
+        """Each declared tier's fetch of one token's rows (batch 1, every table there) against the
+        batch-1 prefetch window of the first chosen instance, us."""
+        from optimizer.supernode.perf import Option, fetch_times
+
+        p, res = self.problem, self.result
+        if not p.inventory.tables or not res.plan:
+            return {}
+        r = res.results[min(res.plan)]
+        out = {}
+        for tier in p.hw.tiers:
+            opt = Option(r.option.size, r.option.fabric, tuple(tier for _ in p.inventory.tables), r.option.kv)
+            t, layer = fetch_times(p, opt, 1.0)[tier]
+            window = layer * r.single.window_first_block
+            out[tier] = {"fetch_us": float(t) * 1e6, "window_us": window * 1e6, "fits": bool(t <= window)}
+        return out
+
+    def plan_dict(self) -> dict[str, Any] | None:
+        res, ev, p = self.result, self.evaluation, self.problem
+        if res.plan is None or ev is None:
+            return None
+        return {
+            "model": p.inventory.name, "context_tokens": p.context_tokens, "cards": p.cards,
+            "cards_used": ev.cards_used, "sessions": ev.sessions, "tokens_per_s": ev.tokens_per_s,
+            "tokens_per_s_per_card": ev.tokens_per_s_per_card,
+            "single_user_ms": max(i.single_user for i in ev.instances) * 1e3,
+            "instances": [self._instance(j, c) for j, c in sorted(res.plan.items())],
+            "tiers": self.tiers(),
+            "flip_thresholds": self.thresholds,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        res, p = self.result, self.problem
+        mod = OBJECTIVE_MODULES[res.objective]
+        gap = res.stats.gap
+        return {
+            "problem": "supernode",
+            "name": p.name,
+            "status": res.status.value,
+            "objective": {"name": res.objective, "sense": mod.SENSE, "value": res.value, "unit": mod.UNIT,
+                          "bound": res.bound, "gap": gap},
+            "plan": self.plan_dict(),
+            "binding": [b.to_dict() for b in self.binding],
+            "alternatives": self.alternatives,
+            "conflicts": [] if self.conflict is None else [self.conflict.to_dict()],
+            "definitions": DEFINITIONS,
+            "solver": {"name": res.stats.name, "status": res.status.value, "time_s": res.stats.time_s, "gap": gap,
+                       "solves": res.stats.solves,
+                       "stages": [{"name": n, "status": s.value, "time_s": t} for n, s, t in res.stages]},
+            "sources": {"model": p.inventory.source, "hardware": p.hw.sources},
+        }
+
+    # ------------------------------------------------------------------ tables
+    def render(self, console) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        d = self.to_dict()
+        o, s = d["objective"], d["solver"]
+        console.print(f"[bold]{escape(self.problem.name)}[/bold]  supernode sizing, objective {o['name']} "
+                      f"({o['sense']})  status [bold]{d['status']}[/bold]")
+        if d["plan"] is None:
+            if self.conflict is not None:
+                console.print("[red]No plan meets all limits.[/red] Conflicting constraints:")
+                for line in self.conflict.details:
+                    console.print(f"  - {escape(line)}")
+            else:
+                console.print("[red]No plan found within the time limit.[/red]")
+            console.print(f"solver {s['name']}: {s['status']}, {s['time_s']:.3f} s")
+            return
+        plan = d["plan"]
+        val = f"{o['value']:,.3f}" if isinstance(o["value"], float) else f"{o['value']:,}"
+        bnd = f"{o['bound']:,.3f}" if isinstance(o["bound"], float) else f"{o['bound']:,}"
+        console.print(f"{o['name']} = {val} {o['unit']} (bound {bnd}, gap {o['gap']:.2%}); "
+                      f"{plan['cards_used']} of {plan['cards']} cards, {plan['sessions']:,} sessions, "
+                      f"{plan['tokens_per_s_per_card']:,.0f} tokens/s per card, context {plan['context_tokens']:,}")
+        t = Table(title="Instances")
+        for col in ("count", "S", "fabric", "tables", "KV", "GB/card", "N/card", "limited by",
+                    "step ms", "tok/s/card", "batch-1 ms"):
+            t.add_column(col)
+        for i in plan["instances"]:
+            t.add_row(str(i["count"]), str(i["size"]), i["fabric"], ",".join(i["tables"].values()) or "-", i["kv"],
+                      f"{i['weights_per_card_gb']:.1f}", str(i["sessions_per_card"]), i["limited_by"],
+                      f"{i['step_ms']:.1f}", f"{i['tokens_per_s_per_card']:,.0f}", f"{i['single_user_ms']:.2f}")
+        console.print(t)
+        a = Table(title="Sizes and placements compared (best of each; why each lost)")
+        for col in ("option", "GB/card", "N/card", "step ms", "tok/s/card", "batch-1 ms", "why not"):
+            a.add_column(col)
+        for x in d["alternatives"]:
+            a.add_row(escape(x["option"]), f"{x['weights_per_card_gb']:.1f}", str(x["sessions_per_card"]),
+                      "-" if x["step_ms"] is None else f"{x['step_ms']:.1f}",
+                      "-" if x["tokens_per_s_per_card"] is None else f"{x['tokens_per_s_per_card']:,.0f}",
+                      f"{x['single_user_ms']:.2f}",
+                      escape(x["why_short"]))
+        console.print(a)
+        tiers = plan["tiers"]
+        lk = tiers["lookups"]
+        lines = [f"lookups: {lk['rows_per_token']:g} rows = {lk['bytes_per_token']:,.0f} B per token; "
+                 f"prefetch window (first block, batch 1) {plan['instances'][0]['prefetch_window_us']:.1f} us"]
+        for tier, c in tiers["prefetch_check"].items():
+            lines.append(f"{tier}: one token's rows arrive in {c['fetch_us']:.2f} us, window {c['window_us']:.1f} us: "
+                         f"{'fits' if c['fits'] else 'exceeds'}")
+        if "host" in tiers:
+            h = tiers["host"]
+            lines.append(f"host: {h['latency_us']:g} us round trip, {h['random_reads_per_s']:,.0f} reads/s per server, "
+                         f"{h['bandwidth_gb_s']:g} GB/s per card, {h['capacity_gb']:,.0f} GB per server")
+        if "pool" in tiers:
+            q = tiers["pool"]
+            lines.append(f"pool (eq 6-12): {q['in_flight']} x {q['transaction_bytes']} B in flight / {q['latency_us']:g} us "
+                         f"= {q['bandwidth_gb_s']:.2f} GB/s usable of a {q['path_bandwidth_gb_s']:g} GB/s path; "
+                         f"{q['in_flight_for_path']:,} in flight reach the path")
+        if "rom" in tiers:
+            r = tiers["rom"]
+            lines.append(f"rom: {r['hops']} hops x {r['latency_per_hop_us']:g} us, {r['bandwidth_gb_s']:g} GB/s, "
+                         f"{r['capacity_gb']:g} GB per card")
+        for line in lines:
+            console.print(escape(line))
+        b = Table(title="Binding limits")
+        for col in ("constraint", "slack", "detail"):
+            b.add_column(col)
+        for x in d["binding"]:
+            b.add_row(escape(x["constraint"]), f"{x['slack']:,.4g} {x['unit']}", escape(x["detail"]))
+        console.print(b)
+        for th in plan["flip_thresholds"]:
+            console.print(escape(f"flip threshold: {th['detail']}"))
+        console.print(f"solver {s['name']}: {s['status']}, {s['solves']} solves, {s['time_s']:.3f} s, "
+                      f"bound {bnd}, gap {o['gap']:.2%}")
