@@ -77,6 +77,17 @@ def test_infeasible_writes_nothing_and_says_so(cli, tmp_path, args):
     assert "no plot:" in r.stderr and "infeasible" in r.stderr
 
 
+def test_infeasible_experts_writes_nothing(cli, tmp_path):
+    """5 slots per GPU but 4 experts: replicas of one expert cannot share a GPU."""
+    (tmp_path / "t.json").write_text("[[5, 3, 2, 1]]")
+    (tmp_path / "i.yaml").write_text("experts:\n  trace: t.json\n  format: matrix\n  num_gpus: 2\n  num_nodes: 1\n"
+                                      "  slots_per_gpu: 5\n  evaluate_windows: none\n")
+    r = cli(tmp_path / "i.yaml", "--plot", tmp_path / "p")
+    assert r.exit_code == 3, r.output
+    assert list((tmp_path / "p").iterdir()) == []
+    assert r.stderr.strip() == "no plot: experts: no placement (infeasible), no load plot"
+
+
 def test_plot_folder_that_cannot_be_made_is_bad_input(cli, tmp_path):
     f = tmp_path / "taken"
     f.write_text("x")
