@@ -282,6 +282,7 @@ def _timeline_figure(d: TimelineData):
     from matplotlib.patches import Patch
 
     rows = len(d.panels[0].rows)
+    span = max((b.finish_ms for pn in d.panels for bs in pn.bars.values() for b in bs), default=1.0)
     fig = _figure(10, 1.2 + len(d.panels) * (0.9 + 0.45 * rows))
     axes = fig.subplots(len(d.panels), 1, squeeze=False, sharex=True)[:, 0]
     for ax, pn in zip(axes, d.panels):
@@ -290,7 +291,7 @@ def _timeline_figure(d: TimelineData):
             for b in bars:
                 ax.barh(y, b.finish_ms - b.start_ms, left=b.start_ms, height=0.6,
                         color=ON_TIME if b.on_time else LATE, edgecolor="black", linewidth=0.5)
-                if rows <= 24 and len(bars) <= 12:
+                if rows <= 24 and b.finish_ms - b.start_ms >= 0.06 * span:  # label bars wide enough
                     ax.text((b.start_ms + b.finish_ms) / 2, y, b.session, ha="center", va="center", fontsize=7,
                             clip_on=True)
                 if b.deadline_ms is not None:
