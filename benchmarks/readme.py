@@ -222,7 +222,7 @@ def _mask_deployment_benchmark(text: str) -> str:
     for line in text.splitlines():
         line = re.sub(r"\(min [\d.]+, max [\d.]+", "(min #, max #", line)
         f = line.split()
-        if f and re.fullmatch(r"[\d.]+", f[-1]) and ("optimal" in f or "feasible" in f or "infeasible" in f):
+        if f and re.fullmatch(r"[\d.]+", f[-1]) and any(w in f for w in ("optimal", "feasible", "infeasible", "time_limit")):
             line = line[: line.rstrip().rfind(f[-1])] + "#"
             if "feasible" in f:
                 line = re.sub(r"feasible(\s+)\S+(\s+)\S+", r"feasible\1#\2#", line)
