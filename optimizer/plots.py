@@ -140,7 +140,10 @@ def deployment_timeline_data(report) -> Optional[TimelineData]:
     panels = [panel(f"nominal: makespan {ev.nominal.makespan_s * 1e3:.2f} ms, {ev.nominal.on_time} of {n} on time",
                     ev.nominal, [])]
     if ev.scenarios:
-        w = ev.worst_by(report.outcome.objective)
+        try:
+            w = ev.worst_by(report.outcome.objective)
+        except KeyError:  # an objective the evaluator ranks no scenarios by: the costliest one
+            w = ev.worst
         stalls = []
         if w.fault is not None and w.gpu is not None:
             for k, i in enumerate(insts):
@@ -408,7 +411,7 @@ def _racks_figure(d: BuildoutLayoutData):
                 for c in ("air", "liquid") if any(g.cooling == c for g in d.groups)]
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     drawn = "each rack" if total <= MAX_RACKS_DRAWN else "one rack per layout (xN identical racks)"
-    ax.set_title(f"{d.name}: {total} racks ({drawn}), {d.gpus} GPUs, {d.power_kw:g} of {d.budget_kw:g} kW; "
+    ax.set_title(f"{d.name}\n{total} racks ({drawn}), {d.gpus} GPUs, {d.power_kw:g} of {d.budget_kw:g} kW;\n"
                  f"switch chips: {d.leaf} leaf, {d.spine} spine", fontsize=9)
     return fig
 
