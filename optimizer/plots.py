@@ -333,7 +333,7 @@ def _memory_figure(d: MemoryData):
     ax.set_ylabel("memory per GPU (GB)")
     ax.set_ylim(0, d.capacity_gb * 1.12)
     ax.legend(fontsize=8, loc="upper left", ncols=4)
-    ax.set_title(f"{d.name}: memory per GPU (eq. 6-1)", fontsize=9)
+    ax.set_title(f"{d.name}\nmemory per GPU by weights, KV cache and reserve (eq. 6-1)", fontsize=9)
     return fig
 
 
