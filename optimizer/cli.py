@@ -32,8 +32,12 @@ from optimizer.schema_base import apply_overrides, read_yaml
 @click.option("--output", "output_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for output files: result.json (every problem), placement.json and "
                    "sglang_expert_location.json (experts).")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for PNG figures: timeline.png and memory.png (deployment), expert_load.png "
+                   "(experts), racks.png (buildout). The files written are listed on stderr (table) or "
+                   "under 'files' (json).")
 def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
-         overrides: tuple[str, ...], output_dir: Path | None) -> None:
+         overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None) -> None:
     """Solve INSTANCE.yaml to a proven optimum and explain the result."""
     try:
         if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
@@ -42,18 +46,28 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         raw = apply_overrides(raw, list(overrides), instance)
         problem = problem_for(raw, instance)
         report = problem.run(raw, instance, objective, time_limit, output_dir)
+        files: list[str] = []
+        if plot_dir is not None:
+            from optimizer.plots import write_plots
+
+            plots = write_plots(report, plot_dir)
+            files = [str(f) for f in plots.files]
+            for why in plots.skipped:
+                click.echo(f"no plot: {why}", err=True)
         if output_dir is not None:
-            _write_result(report, output_dir)
+            _write_result(report, output_dir, files)
     except InputError as exc:
         click.echo(exc.line(), err=True)
         sys.exit(EXIT_BAD_INPUT)
-    except OSError as exc:  # an output folder that cannot be written
-        where = exc.filename or output_dir
+    except OSError as exc:  # an output or plot folder that cannot be written
+        where = exc.filename or output_dir or plot_dir
         click.echo(f"error: {where}: cannot write: {exc.strerror or exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     if fmt == "json":
-        click.echo(json.dumps(report.to_dict(), indent=2, default=_json_default))
+        click.echo(json.dumps(_result_dict(report, files), indent=2, default=_json_default))
     else:
+        for f in files:
+            click.echo(f"wrote {f}", err=True)
         from rich.console import Console
 
         # a pipe or file gets a fixed, wide layout; a terminal its own width
@@ -61,11 +75,19 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     sys.exit(exit_code_for(report.status))
 
 
-def _write_result(report, output_dir: Path) -> None:
+def _result_dict(report, files: list[str]) -> dict:
+    """The ``--format json`` object; ``files`` lists the ``--plot`` figures written (when any)."""
+    d = report.to_dict()
+    if files:
+        d["files"] = list(d.get("files", [])) + files
+    return d
+
+
+def _write_result(report, output_dir: Path, files: list[str]) -> None:
     """``--output DIR``: every problem writes ``DIR/result.json`` (the ``--format json`` object);
     expert placement also writes its placement files there."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "result.json").write_text(json.dumps(report.to_dict(), indent=2, default=_json_default))
+    (output_dir / "result.json").write_text(json.dumps(_result_dict(report, files), indent=2, default=_json_default))
 
 
 def run() -> None:

@@ -1,0 +1,348 @@
+"""Regenerate the README's example outputs and benchmark tables: ``python -m benchmarks.readme``.
+
+The README holds generated text between markers::
+
+    <!-- BEGIN generated: NAME -->
+    ...
+    <!-- END generated: NAME -->
+
+Each NAME in :data:`BLOCKS` is either an *example* (a shell command, run as a user runs it:
+``optimize ...`` in a fresh process from a folder where ``instances/`` is the repo's) or a
+*benchmark* (a function of ``benchmarks/bench_*.py``). The script rewrites the text between
+each pair of markers with a fresh run; prose outside the markers is never touched.
+
+Options: ``--only NAME`` (repeatable), ``--skip-benchmarks`` (examples only; the benchmarks
+take several minutes), ``--check`` (write nothing; print a diff and exit 1 when a block's
+comparable content differs from a fresh run: wall-clock times and the run-dependent figures
+of time-limited searches are masked, see :func:`normalise`).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+BEGIN = "<!-- BEGIN generated: {} -->"
+END = "<!-- END generated: {} -->"
+MARKER = re.compile(r"^<!-- (BEGIN|END) generated: ([\w-]+) -->$", re.M)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One generated README block.
+
+    Attributes:
+        name: marker name.
+        command: for examples, the ``optimize ...`` command line as shown in the README.
+        bench: for benchmarks, a function returning the block's text (None: cannot run here,
+            e.g. shared data absent; the README block is then kept).
+        volatile: for examples, the kind of run-dependent figures :func:`normalise` masks.
+    """
+
+    name: str
+    command: Optional[str] = None
+    bench: Optional[Callable[[], Optional[str]]] = None
+    volatile: str = "times"
+
+    @property
+    def is_example(self) -> bool:
+        return self.command is not None
+
+
+# ----------------------------------------------------------------------------- examples
+def run_example(command: str) -> tuple[str, int]:
+    """Run ``command`` (``optimize ...``) in a fresh process from a temporary folder holding a
+    link to the repo's ``instances/`` (so ``--output out/`` lands there). Returns (stdout, exit code),
+    with the repo's absolute path removed from the output."""
+    args = shlex.split(command)
+    assert args[0] == "optimize", command
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "instances").symlink_to(REPO / "instances")
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        r = subprocess.run([sys.executable, "-m", "optimizer.cli", *args[1:]], cwd=d, env=env,
+                           capture_output=True, text=True)
+    out = r.stdout.replace(str(REPO.resolve()) + "/", "")
+    return out, r.returncode
+
+
+def example_text(command: str) -> str:
+    """The README block of an example: a fenced block with ``$ command`` and its output."""
+    out, code = run_example(command)
+    head = f"$ {command}" + (f"      # exit code {code}" if code else "")
+    return "```\n" + head + "\n" + out.rstrip("\n") + "\n```"
+
+
+# ----------------------------------------------------------------------------- benchmarks
+def _stdout_of(fn: Callable[[], None], argv: list[str]) -> str:
+    buf = io.StringIO()
+    saved = sys.argv
+    sys.argv = argv
+    try:
+        with contextlib.redirect_stdout(buf):
+            fn()
+    finally:
+        sys.argv = saved
+    return buf.getvalue().rstrip("\n")
+
+
+def bench_deployment_text() -> str:
+    from benchmarks import bench_deployment
+
+    return "```\n" + _stdout_of(bench_deployment.main, ["bench_deployment.py"]) + "\n```"
+
+
+def bench_buildout_text() -> str:
+    from benchmarks import bench_buildout
+
+    return _stdout_of(bench_buildout.main, ["bench_buildout.py", "--repeats", "5"])
+
+
+def bench_experts_text() -> str:
+    from benchmarks.bench_experts import bench_v3
+
+    time_limit, sigma, seed = 8.0, 1.0, 0
+    r = bench_v3(time_limit, sigma, seed)
+    b = r["balancedness"]
+    return ("| case | layers | wall time | mean gap (max) | mean balancedness trivial / greedy / optimised |\n"
+            "|---|---|---|---|---|\n"
+            f"| DeepSeek-V3 shaped: 256 experts, 288 slots, 32 GPUs, 4 nodes, 8 groups; lognormal(0, {sigma:g}) "
+            f"popularity, 16384 tokens × top-8, seed {seed}; `--time-limit {time_limit:g}` | {r['layers']} | "
+            f"{r['wall_s_total']:.1f} s ({r['solve_s']:.1f} s solve) | {100 * r['mean_gap']:.2f} % "
+            f"({100 * r['max_gap']:.2f} %) | {b['trivial']:.3f} / {b['greedy']:.3f} / {b['optimized']:.3f} |")
+
+
+def bench_esft_text() -> Optional[str]:
+    from benchmarks.bench_experts import ESFT, bench_esft
+    from optimizer.experts.traces import read_trace
+
+    if not ESFT.exists():
+        return None
+    lines = ["| task | wall time | mean gap | fitted balancedness trivial / greedy / optimised | "
+             "later windows: trivial / greedy / optimised |", "|---|---|---|---|---|"]
+    for task in ("intent", "law"):
+        r = bench_esft(task, 4.0)
+        if r is None:
+            return None
+        tokens = sum(read_trace(ESFT / task, "topk", 64).tokens_per_window)  # whole records (one window per sequence)
+        f, later = r["fitted_balancedness"], r["later_balancedness"]
+        lines.append(f"| {task} ({tokens} tokens) | {r['wall_s_total']:.1f} s | {100 * r['mean_gap']:.2f} % | "
+                     f"{f['trivial']:.3f} / {f['greedy']:.3f} / {f['optimized']:.3f} | "
+                     f"{later['trivial']:.3f} / {later['greedy']:.3f} / {later['optimized']:.3f} |")
+    return "\n".join(lines)
+
+
+BLOCKS: list[Block] = [
+    Block("deployment-example", command="optimize instances/qwen32b_128k.yaml --objective cost"),
+    Block("experts-example", command="optimize instances/deepseek_v3_ep32.yaml --output out/", volatile="experts"),
+    Block("buildout-example", command="optimize instances/hgx_h100_120kw.yaml"),
+    Block("buildout-infeasible-example", command="optimize instances/hgx_h100_120kw.yaml --set buildout.target_gpus=96"),
+    Block("deployment-benchmark", bench=bench_deployment_text, volatile="deployment-benchmark"),
+    Block("experts-benchmark", bench=bench_experts_text, volatile="experts-benchmark"),
+    Block("experts-esft-benchmark", bench=bench_esft_text, volatile="experts-esft-benchmark"),
+    Block("buildout-benchmark", bench=bench_buildout_text, volatile="buildout-benchmark"),
+]
+BY_NAME = {b.name: b for b in BLOCKS}
+
+
+# ----------------------------------------------------------------------------- comparison
+TIME = re.compile(r"\d[\d,]*(?:\.\d+)?(?=\s?s\b)")      # "0.026 s", "9.0 s", "1.2s"
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_EXPERT_SUMMARY = [re.compile(p) for p in (
+    r"optimised\s+\d[\d.]*",                    # run-dependent optimised figures in summary lines
+    r"mean gap\s+[\d.]+%\s+\(max\s+[\d.]+%\)",
+    r"proven\s+optimal\s+on\s+\d+/",
+)]
+
+
+def _mask(text: str) -> str:
+    return NUMBER.sub("#", text)
+
+
+def _mask_table_columns(text: str, columns: dict[int, Optional[int]]) -> str:
+    """Mask markdown-table cells: ``columns`` maps a column index to None (whole cell) or the
+    index of the `` / ``-separated part to mask (e.g. the optimised figure of a/b/c)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            cells = line.strip().strip("|").split("|")
+            header = not any(ch.isdigit() for ch in "".join(cells[1:]))
+            if not header:
+                for i, part in columns.items():
+                    if i < len(cells):
+                        if part is None:
+                            cells[i] = _mask(cells[i])
+                        else:
+                            parts = cells[i].split(" / ")
+                            if part < len(parts):
+                                parts[part] = _mask(parts[part])
+                            cells[i] = " / ".join(parts)
+                line = "|" + "|".join(cells) + "|"
+        out.append(line)
+    return "\n".join(out)
+
+
+def _mask_expert_example(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("│"):
+            cells = line.split("│")
+            # │ layer │ trivial │ greedy │ optimised │ bound │ gap │ moves │ proven │ next: greedy/opt │
+            for i in (4, 6, 7, 8):
+                if i < len(cells):
+                    cells[i] = _mask(cells[i])
+            if len(cells) > 9 and "/" in cells[9]:
+                g, o = cells[9].split("/", 1)
+                cells[9] = g + "/" + _mask(o)
+            line = "│".join(cells)
+        lines.append(line)
+    text = "\n".join(lines)
+    for pat in _EXPERT_SUMMARY:
+        text = pat.sub(lambda m: _mask(m.group(0)), text)
+    return text
+
+
+def _mask_deployment_benchmark(text: str) -> str:
+    """Fixed-width rows: the last column is the time; a time-limited (feasible) row's value and
+    gap depend on how far the search got."""
+    out = []
+    for line in text.splitlines():
+        line = re.sub(r"\(min [\d.]+, max [\d.]+", "(min #, max #", line)
+        f = line.split()
+        if f and re.fullmatch(r"[\d.]+", f[-1]) and any(w in f for w in ("optimal", "feasible", "infeasible", "time_limit")):
+            line = line[: line.rstrip().rfind(f[-1])] + "#"
+            if "feasible" in f:
+                line = re.sub(r"feasible(\s+)\S+(\s+)\S+", r"feasible\1#\2#", line)
+        out.append(line)
+    return "\n".join(out)
+
+
+VOLATILE: dict[str, Callable[[str], str]] = {
+    "times": lambda t: t,
+    "experts": _mask_expert_example,
+    "deployment-benchmark": _mask_deployment_benchmark,
+    # | case | layers | wall time | mean gap (max) | trivial / greedy / optimised |
+    "experts-benchmark": lambda t: _mask_table_columns(t, {2: None, 3: None, 4: 2}),
+    # | task | wall time | mean gap | fitted t / g / o | later t / g / o |
+    "experts-esft-benchmark": lambda t: _mask_table_columns(t, {1: None, 2: None, 3: 2, 4: 2}),
+    # | ... | status | solve s (median) | explain s (median) |
+    "buildout-benchmark": lambda t: _mask_table_columns(t, {7: None, 8: None}),
+}
+
+
+def normalise(block: Block, text: str) -> str:
+    """``text`` with run-dependent figures replaced by ``#``: wall-clock times always; for
+    time-limited searches also the figures that depend on how far the search got (the expert
+    example's optimised cells, gap, moves and next-window balancedness, keeping trivial, greedy
+    and bound; the benchmarks' time columns, gaps and time-limited values)."""
+    return VOLATILE[block.volatile](TIME.sub("#", text))
+
+
+def comparable_numbers(block: Block, text: str) -> list[str]:
+    """The figures of ``text`` that a fresh run must reproduce (in order), thousands separators removed."""
+    return [n.replace(",", "") for n in NUMBER.findall(normalise(block, text))]
+
+
+def signature(block: Block, text: str) -> str:
+    """Words and comparable figures, without table drawing and spacing (column widths follow values)."""
+    t = normalise(block, text)
+    t = re.sub(r"[\u2500-\u257f]", " ", t)
+    return re.sub(r"\s+", " ", t).strip()
+
+
+# ----------------------------------------------------------------------------- README
+def blocks_in(text: str) -> dict[str, str]:
+    """Contents between each pair of markers, by name.
+
+    Raises:
+        ValueError: unpaired, nested or repeated markers.
+    """
+    out: dict[str, str] = {}
+    open_name, start = None, 0
+    for m in MARKER.finditer(text):
+        kind, name = m.group(1), m.group(2)
+        if kind == "BEGIN":
+            if open_name is not None:
+                raise ValueError(f"README: BEGIN {name} inside {open_name}")
+            if name in out:
+                raise ValueError(f"README: block {name} appears twice")
+            open_name, start = name, m.end()
+        else:
+            if name != open_name:
+                raise ValueError(f"README: END {name} without its BEGIN")
+            out[name] = text[start:m.start()].strip("\n")
+            open_name = None
+    if open_name is not None:
+        raise ValueError(f"README: BEGIN {open_name} without its END")
+    return out
+
+
+def replace_block(text: str, name: str, content: str) -> str:
+    b, e = BEGIN.format(name), END.format(name)
+    i, j = text.index(b) + len(b), text.index(e)
+    return text[:i] + "\n" + content.strip("\n") + "\n" + text[j:]
+
+
+def fresh(block: Block) -> Optional[str]:
+    if block.is_example:
+        return example_text(block.command)
+    return block.bench()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.readme", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", action="append", choices=list(BY_NAME), metavar="NAME",
+                    help=f"regenerate only this block (repeatable): {', '.join(BY_NAME)}")
+    ap.add_argument("--skip-benchmarks", action="store_true", help="examples only (benchmarks take minutes)")
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 with a diff when a block differs from a fresh run (times masked)")
+    ap.add_argument("--readme", type=Path, default=README, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    text = a.readme.read_text()
+    current = blocks_in(text)
+    names = a.only or [b.name for b in BLOCKS if not (a.skip_benchmarks and not b.is_example)]
+    missing = [n for n in names if n not in current]
+    if missing:
+        print(f"error: {a.readme}: no markers for {', '.join(missing)}", file=sys.stderr)
+        return 2
+    new_text, differs = text, []
+    for n in names:
+        block = BY_NAME[n]
+        print(f"{n}: running ...", file=sys.stderr, flush=True)
+        content = fresh(block)
+        if content is None:
+            print(f"{n}: skipped (needs {SHARED_DATA}), README block kept", file=sys.stderr)
+            continue
+        if signature(block, current[n]) != signature(block, content):
+            differs.append(n)
+            diff = difflib.unified_diff(current[n].splitlines(), content.splitlines(),
+                                        f"README.md [{n}]", f"fresh run [{n}]", lineterm="")
+            if a.check:
+                print("\n".join(diff))
+        new_text = replace_block(new_text, n, content)
+    if a.check:
+        print(f"{len(differs)} of {len(names)} blocks differ" + (f": {', '.join(differs)}" if differs else ""),
+              file=sys.stderr)
+        return 1 if differs else 0
+    if new_text != text:
+        a.readme.write_text(new_text)
+    print(f"rewrote {len(names)} block(s) in {a.readme}; content changed in: {', '.join(differs) or 'none'}",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
