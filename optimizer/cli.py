@@ -31,7 +31,8 @@ from optimizer.schema_base import apply_overrides, read_yaml
               help="Override any instance field for a what-if run, e.g. --set hardware.servers=2.")
 @click.option("--output", "output_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for output files: result.json (every problem), placement.json and "
-                   "sglang_expert_location.json (experts).")
+                   "sglang_expert_location.json (experts); every file written is listed on stderr (table) "
+                   "or under 'files' (json).")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for PNG figures: timeline.png and memory.png (deployment), expert_load.png "
                    "(experts), racks.png (buildout). The files written are listed on stderr (table) or "
@@ -55,6 +56,8 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
             for why in plots.skipped:
                 click.echo(f"no plot: {why}", err=True)
         if output_dir is not None:
+            files += [str(f) for f in getattr(report, "outputs", None) or []]
+            files.append(str(output_dir / "result.json"))
             _write_result(report, output_dir, files)
     except InputError as exc:
         click.echo(exc.line(), err=True)
@@ -76,7 +79,8 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
 
 
 def _result_dict(report, files: list[str]) -> dict:
-    """The ``--format json`` object; ``files`` lists the ``--plot`` figures written (when any)."""
+    """The ``--format json`` object; ``files`` lists every file written (``--plot`` figures,
+    ``--output`` files, ``result.json``), when any."""
     d = report.to_dict()
     if files:
         d["files"] = list(d.get("files", [])) + files

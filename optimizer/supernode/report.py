@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from optimizer.result import Binding, Conflict, Status
+from optimizer.result import Binding, Conflict, Status, envelope, group_conflicts
 from optimizer.supernode.evaluate import Evaluation
 from optimizer.supernode.explain import LIMIT_NAMES, limit_text
 from optimizer.supernode.perf import SCALE_UP
@@ -138,25 +138,34 @@ class SupernodeReport:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        """The result envelope (:func:`optimizer.result.envelope`) of this supernode plan."""
         res, p = self.result, self.problem
         mod = OBJECTIVE_MODULES[res.objective]
         gap = res.stats.gap
-        return {
-            "problem": "supernode",
-            "name": p.name,
-            "status": res.status.value,
-            "objective": {"name": res.objective, "sense": mod.SENSE, "value": res.value, "unit": mod.UNIT,
-                          "bound": res.bound, "gap": gap},
-            "plan": self.plan_dict(),
-            "binding": [b.to_dict() for b in self.binding],
-            "alternatives": self.alternatives,
-            "conflicts": [] if self.conflict is None else [self.conflict.to_dict()],
-            "definitions": DEFINITIONS,
-            "solver": {"name": res.stats.name, "status": res.status.value, "time_s": res.stats.time_s, "gap": gap,
-                       "solves": res.stats.solves,
-                       "stages": [{"name": n, "status": s.value, "time_s": t} for n, s, t in res.stages]},
-            "sources": {"model": p.inventory.source, "hardware": p.hw.sources},
-        }
+        plan = self.plan_dict()
+        if plan is not None:
+            plan["sources"] = {"model": p.inventory.source, "hardware": p.hw.sources}
+        conflicts = []
+        if self.conflict is not None:
+            conflicts = group_conflicts(self.conflict.keys, dict(zip(self.conflict.keys, self.conflict.details)))
+            if not conflicts and self.conflict.details:
+                conflicts = [{"family": "input", "count": 1, "constraints": [], "detail": "; ".join(self.conflict.details)}]
+        alternatives = [{**a, "reason": "chosen" if a["why"] == "chosen" else
+                         ("objective" if a["feasible"] else (a.get("limited_by") or "infeasible")),
+                         "detail": a["why"]} for a in self.alternatives]
+        return envelope(
+            "supernode", p.name, res.status,
+            {"name": res.objective, "sense": mod.SENSE, "value": res.value, "unit": mod.UNIT,
+             "bound": res.bound, "gap": gap},
+            plan,
+            {"name": res.stats.name, "status": res.status.value, "time_s": res.stats.time_s, "gap": gap,
+             "solves": res.stats.solves,
+             "stages": [{"name": n, "status": s.value, "time_s": t} for n, s, t in res.stages]},
+            binding=[b.to_dict() for b in self.binding],
+            alternatives=alternatives,
+            conflicts=conflicts,
+            definitions=DEFINITIONS,
+        )
 
     # ------------------------------------------------------------------ tables
     def render(self, console) -> None:

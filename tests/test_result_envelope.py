@@ -1,0 +1,52 @@
+"""Every problem returns the one result envelope described by
+``optimizer/schemas/result.schema.json``: the output of every instance in ``instances/``
+validates against it, and ``--output DIR`` says what it wrote."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import INSTANCES, REPO
+
+jsonschema = pytest.importorskip("jsonschema")
+SCHEMA = json.loads((REPO / "optimizer" / "schemas" / "result.schema.json").read_text())
+
+
+def problem_instances() -> list[Path]:
+    """Every YAML in instances/ that is a problem instance (hardware catalogs excluded)."""
+    out = []
+    for p in sorted(INSTANCES.glob("*.yaml")):
+        out.append(p)
+    return out
+
+
+def test_schema_is_a_valid_json_schema():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+@pytest.mark.parametrize("path", problem_instances(), ids=lambda p: p.name)
+def test_every_instance_output_validates(path, cli, tmp_path):
+    text = path.read_text()
+    if "shared/data" in text and not (REPO.parent / "shared" / "data").exists():
+        pytest.skip("needs ../shared/data")
+    r = cli(path, "--format", "json", "--time-limit", "20", "--output", tmp_path / "out")
+    assert r.exit_code in (0, 3), r.output
+    d = json.loads(r.stdout)
+    jsonschema.validate(d, SCHEMA)
+    assert d["definitions"], "every figure carries its definition"
+    saved = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert saved["problem"] == d["problem"] and saved["status"] == d["status"]
+    assert "result.json" in r.stderr or any("result.json" in f for f in d.get("files", []))
+
+
+def test_infeasible_result_validates_and_groups_conflicts(cli):
+    r = cli(INSTANCES / "qwen32b_128k.yaml", "--set", "workload.sessions.0.deadline_ms=1", "--format", "json")
+    assert r.exit_code == 3
+    d = json.loads(r.stdout)
+    jsonschema.validate(d, SCHEMA)
+    fams = [g["family"] for g in d["conflicts"]]
+    assert len(fams) == len(set(fams))
+    deadline = next(g for g in d["conflicts"] if g["family"] == "deadline")
+    assert deadline["count"] == len(deadline["constraints"]) > 1
