@@ -1,6 +1,7 @@
 """Helpers for the experts tests: write instances and traces, run the CLI, an independent evaluator."""
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -47,3 +48,68 @@ def gpu_loads_from_phy2log(phy2log_row, w, slots_per_gpu: int, shares=None) -> l
             total += w[e] * share
         loads.append(total)
     return loads
+
+
+def _gpu_choices(E: int, S: int, G: int, distinct: bool):
+    combos = list(itertools.combinations(range(E), S) if distinct
+                  else itertools.combinations_with_replacement(range(E), S))
+    return itertools.product(combos, repeat=G)
+
+
+def brute_force_max_load(w, G: int, S: int, split: str = "even", distinct: bool = True) -> float:
+    """Best max GPU load (tokens) over every placement of ``S`` replicas on each of ``G`` GPUs
+    with every expert placed at least once, by enumeration.
+
+    even: a replica of an expert with ``c`` replicas computes ``w / c``. optimal: the best
+    real-valued token split for the placement, ``max over expert sets A of w(A) / |GPUs
+    holding some expert of A|`` (supply-demand theorem, Gale 1957), cross-checked against
+    scipy's LP in tests/test_experts_bounds.py. ``distinct``: replicas of one expert on distinct
+    GPUs (the product's rule); False allows co-location (EPLB's greedy does it).
+    """
+    w = np.asarray(w, dtype=np.float64)
+    E = len(w)
+    subsets = [A for r in range(1, E + 1) for A in itertools.combinations(range(E), r)]
+    best = float("inf")
+    for choice in _gpu_choices(E, S, G, distinct):
+        cnt = np.zeros(E)
+        for c in choice:
+            for e in c:
+                cnt[e] += 1
+        if (cnt == 0).any():
+            continue
+        if split == "even":
+            mx = max(sum(w[e] / cnt[e] for e in c) for c in choice)
+        else:
+            holders = [{g for g, c in enumerate(choice) if e in c} for e in range(E)]
+            mx = max(sum(w[e] for e in A) / len(set().union(*(holders[e] for e in A))) for A in subsets)
+        best = min(best, mx)
+    return best
+
+
+def optimal_split_lp(w, X) -> float:
+    """Best max GPU load of placement ``X [experts, gpus]`` (0/1) with real-valued shares, by
+    scipy's LP (HiGHS): min T s.t. sum_g s[e,g] = w[e], s[e,g] <= w[e] X[e,g], sum_e s[e,g] <= T."""
+    from scipy.optimize import linprog
+
+    w = np.asarray(w, dtype=np.float64)
+    E, G = X.shape
+    n = E * G + 1
+    c = np.zeros(n)
+    c[-1] = 1
+    A_eq = np.zeros((E, n))
+    for e in range(E):
+        A_eq[e, e * G:(e + 1) * G] = 1
+    A_ub = np.zeros((G, n))
+    for g in range(G):
+        A_ub[g, [e * G + g for e in range(E)]] = 1
+        A_ub[g, -1] = -1
+    bounds = [(0, w[e] * X[e, g]) for e in range(E) for g in range(G)] + [(0, None)]
+    res = linprog(c, A_ub=A_ub, b_ub=np.zeros(G), A_eq=A_eq, b_eq=w, bounds=bounds, method="highs")
+    assert res.status == 0
+    return float(res.fun)
+
+
+def distinct_per_gpu(phy2log_row, slots_per_gpu: int) -> bool:
+    """Every GPU's replicas (``slots_per_gpu`` consecutive entries) hold distinct experts."""
+    row = list(phy2log_row)
+    return all(len(set(row[g:g + slots_per_gpu])) == slots_per_gpu for g in range(0, len(row), slots_per_gpu))
