@@ -62,8 +62,8 @@ def brute_force_max_load(w, G: int, S: int, split: str = "even", distinct: bool 
 
     even: a replica of an expert with ``c`` replicas computes ``w / c``. optimal: the best
     real-valued token split for the placement, ``max over expert sets A of w(A) / |GPUs
-    holding some expert of A|`` (supply-demand theorem, Gale 1957), cross-checked against
-    scipy's LP in tests/test_experts_bounds.py. ``distinct``: replicas of one expert on distinct
+    holding some expert of A|`` (supply-demand theorem, Gale 1957), cross-checked against an
+    HiGHS LP in tests/test_experts_bounds.py. ``distinct``: replicas of one expert on distinct
     GPUs (the product's rule); False allows co-location (EPLB's greedy does it).
     """
     w = np.asarray(w, dtype=np.float64)
@@ -88,25 +88,25 @@ def brute_force_max_load(w, G: int, S: int, split: str = "even", distinct: bool 
 
 def optimal_split_lp(w, X) -> float:
     """Best max GPU load of placement ``X [experts, gpus]`` (0/1) with real-valued shares, by
-    scipy's LP (HiGHS): min T s.t. sum_g s[e,g] = w[e], s[e,g] <= w[e] X[e,g], sum_e s[e,g] <= T."""
-    from scipy.optimize import linprog
+    an LP solved with HiGHS (highspy): min T s.t. sum_g s[e,g] = w[e], 0 <= s[e,g] <= w[e] X[e,g],
+    sum_e s[e,g] <= T."""
+    import highspy
+
+    from optimizer.highs import new_highs
 
     w = np.asarray(w, dtype=np.float64)
     E, G = X.shape
-    n = E * G + 1
-    c = np.zeros(n)
-    c[-1] = 1
-    A_eq = np.zeros((E, n))
+    h = new_highs()
+    inf = highspy.kHighsInf
+    s = {(e, g): h.addVariable(lb=0.0, ub=float(w[e] * X[e, g])) for e in range(E) for g in range(G)}
+    T = h.addVariable(lb=0.0, ub=inf)
     for e in range(E):
-        A_eq[e, e * G:(e + 1) * G] = 1
-    A_ub = np.zeros((G, n))
+        h.addConstr(sum(s[e, g] for g in range(G)) == float(w[e]))
     for g in range(G):
-        A_ub[g, [e * G + g for e in range(E)]] = 1
-        A_ub[g, -1] = -1
-    bounds = [(0, w[e] * X[e, g]) for e in range(E) for g in range(G)] + [(0, None)]
-    res = linprog(c, A_ub=A_ub, b_ub=np.zeros(G), A_eq=A_eq, b_eq=w, bounds=bounds, method="highs")
-    assert res.status == 0
-    return float(res.fun)
+        h.addConstr(sum(s[e, g] for e in range(E)) - T <= 0.0)
+    h.minimize(T)
+    assert h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    return float(h.getInfo().objective_function_value)
 
 
 def distinct_per_gpu(phy2log_row, slots_per_gpu: int) -> bool:

@@ -164,6 +164,32 @@ class ExpertsReport:
         self.outputs = [str(folder / "placement.json"), str(folder / "sglang_expert_location.json")]
 
     # ----------------------------------------------------------------- table
+    def _held_out_table(self, windows: list[int]):
+        """Balancedness on the held-out windows: summed (one window: that window), and the
+        worst single window when there are several."""
+        from rich.table import Table
+
+        several = len(windows) > 1
+        label = _windows_label(windows)
+        title = (f"Held out: {label}, balancedness of their summed loads and of the worst single window"
+                 if several else f"Held out: {label}, balancedness")
+        t = Table(title=title)
+        t.add_column("layer", justify="right")
+        scored = "summed" if several else label
+        for plan in ("greedy", "optimised"):
+            t.add_column(f"{scored}: {plan}", justify="right")
+        if several:
+            for plan in ("greedy", "optimised"):
+                t.add_column(f"worst: {plan}", justify="right")
+        for r in self.rows:
+            g, o = r.greedy.evaluation, r.optimized.evaluation
+            cells = [r.name, f"{g['summed']['balancedness']:.3f}", f"{o['summed']['balancedness']:.3f}"]
+            if several:
+                cells += [f"{e['worst_window']['balancedness']:.3f} (window {e['worst_window']['window']})"
+                          for e in (g, o)]
+            t.add_row(*cells)
+        return t
+
     def render(self, console) -> None:
         from rich.table import Table
 
@@ -183,13 +209,6 @@ class ExpertsReport:
         t = Table(title="Busiest GPU per layer: max load in tokens (balancedness = mean/max)")
         for col in ("layer", "trivial", "greedy", "optimised", "bound", "gap", "moves", "status"):
             t.add_column(col, justify="right")
-        has_eval = self.rows[0].greedy.evaluation is not None
-        several = has_eval and len(win.evaluate) > 1
-        if has_eval:
-            label = _windows_label(win.evaluate) + (" summed" if several else "")
-            t.add_column(f"{label}: greedy/opt", justify="right")
-            if several:
-                t.add_column("worst held-out window: greedy/opt", justify="right")
         for r in self.rows:
             cells = [r.name, f"{_tok(r.trivial.max_load)} ({r.trivial.balancedness:.2f})",
                      f"{_tok(r.greedy.max_load)} ({r.greedy.balancedness:.3f})" + ("*" if r.outcome.greedy_colocated else ""),
@@ -197,16 +216,12 @@ class ExpertsReport:
                      _tok(r.optimized.bound), f"{100 * r.optimized.gap:.2f}%",
                      "-" if r.optimized.moves is None else str(r.optimized.moves),
                      r.outcome.status.value]
-            if has_eval:
-                g, o = r.greedy.evaluation, r.optimized.evaluation
-                cells.append(f"{g['summed']['balancedness']:.3f}/{o['summed']['balancedness']:.3f}")
-                if several:
-                    cells.append(f"{g['worst_window']['balancedness']:.3f} (w{g['worst_window']['window']})/"
-                                 f"{o['worst_window']['balancedness']:.3f} (w{o['worst_window']['window']})")
             t.add_row(*cells)
         console.print(t)
         if any(r.outcome.greedy_colocated for r in self.rows):
             console.print("* greedy puts two replicas of one expert on one GPU (EPLB allows it; written plans never do)")
+        if self.rows[0].greedy.evaluation is not None:
+            console.print(self._held_out_table(win.evaluate))
         s = self.summary()
         line = (f"status {self.status.value}; mean balancedness trivial {s['trivial']['mean_balancedness']:.3f}, "
                 f"greedy {s['greedy']['mean_balancedness']:.3f}, optimised {s['optimized']['mean_balancedness']:.3f}; "
@@ -216,7 +231,9 @@ class ExpertsReport:
         console.print(line)
         if "held_out" in s["greedy"]:
             hg, ho = s["greedy"]["held_out"], s["optimized"]["held_out"]
-            console.print(f"held out {_windows_label(hg['windows'])}: mean balancedness on the summed windows greedy "
+            several = len(hg["windows"]) > 1
+            console.print(f"held out {_windows_label(hg['windows'])}: mean balancedness "
+                          f"{'of the summed windows ' if several else ''}greedy "
                           f"{hg['summed_mean_balancedness']:.3f}, optimised {ho['summed_mean_balancedness']:.3f}"
                           + (f"; worst single window (mean over layers) greedy {hg['worst_window_mean_balancedness']:.3f}, "
                              f"optimised {ho['worst_window_mean_balancedness']:.3f}" if len(hg["windows"]) > 1 else ""))
