@@ -144,12 +144,17 @@ def _check_layer(w, G, S, split):
 
 def test_even_split_random_layers_vs_brute_force():
     layers = _random_layers(2024, 300, 1500)
-    proven = 0
+    proven = greedy_beats_valid = 0
     for w, G, S in layers:
         out, bf = _check_layer(w, G, S, "even")
         proven += out.proven
+        greedy = _task(w, G, S).greedy
+        if greedy.X.max() > 1 and greedy.loads(w).max() < bf - 1e-9:
+            greedy_beats_valid += 1   # the old code wrote EPLB's co-located plan here
+            assert out.greedy_colocated and out.max_load == pytest.approx(bf, rel=1e-9)
     # exact units on these sizes: the whole-layer model proves every one
     assert proven == len(layers)
+    assert greedy_beats_valid >= 10  # the sweep exercises the fault (29 layers with this seed)
 
 
 def test_optimal_split_random_layers_vs_brute_force():

@@ -67,3 +67,14 @@ def test_wall_clock_guard_is_flagged(tmp_path):
     assert rep["layers"][0]["optimized"]["reproducible"] is False
     assert any("wall-clock" in n for n in rep["layers"][0]["optimized"]["notes"])
     assert rep["layers"][0]["optimized"]["work"] < 50.0
+
+
+def test_bad_work_limit_is_one_line_exit_2(tmp_path):
+    from tests.experts_helpers import run_cli
+
+    (tmp_path / "t.json").write_text(json.dumps([[5, 3, 1, 2]]))
+    inst = write_instance(tmp_path, "t.json", num_gpus=2, num_nodes=1, slots_per_gpu=2, work_units_per_layer=0)
+    code, out = run_cli(inst)
+    assert code == 2
+    assert "work_units_per_layer" in out and "inst.yaml" in out and "Traceback" not in out
+    assert len(out.strip().splitlines()) == 1
