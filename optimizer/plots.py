@@ -218,7 +218,7 @@ def expert_load_data(report) -> Optional[ExpertLoadData]:
         return None
     m = report.meta
     tr, win, slots = m["trace"], m["windows"], m["slots"]
-    fit = tr.loads[win.fit[0]:win.fit[1]].sum(axis=0)
+    fit = tr.loads[list(win.fit)].sum(axis=0)
     p2l, policy = greedy_plans(fit, slots, m["num_groups"], m["num_nodes"])
     greedy, opt = [], []
     for r in report.rows:

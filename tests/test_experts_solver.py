@@ -1,5 +1,4 @@
 """Optimised placement: brute force on tiny layers, never above greedy, independent evaluator."""
-import itertools
 import json
 
 import numpy as np
@@ -8,7 +7,7 @@ import pytest
 from optimizer.experts.eplb import rebalance
 from optimizer.experts.plan import plan_from_phy2log
 from optimizer.experts.solve import LayerTask, analytic_bound, solve_layer
-from tests.experts_helpers import REPO, gpu_loads_from_phy2log, run_cli, run_json, write_instance
+from tests.experts_helpers import REPO, brute_force_max_load, gpu_loads_from_phy2log, run_cli, run_json, write_instance
 
 
 def _task(w, G, S, N=1, groups=1, objective="max-load", split="even", prev=None, tl=5.0, **kw):
@@ -17,22 +16,6 @@ def _task(w, G, S, N=1, groups=1, objective="max-load", split="even", prev=None,
     p2l = rebalance(w[None], G * S, groups, N, G)[0][0]
     return LayerTask(0, w, slots, [g // (G // N) for g in range(G)], N, split, objective,
                      plan_from_phy2log(p2l, len(w), slots), prev, 0.0, 0.02, tl, **kw)
-
-
-def brute_force_max_load(w, G, S):
-    """Min over all placements (S distinct experts per GPU, every expert >= 1 replica, even split)."""
-    E = len(w)
-    best = float("inf")
-    combos = list(itertools.combinations(range(E), S))
-    for choice in itertools.product(combos, repeat=G):
-        cnt = np.zeros(E)
-        for c in choice:
-            cnt[list(c)] += 1
-        if (cnt == 0).any():
-            continue
-        mx = max(sum(w[e] / cnt[e] for e in c) for c in choice)
-        best = min(best, mx)
-    return best
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -46,13 +29,10 @@ def test_optimised_equals_brute_force_on_tiny_layers(seed):
     out = solve_layer(_task(w, G, S))
     assert out.mode == "exact"
     bf = brute_force_max_load(w, G, S)
-    greedy_max = _task(w, G, S).greedy.loads(w).max()
-    if out.greedy_kept:
-        # EPLB co-located two replicas of one expert and beat every distinct-GPU plan
-        assert greedy_max < bf - 1e-9 and out.max_load == pytest.approx(greedy_max)
-    else:
-        assert out.max_load == pytest.approx(bf, rel=1e-9, abs=1e-9)
-        assert out.proven and out.gap == pytest.approx(0.0, abs=1e-9)
+    # the written plan keeps replicas on distinct GPUs even where EPLB's co-located plan is lighter
+    assert out.plan.X.max() <= 1
+    assert out.max_load == pytest.approx(bf, rel=1e-9, abs=1e-9)
+    assert out.proven and out.gap == pytest.approx(0.0, abs=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(15))
@@ -67,14 +47,14 @@ def test_optimised_never_above_greedy_random(seed):
     t = _task(w, G, S, N=N, groups=groups, tl=0.3)
     out = solve_layer(t)
     greedy_max = t.greedy.loads(w).max()
-    assert out.max_load <= greedy_max * (1 + 1e-12)
+    if t.greedy.X.max() <= 1:                         # greedy is a start when it is a valid plan
+        assert out.max_load <= greedy_max * (1 + 1e-12)
     assert out.bound <= out.max_load * (1 + 1e-12)
     assert out.bound >= analytic_bound(w, t.slots, "even") - 1e-9
     X = out.plan.X
     assert (X.sum(axis=0) == S).all()                 # exactly S replicas per GPU
     assert (X.sum(axis=1) >= 1).all()                 # every expert placed
-    if not out.greedy_kept:
-        assert X.max() <= 1                           # replicas on distinct GPUs
+    assert X.max() <= 1                               # replicas on distinct GPUs, always
 
 
 def test_split_optimal_not_worse_than_even_and_shares_add_up():
@@ -112,7 +92,7 @@ def test_cli_outputs_checked_by_independent_evaluator(tmp_path):
     inst = write_instance(tmp_path, "t.json", num_gpus=4, num_nodes=2, num_groups=2, slots_per_gpu=4)
     code, rep = run_json(inst, "--output", tmp_path / "out", "--time-limit", "1.5")
     assert code == 0
-    assert rep["trace"]["fitted_windows"] == [0, 2] and rep["trace"]["evaluated_windows"] == [2, 3]
+    assert rep["trace"]["fitted_windows"] == [0, 1] and rep["trace"]["evaluated_windows"] == [2]
     pl = json.loads((tmp_path / "out" / "placement.json").read_text())
     sg = json.loads((tmp_path / "out" / "sglang_expert_location.json").read_text())
     assert sg["physical_to_logical_map"] == pl["phy2log"]
@@ -128,10 +108,14 @@ def test_cli_outputs_checked_by_independent_evaluator(tmp_path):
         ld = gpu_loads_from_phy2log(row, fit[i], 4)
         lay = rep["layers"][i]
         assert max(ld) == pytest.approx(lay["optimized"]["max_load"])
-        assert lay["optimized"]["max_load"] <= lay["greedy"]["max_load"] + 1e-9
+        if lay["optimized"]["greedy_colocated"] is False:
+            assert lay["optimized"]["max_load"] <= lay["greedy"]["max_load"] + 1e-9
         assert lay["optimized"]["bound"] <= lay["optimized"]["max_load"] + 1e-9
         ev = gpu_loads_from_phy2log(row, loads[2, i], 4)
-        assert max(ev) == pytest.approx(lay["optimized"]["next_window"]["max_load"])
+        held = lay["optimized"]["held_out"]
+        assert held["windows"] == [2]
+        assert max(ev) == pytest.approx(held["summed"]["max_load"])
+        assert max(ev) == pytest.approx(held["per_window"][0]["max_load"])
     assert rep["status"] in ("optimal", "feasible")
     assert set(rep["summary"]) >= {"proven_optimal_layers", "trivial", "greedy", "optimized"}
 

@@ -61,7 +61,7 @@ def test_output_result_json_lists_plots(cli, tmp_path):
     r = cli(INSTANCES / "hgx_h100_120kw.yaml", "--plot", tmp_path / "p", "--output", tmp_path / "o")
     assert r.exit_code == 0, r.output
     d = json.loads((tmp_path / "o" / "result.json").read_text())
-    assert d["files"] == [str(tmp_path / "p" / "racks.png")]
+    assert d["files"] == [str(tmp_path / "p" / "racks.png"), str(tmp_path / "o" / "result.json")]
 
 
 @pytest.mark.parametrize("args", [

@@ -10,9 +10,17 @@ Decisions (``constraints/experts_*.py`` name every constraint):
 * optimised split: Booleans ``x[e,g]`` and integer shares ``s[e,g]`` (``token_split``).
 
 Load units: tokens times ``scale`` rounded to the nearest integer; ``scale`` is chosen by
-:func:`choose_scale` (an exact common multiple of the replica counts when it is small, so
-small instances are solved exactly; otherwise about 1e8 units per layer, i.e. a resolution
-of 1e-8 of the layer's tokens per replica).
+:func:`choose_scale`. Even split: ``lcm(1..max replicas)`` when small, so every per-replica
+load ``w/k`` is an exact integer; otherwise about 1e8 units per layer (each per-replica load
+rounded by at most 0.5 unit, so a GPU's model load is within ``slots/2`` units of its true
+load). Optimised split: ``lcm(1..G)`` when small, which is exact because the optimal max load
+of a placement is ``W/k`` for a sum of expert loads ``W`` and a GPU count ``k <= G``
+(supply-demand theorem for the transportation problem, Gale 1957), and integer flows attain
+it; otherwise an integer scale of about 1e8 units per layer, for which the integer optimum is
+at most one unit above the real one (integral max-flow with capacity ``ceil(T*)``).
+
+Solves are deterministic: one CP-SAT worker, a fixed seed, and a *work* limit in CP-SAT
+deterministic time units (``max_deterministic_time``); a wall-clock limit is only a guard.
 
 A sub-problem frees the replicas on a subset of GPUs and keeps everything else fixed: experts
 whose replicas all sit in the subset may change their count (options given by the caller);
@@ -21,6 +29,7 @@ the others keep their count and their per-replica load.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,26 +37,43 @@ from ortools.sat.python import cp_model
 
 from constraints.experts import load as experts_load, locality as experts_locality, replicas as experts_replicas, slots as experts_slots
 from objectives.experts import inter_node as experts_inter_node, max_load as experts_max_load, migration as experts_migration
-from optimizer.cpsat import NamedModel, solve_cp
+from optimizer.cpsat import NamedModel
 from optimizer.result import Status
 
 LOAD_UNITS_PER_LAYER = 1e8
 
 
-def choose_scale(total_tokens: float, max_count: int, split: str) -> tuple[float, bool]:
-    """Load units per token, and whether per-replica loads are then exact integers.
-
-    Even split: ``lcm(1..max_count)`` when that keeps the layer under 1e8 units (exact),
-    else ``1e8 / total_tokens`` (rounded). Optimised split: 1 (whole tokens, exact).
-    """
-    if split == "optimal":
-        return 1.0, True
+def _lcm_upto(n: int, total_tokens: float) -> int | None:
     lcm = 1
-    for k in range(2, max_count + 1):
+    for k in range(2, n + 1):
         lcm = lcm * k // math.gcd(lcm, k)
         if lcm * total_tokens > LOAD_UNITS_PER_LAYER:
-            break
-    if lcm * max(total_tokens, 1) <= LOAD_UNITS_PER_LAYER:
+            return None
+    return lcm if lcm * max(total_tokens, 1) <= LOAD_UNITS_PER_LAYER else None
+
+
+def choose_scale(total_tokens: float, max_count: int, split: str, num_gpus: int = 1) -> tuple[float, bool]:
+    """Load units per token, and whether the integer model is then exact.
+
+    Args:
+        total_tokens: tokens of the layer (sum of expert loads, integer counts).
+        max_count: largest replica count of any expert (even split).
+        split: ``even`` or ``optimal``.
+        num_gpus: GPUs of the layer (optimised split).
+    Returns:
+        ``(scale, exact)``. Even split: ``lcm(1..max_count)`` when that keeps the layer
+        under 1e8 units (exact: every ``w/k`` is an integer), else ``1e8 / total_tokens``
+        (per-replica loads rounded, not exact). Optimised split: ``lcm(1..num_gpus)`` when
+        small (exact, see module docstring), else the integer ``floor(1e8 / total)`` (>= 1;
+        integer optimum at most one unit above the real one).
+    """
+    if split == "optimal":
+        lcm = _lcm_upto(num_gpus, total_tokens)
+        if lcm is not None:
+            return float(lcm), True
+        return float(max(1, int(LOAD_UNITS_PER_LAYER // max(total_tokens, 1.0)))), False
+    lcm = _lcm_upto(max_count, total_tokens)
+    if lcm is not None:
         return float(lcm), True
     return LOAD_UNITS_PER_LAYER / max(total_tokens, 1.0), False
 
@@ -103,11 +129,47 @@ class SubResult:
     objective: float | None
     bound: float | None
     time_s: float
+    work: float = 0.0          # CP-SAT deterministic time spent
+    wall_stopped: bool = False  # stopped by the wall-clock guard (not reproducible)
 
 
-def build_and_solve(sp: SubProblem, time_limit_s: float, hint: bool = True, workers: int = 1) -> SubResult:
-    """Build the CP-SAT model of ``sp`` and solve it.
+def solve_deterministic(model: cp_model.CpModel, work_limit: float, wall_limit_s: float | None,
+                        seed: int = 0):
+    """Solve with one worker, a fixed seed and a deterministic-time limit.
 
+    Two solves of the same model with the same ``work_limit`` give the same answer, unless
+    ``wall_limit_s`` (a guard) stops the search first.
+
+    Returns:
+        ``(status, solver, wall seconds, work used, stopped by the wall guard)``.
+    """
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = seed
+    solver.parameters.max_deterministic_time = max(1e-4, float(work_limit))
+    if wall_limit_s is not None:
+        solver.parameters.max_time_in_seconds = max(0.001, float(wall_limit_s))
+    t0 = time.perf_counter()
+    code = solver.solve(model)
+    dt = time.perf_counter() - t0
+    st = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
+          cp_model.INFEASIBLE: Status.INFEASIBLE}.get(code, Status.TIME_LIMIT)
+    if code == cp_model.MODEL_INVALID:
+        raise RuntimeError(f"CP-SAT model invalid: {model.validate()}")
+    work = float(solver.deterministic_time)
+    wall_stopped = (wall_limit_s is not None and code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+                    and work < solver.parameters.max_deterministic_time * 0.999 and dt >= 0.9 * wall_limit_s)
+    return st, solver, dt, work, wall_stopped
+
+
+def build_and_solve(sp: SubProblem, work_limit: float, wall_limit_s: float | None = None,
+                    hint: bool = True, seed: int = 0) -> SubResult:
+    """Build the CP-SAT model of ``sp`` and solve it (deterministically, see
+    :func:`solve_deterministic`).
+
+    Args:
+        work_limit: CP-SAT deterministic time for this solve.
+        wall_limit_s: wall-clock guard (None: none).
     Returns:
         SubResult with the chosen replicas, shares, the max load ``T`` (units) and the
         objective value and bound in model units.
@@ -203,16 +265,16 @@ def build_and_solve(sp: SubProblem, time_limit_s: float, hint: bool = True, work
         m.add_hint(var, val)
     if hint and hints:
         m.add_hint(T, _hint_max(sp))
-    out = solve_cp(m, time_limit_s, workers=workers)
-    if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
-        return SubResult(out.status, {}, {}, None, None, None, out.time_s)
-    sol = out.solver
+    status, sol, dt, work, wall_stopped = solve_deterministic(m, work_limit, wall_limit_s, seed)
+    if status not in (Status.OPTIMAL, Status.FEASIBLE):
+        return SubResult(status, {}, {}, None, None, None, dt, work, wall_stopped)
     X = {}
     for (e, g), expr in xs.items():
         if sol.value(expr):
             X[e, g] = 1
     sh = {k: int(sol.value(v)) for k, v in shares.items() if (k in X)}
-    return SubResult(out.status, X, sh, int(sol.value(T)), out.objective, out.bound, out.time_s)
+    return SubResult(status, X, sh, int(sol.value(T)), float(sol.objective_value), float(sol.best_objective_bound),
+                     dt, work, wall_stopped)
 
 
 def _hint_max(sp: SubProblem) -> int:

@@ -18,17 +18,26 @@ from optimizer.experts.traces import Trace, read_trace
 from optimizer.result import ConstraintKey
 
 OBJECTIVES = ("max-load", "inter-node", "migration")
-DEFAULT_TIME_LIMIT_S = 10.0
 
 
 @dataclass
 class Windows:
-    fit: tuple[int, int]              # [start, end) window indices
-    evaluate: tuple[int, int] | None  # [start, end) or None
+    """Window indices (0-based, in trace order) the plan is fitted on and scored on.
+
+    The fitted windows' loads are summed into one load vector per layer; held-out windows
+    are scored both summed and one by one (see :func:`held_out_scores`).
+    """
+
+    fit: list[int]
+    evaluate: list[int] | None  # None: no held-out window
 
 
 def select_windows(n: int, fit: str, evaluate: str, file: Path) -> Windows:
-    """Fitted and evaluation window ranges (see ExpertsSection.evaluate_windows)."""
+    """Fitted and held-out window indices (see ExpertsSection.evaluate_windows).
+
+    Raises:
+        InputError: ``first:N`` / ``last:N`` asks for more windows than there are.
+    """
     holdout = evaluate != "none" and n >= 2
     if fit.startswith("first:"):
         k = int(fit.split(":")[1])
@@ -47,10 +56,32 @@ def select_windows(n: int, fit: str, evaluate: str, file: Path) -> Windows:
             fr = (usable - k, usable)
     ev = None
     if evaluate == "next" and fr[1] < n:
-        ev = (fr[1], fr[1] + 1)
+        ev = [fr[1]]
     elif evaluate == "rest" and fr[1] < n:
-        ev = (fr[1], n)
-    return Windows(fr, ev)
+        ev = list(range(fr[1], n))
+    return Windows(list(range(*fr)), ev)
+
+
+def held_out_scores(plan: LayerPlan, loads: np.ndarray, windows: list[int]) -> dict:
+    """Scores of one layer's plan on held-out windows.
+
+    Args:
+        plan: the layer's plan.
+        loads: ``[windows, experts]`` token counts of this layer, all windows of the trace.
+        windows: held-out window indices.
+    Returns:
+        ``{"windows", "summed": {max_load, mean_load, balancedness} of the windows' summed
+        loads, "per_window": [{window, max_load, mean_load, balancedness}], "worst_window":
+        the per-window entry with the lowest balancedness (ties: first)}``; loads in tokens.
+    """
+    def one(w):
+        ld = plan.loads(w)
+        return {"max_load": float(ld.max()), "mean_load": float(ld.mean()), "balancedness": balancedness(ld)}
+
+    per = [{"window": int(k), **one(loads[k])} for k in windows]
+    worst = min(per, key=lambda d: d["balancedness"])
+    return {"windows": [int(k) for k in windows], "summed": one(loads[windows].sum(axis=0)),
+            "per_window": per, "worst_window": worst}
 
 
 def read_previous(path: Path, layers: int, num_experts: int, num_replicas: int) -> np.ndarray:
@@ -122,8 +153,7 @@ def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: floa
     if objective == "migration" and ex.previous_placement is None:
         raise InputError(path, "experts.previous_placement", "the migration objective needs a previous placement")
     win = select_windows(trace.num_windows, ex.fit_windows, ex.evaluate_windows, path)
-    fit = trace.loads[win.fit[0]:win.fit[1]].sum(axis=0)
-    evl = trace.loads[win.evaluate[0]:win.evaluate[1]].sum(axis=0) if win.evaluate else None
+    fit = trace.loads[win.fit].sum(axis=0)
     prev_p2l = None
     if ex.previous_placement is not None:
         pp = (path.parent / ex.previous_placement) if not Path(ex.previous_placement).is_absolute() else Path(ex.previous_placement)
@@ -145,12 +175,12 @@ def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: floa
     trivial = trivial_plan(E, slots)
     prev = [plan_from_phy2log(prev_p2l[i], E, slots) for i in range(L)] if prev_p2l is not None else None
 
-    tl = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    # work limit per layer (deterministic); --time-limit is a wall-clock guard split across layers
     par = parallel_workers(L, E, G, ex.workers)
-    per_layer = max(0.05, 0.9 * tl * par / L)
+    guard = None if time_limit_s is None else max(0.05, 0.9 * time_limit_s * par / L)
     tasks = [LayerTask(i, fit[i], slots, node_of, N, ex.split, objective, greedy[i],
                        prev[i].X if prev is not None else None, ex.migration_weight, ex.max_load_tolerance,
-                       per_layer) for i in range(L)]
+                       guard, work_limit=ex.work_units_per_layer) for i in range(L)]
     t0 = time.perf_counter()
     outs = solve_layers(tasks, ex.workers)
     wall = time.perf_counter() - t0
@@ -162,12 +192,11 @@ def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: floa
         def score(plan: LayerPlan, is_opt: bool) -> PlanScore:
             ld = plan.loads(fit[i])
             mx = float(ld.max())
-            ev = None
-            if evl is not None:
-                le = plan.loads(evl[i])
-                ev = {"max_load": float(le.max()), "mean_load": float(le.mean()), "balancedness": balancedness(le)}
+            ev = held_out_scores(plan, trace.loads[:, i, :], win.evaluate) if win.evaluate else None
+            # the bound holds for plans with distinct GPUs only: no gap for a co-located plan
+            gap = None if plan.X.max() > 1 else (0.0 if mx <= 0 else max(0.0, (mx - o.bound) / mx))
             return PlanScore(max_load=mx, mean_load=float(ld.mean()), balancedness=balancedness(ld),
-                             bound=o.bound, gap=0.0 if mx <= 0 else max(0.0, (mx - o.bound) / mx),
+                             bound=o.bound, gap=gap,
                              moves=moves(plan, ref), cross_node_tokens=cross_node_tokens(plan, fit[i], np.array(node_of), N),
                              evaluation=ev)
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from optimizer.experts.eplb import log2phy_from
+from optimizer.experts.solve import OPTIMALITY_REL_TOL
 from optimizer.result import ConstraintKey, Status
 
 
@@ -20,15 +21,15 @@ class PlanScore:
     mean_load: float
     balancedness: float
     bound: float
-    gap: float
+    gap: float | None           # None for a plan the bound does not apply to (co-located replicas)
     moves: int | None
     cross_node_tokens: float
-    evaluation: dict | None = None
+    evaluation: dict | None = None   # problem.held_out_scores, None without held-out windows
 
     def to_dict(self) -> dict[str, Any]:
         return {"max_load": self.max_load, "mean_load": self.mean_load, "balancedness": self.balancedness,
                 "bound": self.bound, "gap": self.gap, "moves": self.moves,
-                "cross_node_tokens": self.cross_node_tokens, "next_window": self.evaluation}
+                "cross_node_tokens": self.cross_node_tokens, "held_out": self.evaluation}
 
 
 @dataclass
@@ -68,24 +69,39 @@ class ExpertsReport:
 
         def agg(kind: str) -> dict[str, Any]:
             ps = [getattr(r, kind) for r in self.rows]
+            gaps = [p.gap for p in ps]
             out = {"mean_balancedness": float(np.mean([p.balancedness for p in ps])),
                    "sum_max_load": float(sum(p.max_load for p in ps)),
-                   "mean_gap": float(np.mean([p.gap for p in ps])),
+                   "mean_gap": None if any(g is None for g in gaps) else float(np.mean(gaps)),
                    "cross_node_tokens": float(sum(p.cross_node_tokens for p in ps))}
             mv = [p.moves for p in ps]
             out["moves"] = None if any(m is None for m in mv) else int(sum(mv))
             if ps[0].evaluation is not None:
-                out["next_window_mean_balancedness"] = float(np.mean([p.evaluation["balancedness"] for p in ps]))
-                out["next_window_sum_max_load"] = float(sum(p.evaluation["max_load"] for p in ps))
+                ev = [p.evaluation for p in ps]
+                out["held_out"] = {
+                    "windows": ev[0]["windows"],
+                    "summed_mean_balancedness": float(np.mean([e["summed"]["balancedness"] for e in ev])),
+                    "summed_sum_max_load": float(sum(e["summed"]["max_load"] for e in ev)),
+                    "worst_window_mean_balancedness": float(np.mean([e["worst_window"]["balancedness"] for e in ev])),
+                    "worst_window_min_balancedness": float(min(e["worst_window"]["balancedness"] for e in ev)),
+                }
             return out
 
         proven = [r.layer for r in self.rows if r.outcome.proven]
+        obj = float(sum(r.optimized.max_load for r in self.rows))
+        bnd = float(sum(r.optimized.bound for r in self.rows))
         return {
             "layers": len(self.rows),
+            "status": self.status.value,
+            "objective_sum_max_load": obj,
+            "bound_sum_max_load": bnd,
+            "gap": 0.0 if obj <= 0 else max(0.0, (obj - bnd) / obj),
+            "optimality_tolerance": OPTIMALITY_REL_TOL,
             "proven_optimal_layers": proven,
             "proven_optimal_count": len(proven),
             "max_gap": float(max(r.optimized.gap for r in self.rows)),
-            "greedy_kept_layers": [r.layer for r in self.rows if r.outcome.greedy_kept],
+            "greedy_colocated_layers": [r.layer for r in self.rows if r.outcome.greedy_colocated],
+            "reproducible": all(r.outcome.reproducible for r in self.rows),
             "trivial": agg("trivial"), "greedy": agg("greedy"), "optimized": agg("optimized"),
             "solve_time_s": self.wall_s, "moves_from": self.moves_from,
         }
@@ -98,11 +114,14 @@ class ExpertsReport:
             "problem": "experts", "name": m["name"], "objective": m["objective"], "status": self.status.value,
             "trace": {"file": str(tr.file), "format": tr.format, "windows": tr.num_windows, "window_kind": tr.window_kind,
                       "layers": tr.num_layers, "experts": tr.num_experts, "top_k": tr.top_k,
-                      "fitted_windows": list(win.fit), "evaluated_windows": list(win.evaluate) if win.evaluate else None},
+                      "fitted_windows": list(win.fit), "evaluated_windows": list(win.evaluate) if win.evaluate else None,
+                      "fitted_windows_scored": "summed", "evaluated_windows_scored": "summed and per window"},
             "setup": {"num_gpus": m["num_gpus"], "num_nodes": m["num_nodes"], "slots_per_gpu": m["slots"],
                       "num_replicas": m["num_replicas"], "num_groups": m["num_groups"], "split": m["split"],
                       "greedy_policy": m.get("greedy_policy")},
-            "units": {"load": "tokens (routed token-expert assignments)", "gap": "relative to max_load"},
+            "units": {"load": "tokens (routed token-expert assignments)", "gap": "relative to max_load",
+                      "optimal": f"gap <= {OPTIMALITY_REL_TOL:g} against a bound valid for every plan with distinct GPUs",
+                      "work": "CP-SAT deterministic time"},
         }
         if self.conflict:
             d["conflict"] = {"constraints": [str(k) for k in self.conflict],
@@ -111,8 +130,10 @@ class ExpertsReport:
         d["layers"] = [{
             "layer": r.layer, "name": r.name,
             "trivial": r.trivial.to_dict(), "greedy": r.greedy.to_dict(),
-            "optimized": {**r.optimized.to_dict(), "proven_optimal": r.outcome.proven, "method": r.outcome.mode,
-                          "greedy_kept": r.outcome.greedy_kept, "time_s": r.outcome.time_s,
+            "optimized": {**r.optimized.to_dict(), "status": r.outcome.status.value,
+                          "proven_optimal": r.outcome.proven, "method": r.outcome.mode,
+                          "greedy_colocated": r.outcome.greedy_colocated, "time_s": r.outcome.time_s,
+                          "work": r.outcome.work, "reproducible": r.outcome.reproducible,
                           "solves": r.outcome.solves, "secondary_status": r.outcome.phase2_status,
                           "notes": r.outcome.notes},
         } for r in self.rows]
@@ -143,6 +164,32 @@ class ExpertsReport:
         self.outputs = [str(folder / "placement.json"), str(folder / "sglang_expert_location.json")]
 
     # ----------------------------------------------------------------- table
+    def _held_out_table(self, windows: list[int]):
+        """Balancedness on the held-out windows: summed (one window: that window), and the
+        worst single window when there are several."""
+        from rich.table import Table
+
+        several = len(windows) > 1
+        label = _windows_label(windows)
+        title = (f"Held out: {label}, balancedness of their summed loads and of the worst single window"
+                 if several else f"Held out: {label}, balancedness")
+        t = Table(title=title)
+        t.add_column("layer", justify="right")
+        scored = "summed" if several else label
+        for plan in ("greedy", "optimised"):
+            t.add_column(f"{scored}: {plan}", justify="right")
+        if several:
+            for plan in ("greedy", "optimised"):
+                t.add_column(f"worst: {plan}", justify="right")
+        for r in self.rows:
+            g, o = r.greedy.evaluation, r.optimized.evaluation
+            cells = [r.name, f"{g['summed']['balancedness']:.3f}", f"{o['summed']['balancedness']:.3f}"]
+            if several:
+                cells += [f"{e['worst_window']['balancedness']:.3f} (window {e['worst_window']['window']})"
+                          for e in (g, o)]
+            t.add_row(*cells)
+        return t
+
     def render(self, console) -> None:
         from rich.table import Table
 
@@ -152,44 +199,64 @@ class ExpertsReport:
                       f"{m['num_replicas']} slots on {m['num_gpus']} GPUs / {m['num_nodes']} nodes, "
                       f"objective {m['objective']}, split {m['split']}")
         win = m["windows"]
-        console.print(f"trace {tr.file} ({tr.format}, {tr.num_windows} x {tr.window_kind}); fitted on windows "
-                      f"{win.fit[0]}..{win.fit[1] - 1}" + (f", evaluated on {win.evaluate[0]}..{win.evaluate[1] - 1}"
-                                                          if win.evaluate else ", no evaluation window"))
+        console.print(f"trace {tr.file} ({tr.format}, {tr.num_windows} x {tr.window_kind}); fitted on "
+                      f"{_windows_label(win.fit)}" + (f" (summed); held out: {_windows_label(win.evaluate)}"
+                                                     if win.evaluate else " (summed); no held-out window"))
         if self.conflict:
             console.print(f"[red]infeasible[/red]: {self.conflict_detail}")
             console.print("conflicting constraints: " + ", ".join(str(k) for k in self.conflict))
             return
         t = Table(title="Busiest GPU per layer: max load in tokens (balancedness = mean/max)")
-        for col in ("layer", "trivial", "greedy", "optimised", "bound", "gap", "moves", "proven"):
+        for col in ("layer", "trivial", "greedy", "optimised", "bound", "gap", "moves", "status"):
             t.add_column(col, justify="right")
-        has_eval = self.rows[0].greedy.evaluation is not None
-        if has_eval:
-            t.add_column("next: greedy/opt", justify="right")
         for r in self.rows:
-            cells = [r.name, f"{r.trivial.max_load:.0f} ({r.trivial.balancedness:.2f})",
-                     f"{r.greedy.max_load:.0f} ({r.greedy.balancedness:.3f})",
-                     f"{r.optimized.max_load:.0f} ({r.optimized.balancedness:.3f})",
-                     f"{r.optimized.bound:.0f}", f"{100 * r.optimized.gap:.2f}%",
+            cells = [r.name, f"{_tok(r.trivial.max_load)} ({r.trivial.balancedness:.2f})",
+                     f"{_tok(r.greedy.max_load)} ({r.greedy.balancedness:.3f})" + ("*" if r.outcome.greedy_colocated else ""),
+                     f"{_tok(r.optimized.max_load)} ({r.optimized.balancedness:.3f})",
+                     _tok(r.optimized.bound), f"{100 * r.optimized.gap:.2f}%",
                      "-" if r.optimized.moves is None else str(r.optimized.moves),
-                     "yes" if r.outcome.proven else "no"]
-            if has_eval:
-                cells.append(f"{r.greedy.evaluation['balancedness']:.3f}/{r.optimized.evaluation['balancedness']:.3f}")
+                     r.outcome.status.value]
             t.add_row(*cells)
         console.print(t)
+        if any(r.outcome.greedy_colocated for r in self.rows):
+            console.print("* greedy puts two replicas of one expert on one GPU (EPLB allows it; written plans never do)")
+        if self.rows[0].greedy.evaluation is not None:
+            console.print(self._held_out_table(win.evaluate))
         s = self.summary()
         line = (f"status {self.status.value}; mean balancedness trivial {s['trivial']['mean_balancedness']:.3f}, "
                 f"greedy {s['greedy']['mean_balancedness']:.3f}, optimised {s['optimized']['mean_balancedness']:.3f}; "
                 f"mean gap {100 * s['optimized']['mean_gap']:.2f}% (max {100 * s['max_gap']:.2f}%); "
-                f"proven optimal on {s['proven_optimal_count']}/{s['layers']} layers; {s['solve_time_s']:.1f} s")
+                f"optimal (gap <= {OPTIMALITY_REL_TOL:g}) on {s['proven_optimal_count']}/{s['layers']} layers; "
+                f"{s['solve_time_s']:.1f} s")
         console.print(line)
-        if "next_window_mean_balancedness" in s["greedy"]:
-            console.print(f"next window: mean balancedness greedy {s['greedy']['next_window_mean_balancedness']:.3f}, "
-                          f"optimised {s['optimized']['next_window_mean_balancedness']:.3f}")
+        if "held_out" in s["greedy"]:
+            hg, ho = s["greedy"]["held_out"], s["optimized"]["held_out"]
+            several = len(hg["windows"]) > 1
+            console.print(f"held out {_windows_label(hg['windows'])}: mean balancedness "
+                          f"{'of the summed windows ' if several else ''}greedy "
+                          f"{hg['summed_mean_balancedness']:.3f}, optimised {ho['summed_mean_balancedness']:.3f}"
+                          + (f"; worst single window (mean over layers) greedy {hg['worst_window_mean_balancedness']:.3f}, "
+                             f"optimised {ho['worst_window_mean_balancedness']:.3f}" if len(hg["windows"]) > 1 else ""))
         if s["optimized"]["moves"] is not None:
             console.print(f"expert copies to load vs {self.moves_from}: greedy {s['greedy']['moves']}, "
                           f"optimised {s['optimized']['moves']}; cross-node tokens greedy "
                           f"{s['greedy']['cross_node_tokens']:.0f}, optimised {s['optimized']['cross_node_tokens']:.0f}")
-        if s["greedy_kept_layers"]:
-            console.print(f"greedy plan kept on layers {s['greedy_kept_layers']}")
+        if not s["reproducible"]:
+            console.print("[yellow]wall-clock limit reached before the work limit on some layers: results may "
+                          "differ between runs[/yellow]")
         for o in self.outputs:
             console.print(f"wrote {o}")
+
+
+def _windows_label(ws: list[int]) -> str:
+    """``window 4`` / ``windows 4-7`` (consecutive) / ``windows 1, 3, 6``."""
+    if len(ws) == 1:
+        return f"window {ws[0]}"
+    if ws == list(range(ws[0], ws[-1] + 1)):
+        return f"windows {ws[0]}-{ws[-1]}"
+    return "windows " + ", ".join(map(str, ws))
+
+
+def _tok(x: float) -> str:
+    """Tokens: whole numbers as such, else two decimals (fractional loads from split replicas)."""
+    return f"{x:.0f}" if abs(x - round(x)) < 5e-7 * max(1.0, abs(x)) else f"{x:.2f}"

@@ -1,26 +1,34 @@
 """Optimised placement of every layer: exact CP-SAT model for small layers, CP-SAT
-large-neighbourhood search for large ones, never worse than the greedy baseline.
+large-neighbourhood search for large ones; every written plan keeps the replicas of one
+expert on distinct GPUs, and every reported bound is valid for all such plans.
 
-Per layer (layers are independent; they run on a process pool of ``workers`` processes, and
-the time limit is split evenly across layers):
+Per layer (layers are independent; they run on a process pool of ``workers`` processes):
 
-1. Start from the best of two plans that keep replicas on distinct GPUs: EPLB's greedy plan
-   (when it has no co-located replicas) and a conflict-aware longest-processing-time packing
-   of the apportioned replica counts. Its max load caps ``T`` from above.
+1. Start from the best of three plans that keep replicas on distinct GPUs: the trivial layout
+   (``r % E``; always distinct because ``slots <= E``), EPLB's greedy plan when it has no
+   co-located replicas, and a conflict-aware longest-processing-time packing of the
+   apportioned replica counts. Its max load caps ``T`` from above.
 2. Phase 1, max load: small layers (fewer than ``exact_limit`` Booleans) are solved by the full
    model of :mod:`optimizer.experts.model` with every replica count that can beat the cap.
    Large layers repeat: free the busiest GPU and a few others, solve that sub-problem exactly
    with CP-SAT (counts of experts living only there may change by one), keep the result if the
-   busiest GPU got lighter; stop at the analytic bound, at the layer's time, or after a run
-   without improvement.
+   busiest GPU got lighter; stop at the analytic bound, when the work is spent, or after a
+   run without improvement.
 3. Phase 2 (``inter-node`` / ``migration``): the same, with ``T <= (1 + tolerance) x`` the
    phase-1 max load (and never above the greedy max load), optimising node coverage or moves.
-4. The analytic lower bound (valid for every plan) is ``max(total / G, min over counts of the
-   largest load per replica)`` (even split) or ``max(total / G, largest expert / G)``
-   (optimised split); the reported bound is the larger of it and the exact model's bound.
-   A layer is *proven optimal* when the exact model says so or the plan meets the bound.
-5. If the evaluated max load came out above the greedy one (co-located replicas can help
-   greedy in rare cases), the greedy plan is kept and flagged.
+4. Bound (tokens, valid for every distinct-GPU plan): the analytic bound
+   ``max(total / G, min over counts of the largest load per replica)`` (even split) or
+   ``max(total / G, largest expert / G)`` (optimised split), or the exact model's bound made
+   valid for the real-valued loads (:func:`_valid_bound`) when larger. It is never derived
+   from a plan's value. Gap = ``(max load - bound) / max load``; a layer is *optimal* when the
+   gap is at most ``OPTIMALITY_REL_TOL`` (1e-6), else *feasible*.
+5. EPLB's greedy plan may put two replicas of one expert on one GPU; it stays the comparison
+   but is never written; when it beats the optimised plan, the layer's notes say so.
+
+Work, not wall time, limits the search: each CP-SAT solve runs on one worker with a fixed
+seed and a deterministic-time limit (``work_limit`` per layer, in CP-SAT deterministic time
+units), and the LNS draws from a seeded generator, so two runs give the same plans. The
+wall-clock ``time_limit_s`` is a guard only; a layer it cuts short is flagged not reproducible.
 """
 from __future__ import annotations
 
@@ -33,11 +41,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from optimizer.experts.model import Item, SubProblem, build_and_solve, choose_scale
-from optimizer.experts.plan import LayerPlan, apportion
+from optimizer.experts.plan import LayerPlan, apportion, trivial_plan
 from optimizer.result import Status
 
 EXACT_LIMIT = 2000
 EPS = 1e-9
+OPTIMALITY_REL_TOL = 1e-6       # "optimal": (max load - valid bound) / max load <= this
+DEFAULT_WORK_PER_LAYER = 1.0    # CP-SAT deterministic time units per layer
+SUB_WORK = 0.02                 # deterministic time of one LNS sub-solve
 
 
 @dataclass
@@ -53,9 +64,10 @@ class LayerTask:
     prev: np.ndarray | None       # [E, G] previous replica counts
     move_weight: float            # tokens per move
     tolerance: float
-    time_limit_s: float
+    time_limit_s: float | None    # wall-clock guard for this layer (None: none)
     exact_limit: int = EXACT_LIMIT
     seed: int = 0
+    work_limit: float = DEFAULT_WORK_PER_LAYER   # CP-SAT deterministic time for this layer
 
 
 @dataclass
@@ -67,12 +79,14 @@ class LayerOutcome:
     gap: float
     proven: bool
     status: Status
-    mode: str                     # exact | lns
-    greedy_kept: bool
+    mode: str                     # exact | exact+lns | lns
+    greedy_colocated: bool        # EPLB's plan puts two replicas of one expert on one GPU
     time_s: float
     solves: int
     phase2_status: str | None = None
     notes: list[str] = field(default_factory=list)
+    work: float = 0.0             # CP-SAT deterministic time spent
+    reproducible: bool = True     # False when the wall-clock guard stopped a solve
 
 
 # ------------------------------------------------------------------ bounds and starts
@@ -115,14 +129,34 @@ def lpt_plan(w: np.ndarray, counts: np.ndarray, slots: list[int]) -> LayerPlan |
 class _State:
     """Current plan of one layer in load units (even split: per-replica units by count)."""
 
-    def __init__(self, task: LayerTask, plan: LayerPlan, scale: float):
+    def __init__(self, task: LayerTask, plan: LayerPlan, scale: float, deadline: float | None = None):
         self.t = task
         self.scale = scale
+        self.deadline = deadline
+        self.work = 0.0
+        self.solves = 0
+        self.wall_stopped = False
         self.X = (plan.X > 0).astype(np.int64)
         self.E, self.G = self.X.shape
         if task.split == "optimal":
-            self.S = _integer_shares(task.w, plan)
+            # shares in load units; scale is an integer for the optimised split
+            self.w_units = np.rint(np.asarray(task.w, dtype=np.float64) * scale).astype(np.int64)
+            self.S = _integer_shares(self.w_units, plan)
         self.refresh()
+
+    def out_of_time(self) -> bool:
+        if self.deadline is not None and time.perf_counter() >= self.deadline - 0.005:
+            self.wall_stopped = True
+        return self.wall_stopped
+
+    def solve(self, sp: SubProblem, work: float):
+        """One deterministic CP-SAT solve charged to this layer's work."""
+        wall = None if self.deadline is None else max(0.001, self.deadline - time.perf_counter())
+        res = build_and_solve(sp, max(1e-4, work), wall, seed=self.t.seed)
+        self.work += res.work
+        self.solves += 1
+        self.wall_stopped |= res.wall_stopped
+        return res
 
     def unit(self, e: int, k: int) -> int:
         return int(round(self.t.w[e] * self.scale / k))
@@ -138,7 +172,7 @@ class _State:
     def plan(self) -> LayerPlan:
         if self.t.split == "even":
             return LayerPlan.even(self.X)
-        w = self.t.w.astype(np.float64)
+        w = self.w_units.astype(np.float64)
         F = np.where(w[:, None] > 0, self.S / np.maximum(w[:, None], 1), self.X / np.maximum(self.X.sum(1, keepdims=True), 1))
         return LayerPlan(self.X.copy(), F)
 
@@ -224,32 +258,36 @@ def _sub(st: _State, gpus: list[int], objective: str, cap: int, whole: bool, k_o
 # ------------------------------------------------------------------ the per-layer solve
 
 def solve_layer(t: LayerTask) -> LayerOutcome:
+    """Optimised plan of one layer, its valid lower bound, gap and status (module docstring).
+
+    Deterministic for a given task (fixed work limits, one CP-SAT worker, seeded LNS) unless
+    the wall-clock guard ``t.time_limit_s`` stops a solve first; then ``reproducible`` is False.
+    """
     t0 = time.perf_counter()
-    deadline = t0 + t.time_limit_s
+    deadline = None if t.time_limit_s is None else t0 + t.time_limit_s
     w = np.asarray(t.w, dtype=np.int64)
     E, G, R = len(w), len(t.slots), int(sum(t.slots))
     notes: list[str] = []
     greedy_loads = t.greedy.loads(w)
     greedy_max = float(greedy_loads.max())
+    greedy_colocated = bool(t.greedy.X.max() > 1)
     lb = analytic_bound(w, t.slots, t.split)
 
-    starts = []
-    if t.greedy.X.max() <= 1:
+    # every start keeps replicas of one expert on distinct GPUs (the trivial layout always does)
+    starts = [trivial_plan(E, t.slots)]
+    if not greedy_colocated:
         starts.append(t.greedy)
     lp = lpt_plan(w.astype(np.float64), apportion(w, R, G), t.slots)
     if lp is not None:
         starts.append(lp)
-    if not starts:
-        notes.append("no start plan with distinct GPUs; greedy plan kept")
-        return _finish(t, t.greedy, greedy_max, lb, None, "none", True, t0, 0, None, notes)
     start = min(starts, key=lambda p: float(p.loads(w).max()))
     if t.objective == "migration" and t.prev is not None and t.prev.max() <= 1 and (t.prev.sum(1) >= 1).all():
         start = LayerPlan.even(t.prev)  # the max-load phase then moves few replicas from where they are
     start_max = float(start.loads(w).max())
 
     kmax = min(G, R - E + 1)
-    scale, _exact_units = choose_scale(float(w.sum()), kmax, t.split)
-    st = _State(t, start, scale)
+    scale, exact_units = choose_scale(float(w.sum()), kmax, t.split, G)
+    st = _State(t, start, scale, deadline)
     lb_units = lb * scale
 
     # replica-count options that can still beat the start plan
@@ -259,10 +297,10 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
     st.hi = np.minimum(G, lo + max(spare, 0))
     n_vars = int((st.hi - st.lo + 1).sum() * G) if t.split == "even" else 2 * E * G
     mode = "exact" if n_vars <= t.exact_limit else "lns"
-    solves = 0
     solver_bound = None
-    proven_exact = False
     phase1_obj = "max-load"
+    two_phase = t.objective != "max-load"
+    phase1_work = t.work_limit * (0.5 if two_phase else 1.0)
 
     if mode == "exact":
         symmetric = t.prev is None and len(set(t.slots)) == 1
@@ -273,92 +311,101 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
                 st.S = st.S[:, perm]
             st.refresh()
         cap = int(st.load.max())
-        # half the phase's time for the whole-layer model; LNS continues if it is not proven
-        phase_end = deadline - (0.5 * (deadline - time.perf_counter()) if t.objective != "max-load" else 0)
-        budget = max(0.05, 0.5 * (phase_end - time.perf_counter()))
+        # half the phase's work for the whole-layer model; LNS continues if it is not proven
         sp = _sub(st, list(range(G)), phase1_obj, cap, True, "all")
         sp.symmetric = symmetric
-        res = build_and_solve(sp, budget)
-        solves += 1
+        res = st.solve(sp, 0.5 * phase1_work if t.split == "even" else phase1_work)
         if res.X:
             _apply(st, list(range(G)), res)
-            if t.prev is None or t.move_weight == 0:
-                # bound of T; rounding of per-replica units can move a GPU by <= slots/2 units
-                slack = 0.0 if _exact_units else max(t.slots) * 0.5
-                solver_bound = (res.bound - slack) / scale if res.bound is not None else None
-            proven_exact = res.status == Status.OPTIMAL
-        if not proven_exact and t.split == "even" and (t.prev is None or t.move_weight == 0):
-            st.solves = 0
-            _lns(st, phase1_obj, int(st.load.max()), phase_end, lb_units)
-            solves += st.solves
+        if res.bound is not None and (t.prev is None or t.move_weight == 0):
+            solver_bound = _valid_bound(res.bound, scale, exact_units, t)
+        if res.status != Status.OPTIMAL and t.split == "even" and (t.prev is None or t.move_weight == 0):
+            _lns(st, phase1_obj, int(st.load.max()), phase1_work, lb_units)
             mode = "exact+lns"
     else:
-        _lns(st, phase1_obj, int(st.load.max()), deadline - (0.5 * (deadline - time.perf_counter()) if t.objective != "max-load" else 0), lb_units)
-        solves += st.solves if hasattr(st, "solves") else 0
+        _lns(st, phase1_obj, int(st.load.max()), phase1_work, lb_units)
 
     phase2 = None
-    if t.objective in ("inter-node", "migration"):
+    if two_phase:
         t1 = float(st.load.max())
         cap = int(math.floor(min(t1 * (1 + t.tolerance), greedy_max * scale)))
         cap = max(cap, int(st.load.max()))
         if mode == "exact":
-            res = build_and_solve(_sub(st, list(range(G)), t.objective, cap, True, "all"),
-                                  max(0.05, deadline - time.perf_counter()))
-            solves += 1
+            res = st.solve(_sub(st, list(range(G)), t.objective, cap, True, "all"), t.work_limit - st.work)
             if res.X:
                 _apply(st, list(range(G)), res)
                 phase2 = res.status.value
         else:
-            st.solves = 0
-            _lns(st, t.objective, cap, deadline, lb_units)
-            solves += st.solves
+            _lns(st, t.objective, cap, t.work_limit, lb_units)
             phase2 = "feasible"
 
     plan = st.plan()
+    if plan.X.max() > 1 or (plan.X.sum(axis=0) != np.asarray(t.slots)).any() or (plan.X.sum(axis=1) < 1).any():
+        raise AssertionError(f"layer {t.layer}: optimised plan breaks its own constraints")  # never expected
     mx = float(plan.loads(w).max())
-    greedy_kept = False
-    if mx > greedy_max * (1 + 1e-12):
-        notes.append(f"optimised max load {mx:.1f} above greedy {greedy_max:.1f}: greedy plan kept")
-        plan, mx, greedy_kept, proven_exact = t.greedy, greedy_max, True, False
-    return _finish(t, plan, mx, lb, solver_bound, mode, greedy_kept, t0, solves, phase2, notes,
-                   proven_exact and t.objective == "max-load" and not greedy_kept)
+    if greedy_colocated and mx > greedy_max * (1 + 1e-12):
+        notes.append(f"greedy places two replicas of one expert on one GPU (not allowed here); its max load "
+                     f"{greedy_max:.6g} is below this plan's {mx:.6g}")
+    if st.wall_stopped:
+        notes.append("wall-clock limit reached before the work limit: this layer may differ between runs")
+    return _finish(t, plan, mx, lb, solver_bound, mode, greedy_colocated, t0, st.solves, phase2, notes,
+                   st.work, not st.wall_stopped)
 
 
-def _finish(t, plan, mx, lb, solver_bound, mode, greedy_kept, t0, solves, phase2, notes, proven_exact=False):
-    bound = lb if solver_bound is None else max(lb, min(solver_bound, mx))
+def _valid_bound(model_bound: float, scale: float, exact_units: bool, t: LayerTask) -> float:
+    """A lower bound in tokens on every plan's max load from the model's bound (units).
+
+    Exact units: ``bound / scale``. Even split with rounded per-replica loads: a GPU's model
+    load is within ``slots/2`` units of its true load, so ``(bound - max slots / 2) / scale``.
+    Optimised split with a non-exact scale: the integer optimum is at most one unit above the
+    real one, so ``(bound - 1) / scale`` (see :mod:`optimizer.experts.model`).
+    """
+    if exact_units:
+        slack = 0.0
+    elif t.split == "even":
+        slack = max(t.slots) * 0.5
+    else:
+        slack = 1.0
+    return (math.ceil(model_bound - 1e-9) - slack) / scale
+
+
+def _finish(t, plan, mx, lb, solver_bound, mode, greedy_colocated, t0, solves, phase2, notes, work, reproducible):
+    # a bound from a plan's own value is never used: only the analytic and the model's bound
+    bound = lb if solver_bound is None else max(lb, solver_bound)
+    bound = min(bound, mx)  # both valid; the optimum is at most mx
     gap = 0.0 if mx <= 0 else max(0.0, (mx - bound) / mx)
-    proven = proven_exact or gap <= 1e-9
-    if proven:
-        gap = 0.0 if proven_exact and gap < 1e-6 else gap
+    proven = gap <= OPTIMALITY_REL_TOL
+    if t.objective != "max-load":
+        proven = proven and phase2 == Status.OPTIMAL.value
     status = Status.OPTIMAL if proven else Status.FEASIBLE
-    return LayerOutcome(t.layer, plan, mx, bound, gap, proven, status, mode, greedy_kept,
-                        time.perf_counter() - t0, solves, phase2, notes)
+    return LayerOutcome(t.layer, plan, mx, bound, gap, proven, status, mode, greedy_colocated,
+                        time.perf_counter() - t0, solves, phase2, notes, work, reproducible)
 
 
-SUB_TIME_S = 0.03
-
-
-def _lns(st: _State, objective: str, cap: int, deadline: float, lb_units: float) -> None:
+def _lns(st: _State, objective: str, cap: int, work_end: float, lb_units: float) -> None:
     """Large-neighbourhood search: re-solve small GPU subsets exactly with CP-SAT.
 
     max-load: the busiest GPU with one partner (lightest first, then the next lighter ones);
-    when no partner helps, subsets of three and then four GPUs with random partners. Other
-    objectives: random subsets of ``size`` GPUs. Every accepted step keeps the max load at
-    or under ``cap`` (max-load: under the current max), so the search never gets worse.
+    when no partner helps, subsets of three and then four GPUs with random partners (seeded).
+    Other objectives: random subsets of ``size`` GPUs. Every accepted step keeps the max load
+    at or under ``cap`` (max-load: under the current max), so the search never gets worse.
+    Stops when the layer's work reaches ``work_end`` (CP-SAT deterministic time summed over
+    sub-solves), at the bound, after a run without improvement, or at the wall-clock guard.
     """
     t = st.t
     rng = np.random.default_rng(t.seed + 7919 * t.layer)
     G = st.G
-    st.solves = getattr(st, "solves", 0)
     fails = 0
     size = 2
-    while time.perf_counter() < deadline - 0.005:
+    while st.work < work_end - 1e-9 and not st.out_of_time():
         if objective == "max-load":
             if st.load.max() <= math.ceil(lb_units - 1e-9):
                 break
             top = np.flatnonzero(st.load == st.load.max())
             first = int(top[0]) if len(top) == 1 else int(rng.choice(top))
             order = [int(g) for g in np.argsort(st.load, kind="stable") if g != first]
+            if not order:
+                break
             if size == 2:
                 if fails >= len(order):
                     size, fails = 3, 0
@@ -378,8 +425,7 @@ def _lns(st: _State, objective: str, cap: int, deadline: float, lb_units: float)
         sub_cap = int(st.load[gpus].max()) if objective == "max-load" else cap
         sp = _sub(st, gpus, objective, sub_cap, False, "near")
         before = _sub_score(st, gpus, objective)
-        res = build_and_solve(sp, min(SUB_TIME_S, max(0.005, deadline - time.perf_counter())))
-        st.solves += 1
+        res = st.solve(sp, min(SUB_WORK, work_end - st.work))
         if not res.X:
             fails += 1
             continue
