@@ -75,9 +75,9 @@ def bench_v3(time_limit: float | None, work: float, sigma: float, seed: int) -> 
         raw = {"name": "v3-shaped", "experts": {"trace": "v3.npy", "num_gpus": 32, "num_nodes": 4, "num_groups": 8,
                                                 "slots_per_gpu": 9, "evaluate_windows": "none"}}
         rep, wall = _run(raw, folder, time_limit, work)
-    s = rep["summary"]
-    gaps = [lay["optimized"]["gap"] for lay in rep["layers"]]
-    greedy_gaps = [lay["greedy"]["gap"] for lay in rep["layers"] if lay["greedy"]["gap"] is not None]
+    s = rep["plan"]["summary"]
+    gaps = [lay["optimized"]["gap"] for lay in rep["plan"]["layers"]]
+    greedy_gaps = [lay["greedy"]["gap"] for lay in rep["plan"]["layers"] if lay["greedy"]["gap"] is not None]
     return {"case": f"DeepSeek-V3 shaped (lognormal sigma={sigma}, seed {seed})", "layers": len(gaps),
             "wall_s_total": wall, "solve_s": s["solve_time_s"], "mean_gap": float(np.mean(gaps)),
             "max_gap": float(np.max(gaps)), "greedy_mean_gap_to_bound": float(np.mean(greedy_gaps)),
@@ -86,7 +86,7 @@ def bench_v3(time_limit: float | None, work: float, sigma: float, seed: int) -> 
             "balancedness": {k: s[k]["mean_balancedness"] for k in ("trivial", "greedy", "optimized")},
             "sum_max_load": {k: s[k]["sum_max_load"] for k in ("trivial", "greedy", "optimized")},
             "optimised_above_greedy_layers": sum(lay["optimized"]["max_load"] > lay["greedy"]["max_load"] + 1e-9
-                                                 for lay in rep["layers"])}
+                                                 for lay in rep["plan"]["layers"])}
 
 
 def bench_esft(task: str, time_limit: float | None, work: float, window_tokens: int = 1024) -> dict | None:
@@ -98,7 +98,7 @@ def bench_esft(task: str, time_limit: float | None, work: float, window_tokens: 
         "num_gpus": 8, "num_nodes": 2, "slots_per_gpu": 10, "fit_windows": "first:4", "evaluate_windows": "rest"}}
     with tempfile.TemporaryDirectory() as d:
         rep, wall = _run(raw, Path(d), time_limit, work)
-    s = rep["summary"]
+    s = rep["plan"]["summary"]
     return {"case": f"ESFT {task}: {rep['trace']['windows']} windows of {window_tokens} tokens, fit 0-3, score 4-end",
             "layers": s["layers"], "wall_s_total": wall, "mean_gap": s["optimized"]["mean_gap"],
             "proven_optimal_layers": s["proven_optimal_count"], "reproducible": s["reproducible"],

@@ -45,7 +45,7 @@ def test_issue_layer_even_split_writes_distinct_gpus_and_scores_401(tmp_path):
     inst = _instance(tmp_path, [w], num_gpus=4, slots_per_gpu=2, split="even")
     code, rep = run_json(inst, "--output", tmp_path / "out")
     assert code == 0
-    lay = rep["layers"][0]
+    lay = rep["plan"]["layers"][0]
     assert lay["greedy"]["max_load"] == pytest.approx(400.0, abs=1e-9)
     assert lay["optimized"]["greedy_colocated"] is True
     assert lay["greedy"]["gap"] is None  # the bound does not apply to a co-located plan
@@ -68,7 +68,7 @@ def test_issue_layer_optimal_split_bound_not_above_trivial(tmp_path):
     inst = _instance(tmp_path, [w], num_gpus=3, slots_per_gpu=3, split="optimal")
     code, rep = run_json(inst)
     assert code == 0
-    lay = rep["layers"][0]
+    lay = rep["plan"]["layers"][0]
     assert lay["trivial"]["max_load"] == pytest.approx(145 / 3, abs=1e-9)
     assert lay["optimized"]["bound"] <= lay["trivial"]["max_load"] + 1e-9
     assert lay["optimized"]["max_load"] == pytest.approx(145 / 3, rel=TOL)
@@ -192,7 +192,7 @@ def test_cli_never_writes_colocated_replicas(tmp_path):
         pl = json.loads((sub / "out" / "placement.json").read_text())
         for i, row in enumerate(pl["phy2log"]):
             assert distinct_per_gpu(row, S)
-            lay = rep["layers"][i]["optimized"]
+            lay = rep["plan"]["layers"][i]["optimized"]
             assert max(gpu_loads_from_phy2log(row, w[i], S)) == pytest.approx(lay["max_load"], rel=1e-12)
             assert lay["bound"] <= lay["max_load"] + 1e-9
             assert lay["max_load"] == pytest.approx(brute_force_max_load(w[i], G, S), rel=TOL)

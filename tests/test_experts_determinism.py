@@ -36,9 +36,9 @@ def test_readme_sized_instance_twice_identical(tmp_path):
     inst = write_instance(tmp_path, "t.json", num_gpus=32, num_nodes=4, num_groups=8, slots_per_gpu=9,
                           work_units_per_layer=0.3)
     (a, fa), (b, fb) = _twice(tmp_path, inst)
-    assert a["layers"][0]["optimized"]["method"] == "lns"
-    assert a["summary"]["reproducible"] is True
-    assert a["summary"]["optimized"]["sum_max_load"] < a["summary"]["greedy"]["sum_max_load"]
+    assert a["plan"]["layers"][0]["optimized"]["method"] == "lns"
+    assert a["plan"]["summary"]["reproducible"] is True
+    assert a["plan"]["summary"]["optimized"]["sum_max_load"] < a["plan"]["summary"]["greedy"]["sum_max_load"]
     assert _strip(a) == _strip(b)
     assert fa == fb
 
@@ -50,8 +50,8 @@ def test_small_exact_layers_twice_identical(tmp_path):
     inst = write_instance(tmp_path, "t.json", num_gpus=4, num_nodes=2, slots_per_gpu=4, evaluate_windows="rest",
                           fit_windows="first:1", work_units_per_layer=0.2)
     (a, fa), (b, fb) = _twice(tmp_path, inst, "--objective", "inter-node")
-    assert a["layers"][0]["optimized"]["method"].startswith("exact")
-    assert a["trace"]["evaluated_windows"] == [1, 2]
+    assert a["plan"]["layers"][0]["optimized"]["method"].startswith("exact")
+    assert a["plan"]["trace"]["evaluated_windows"] == [1, 2]
     assert _strip(a) == _strip(b)
     assert fa == fb
 
@@ -63,10 +63,10 @@ def test_wall_clock_guard_is_flagged(tmp_path):
                           work_units_per_layer=50.0, evaluate_windows="none")
     code, rep = run_json(inst, "--time-limit", "0.3")
     assert code == 0
-    assert rep["summary"]["reproducible"] is False
-    assert rep["layers"][0]["optimized"]["reproducible"] is False
-    assert any("wall-clock" in n for n in rep["layers"][0]["optimized"]["notes"])
-    assert rep["layers"][0]["optimized"]["work"] < 50.0
+    assert rep["plan"]["summary"]["reproducible"] is False
+    assert rep["plan"]["layers"][0]["optimized"]["reproducible"] is False
+    assert any("wall-clock" in n for n in rep["plan"]["layers"][0]["optimized"]["notes"])
+    assert rep["plan"]["layers"][0]["optimized"]["work"] < 50.0
 
 
 def test_bad_work_limit_is_one_line_exit_2(tmp_path):

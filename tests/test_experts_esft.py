@@ -35,12 +35,12 @@ def test_esft_fit_early_score_later(tmp_path):
         "num_gpus": 8, "num_nodes": 2, "slots_per_gpu": 10, "fit_windows": "first:4", "evaluate_windows": "rest"}}))
     code, rep = run_json(inst, "--time-limit", "1.5")
     assert code == 0
-    assert rep["trace"]["fitted_windows"] == [0, 1, 2, 3] and rep["trace"]["evaluated_windows"] == [4, 5, 6, 7]
-    for lay in rep["layers"]:
+    assert rep["plan"]["trace"]["fitted_windows"] == [0, 1, 2, 3] and rep["plan"]["trace"]["evaluated_windows"] == [4, 5, 6, 7]
+    for lay in rep["plan"]["layers"]:
         if not lay["optimized"]["greedy_colocated"]:
             assert lay["optimized"]["max_load"] <= lay["greedy"]["max_load"] + 1e-9
         held = lay["optimized"]["held_out"]
         assert held["windows"] == [4, 5, 6, 7] and [p["window"] for p in held["per_window"]] == [4, 5, 6, 7]
         assert held["worst_window"]["balancedness"] == min(p["balancedness"] for p in held["per_window"])
-    s = rep["summary"]
+    s = rep["plan"]["summary"]
     assert s["optimized"]["mean_balancedness"] >= s["greedy"]["mean_balancedness"]

@@ -92,7 +92,7 @@ def test_cli_outputs_checked_by_independent_evaluator(tmp_path):
     inst = write_instance(tmp_path, "t.json", num_gpus=4, num_nodes=2, num_groups=2, slots_per_gpu=4)
     code, rep = run_json(inst, "--output", tmp_path / "out", "--time-limit", "1.5")
     assert code == 0
-    assert rep["trace"]["fitted_windows"] == [0, 1] and rep["trace"]["evaluated_windows"] == [2]
+    assert rep["plan"]["trace"]["fitted_windows"] == [0, 1] and rep["plan"]["trace"]["evaluated_windows"] == [2]
     pl = json.loads((tmp_path / "out" / "placement.json").read_text())
     sg = json.loads((tmp_path / "out" / "sglang_expert_location.json").read_text())
     assert sg["physical_to_logical_map"] == pl["phy2log"]
@@ -106,7 +106,7 @@ def test_cli_outputs_checked_by_independent_evaluator(tmp_path):
             reps = [r for r in pl["log2phy"][i][e] if r >= 0]
             assert sorted(reps) == [r for r in range(16) if row[r] == e]
         ld = gpu_loads_from_phy2log(row, fit[i], 4)
-        lay = rep["layers"][i]
+        lay = rep["plan"]["layers"][i]
         assert max(ld) == pytest.approx(lay["optimized"]["max_load"])
         if lay["optimized"]["greedy_colocated"] is False:
             assert lay["optimized"]["max_load"] <= lay["greedy"]["max_load"] + 1e-9
@@ -117,7 +117,7 @@ def test_cli_outputs_checked_by_independent_evaluator(tmp_path):
         assert max(ev) == pytest.approx(held["summed"]["max_load"])
         assert max(ev) == pytest.approx(held["per_window"][0]["max_load"])
     assert rep["status"] in ("optimal", "feasible")
-    assert set(rep["summary"]) >= {"proven_optimal_layers", "trivial", "greedy", "optimized"}
+    assert set(rep["plan"]["summary"]) >= {"proven_optimal_layers", "trivial", "greedy", "optimized"}
 
 
 def test_previous_placement_roundtrip_gives_zero_moves(tmp_path):
@@ -131,7 +131,7 @@ def test_previous_placement_roundtrip_gives_zero_moves(tmp_path):
                           max_load_tolerance=0.0)
     code, rep = run_json(inst, "--objective", "migration", "--time-limit", "1")
     assert code == 0
-    assert all(lay["optimized"]["moves"] == 0 for lay in rep["layers"])
+    assert all(lay["optimized"]["moves"] == 0 for lay in rep["plan"]["layers"])
     # wrong shape of the previous placement -> exit 2
     (tmp_path / "bad.json").write_text(json.dumps({"phy2log": [[0, 1, 2]]}))
     inst = write_instance(tmp_path, "t.json", slots_per_gpu=3, previous_placement="bad.json")
@@ -144,7 +144,7 @@ def test_infeasible_when_slots_exceed_experts(tmp_path):
     inst = write_instance(tmp_path, "t.json", num_gpus=2, num_nodes=1, slots_per_gpu=4)
     code, rep = run_json(inst)
     assert code == 3
-    assert rep["status"] == "infeasible" and "gpu_slots" in rep["conflict"]["families"]
+    assert rep["status"] == "infeasible" and "gpu_slots" in {g["family"] for g in rep["conflicts"]}
 
 
 def test_readme_command_runs(tmp_path):

@@ -45,9 +45,9 @@ def test_rest_scores_summed_and_per_window(tmp_path):
                           fit_windows="first:2", evaluate_windows="rest", work_units_per_layer=0.2)
     code, rep = run_json(inst, "--output", tmp_path / "out")
     assert code == 0
-    assert rep["trace"]["fitted_windows"] == [0, 1] and rep["trace"]["evaluated_windows"] == [2, 3, 4]
+    assert rep["plan"]["trace"]["fitted_windows"] == [0, 1] and rep["plan"]["trace"]["evaluated_windows"] == [2, 3, 4]
     pl = json.loads((tmp_path / "out" / "placement.json").read_text())
-    for i, lay in enumerate(rep["layers"]):
+    for i, lay in enumerate(rep["plan"]["layers"]):
         held = lay["optimized"]["held_out"]
         row = pl["phy2log"][i]
         summed = gpu_loads_from_phy2log(row, loads[2:, i].sum(axis=0), 3)
@@ -60,7 +60,7 @@ def test_rest_scores_summed_and_per_window(tmp_path):
         worst_bal, worst_k = min(per)
         assert held["worst_window"]["window"] == worst_k
         assert held["worst_window"]["balancedness"] == pytest.approx(worst_bal)
-    s = rep["summary"]["optimized"]["held_out"]
+    s = rep["plan"]["summary"]["optimized"]["held_out"]
     assert s["windows"] == [2, 3, 4]
     assert s["worst_window_mean_balancedness"] <= s["summed_mean_balancedness"] + 1e-12
     code, out = run_cli(inst, "--time-limit", "30")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from objectives.base import Objective
+
 
 def set_objective(model: cp_model.CpModel, cover_terms: list[tuple[int, cp_model.IntVar]]) -> None:
     if cover_terms:
         model.maximize(cp_model.LinearExpr.weighted_sum([v for _, v in cover_terms], [c for c, _ in cover_terms]))
+
+
+OBJECTIVE = Objective(name="inter-node", unit="tokens crossing nodes", default=False,
+                      definition="routed tokens (spread evenly over the nodes) whose expert has no copy on their own node, summed over layers, tokens; subject to the max-load cap")

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from objectives.base import Objective
+
 
 def set_objective(model: cp_model.CpModel, T: cp_model.IntVar, moves_expr=None, move_weight: int = 0) -> None:
     if moves_expr is not None and move_weight > 0:
         model.minimize(T + move_weight * moves_expr)
     else:
         model.minimize(T)
+
+
+OBJECTIVE = Objective(name="max-load", unit="tokens (sum over layers of the busiest GPU's load)", default=True,
+                      definition="sum over layers of the busiest GPU's routed-token load on the fitted windows, tokens (plus migration_weight per moved copy when a previous placement is given)")

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from objectives.base import Objective
+
 
 def set_objective(model: cp_model.CpModel, moves_expr) -> None:
     model.minimize(moves_expr)
+
+
+OBJECTIVE = Objective(name="migration", unit="expert copies moved", default=False,
+                      definition="expert copies to load relative to the previous placement, summed over layers; subject to the max-load target")

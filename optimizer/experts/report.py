@@ -10,7 +10,22 @@ import numpy as np
 
 from optimizer.experts.eplb import log2phy_from
 from optimizer.experts.solve import OPTIMALITY_REL_TOL
-from optimizer.result import ConstraintKey, Status
+from optimizer.result import ConstraintKey, Status, envelope, group_conflicts
+
+DEFINITIONS = {
+    "plan.layers[].*.max_load": "routed tokens on the busiest GPU of the layer (fitted windows summed)",
+    "plan.layers[].*.mean_load": "routed tokens per GPU on average (fitted windows summed)",
+    "plan.layers[].*.balancedness": "mean_load / max_load (1 = perfectly balanced)",
+    "plan.layers[].*.bound": "a lower bound on max_load valid for every placement with distinct experts per GPU",
+    "plan.layers[].*.gap": "(max_load - bound) / max_load",
+    "plan.layers[].*.moves": "expert copies to load relative to the previous placement (or the trivial layout)",
+    "plan.layers[].*.cross_node_tokens": "routed tokens (spread evenly over nodes) whose expert has no copy on their node",
+    "plan.layers[].*.held_out": "the same plan scored on the held-out windows: summed, per window, and the worst window",
+    "plan.trace.fitted_windows": "window indices whose loads are summed to fit the plan",
+    "plan.trace.evaluated_windows": "held-out window indices the plan is scored on",
+    "plan.outputs": "files written with --output (placement.json: phy2log/log2phy/logcnt; SGLang expert location)",
+    "alternatives[]": "the trivial layout and the greedy EPLB plan, scored on the same windows",
+}
 
 
 @dataclass
@@ -107,11 +122,14 @@ class ExpertsReport:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        """The result envelope (:func:`optimizer.result.envelope`); the placement is under ``plan``."""
+        from objectives.experts import registry
+
         m = self.meta
         tr = m["trace"]
         win = m["windows"]
-        d: dict[str, Any] = {
-            "problem": "experts", "name": m["name"], "objective": m["objective"], "status": self.status.value,
+        obj = registry()[m["objective"]]
+        plan: dict[str, Any] = {
             "trace": {"file": str(tr.file), "format": tr.format, "windows": tr.num_windows, "window_kind": tr.window_kind,
                       "layers": tr.num_layers, "experts": tr.num_experts, "top_k": tr.top_k,
                       "fitted_windows": list(win.fit), "evaluated_windows": list(win.evaluate) if win.evaluate else None,
@@ -123,23 +141,61 @@ class ExpertsReport:
                       "optimal": f"gap <= {OPTIMALITY_REL_TOL:g} against a bound valid for every plan with distinct GPUs",
                       "work": "CP-SAT deterministic time"},
         }
+        objective = {"name": obj.name, "unit": obj.unit, "definition": obj.definition, "sense": obj.sense,
+                     "value": None, "bound": None, "gap": None}
+        conflicts = []
         if self.conflict:
-            d["conflict"] = {"constraints": [str(k) for k in self.conflict],
-                             "families": sorted({k.family for k in self.conflict}), "details": [self.conflict_detail]}
-            return d
-        d["layers"] = [{
-            "layer": r.layer, "name": r.name,
-            "trivial": r.trivial.to_dict(), "greedy": r.greedy.to_dict(),
-            "optimized": {**r.optimized.to_dict(), "status": r.outcome.status.value,
-                          "proven_optimal": r.outcome.proven, "method": r.outcome.mode,
-                          "greedy_colocated": r.outcome.greedy_colocated, "time_s": r.outcome.time_s,
-                          "work": r.outcome.work, "reproducible": r.outcome.reproducible,
-                          "solves": r.outcome.solves, "secondary_status": r.outcome.phase2_status,
-                          "notes": r.outcome.notes},
-        } for r in self.rows]
-        d["summary"] = self.summary()
-        d["outputs"] = self.outputs
-        return d
+            conflicts = group_conflicts(self.conflict, {k: self.conflict_detail for k in self.conflict})
+        else:
+            plan["layers"] = [{
+                "layer": r.layer, "name": r.name,
+                "trivial": r.trivial.to_dict(), "greedy": r.greedy.to_dict(),
+                "optimized": {**r.optimized.to_dict(), "status": r.outcome.status.value,
+                              "proven_optimal": r.outcome.proven, "method": r.outcome.mode,
+                              "greedy_colocated": r.outcome.greedy_colocated, "time_s": r.outcome.time_s,
+                              "work": r.outcome.work, "reproducible": r.outcome.reproducible,
+                              "solves": r.outcome.solves, "secondary_status": r.outcome.phase2_status,
+                              "notes": r.outcome.notes},
+            } for r in self.rows]
+            summ = self.summary()
+            plan["summary"] = summ
+            plan["outputs"] = self.outputs
+            if obj.name == "max-load":
+                objective.update(value=summ["objective_sum_max_load"], bound=summ["bound_sum_max_load"], gap=summ["gap"])
+            else:
+                key = "cross_node_tokens" if obj.name == "inter-node" else "moves"
+                value = summ["optimized"][key]
+                proven = self.status == Status.OPTIMAL
+                objective.update(value=value, bound=value if proven else None, gap=0.0 if proven else None)
+        gap = objective["gap"]
+        return envelope(
+            "experts", m["name"] or "", self.status, objective, None if self.conflict else plan,
+            {"name": "cp-sat (exact per layer, LNS on large layers)", "status": self.status.value,
+             "time_s": round(self.wall_s, 4), "gap": gap},
+            alternatives=[] if self.conflict else self.alternatives_rows(),
+            conflicts=conflicts,
+            definitions=DEFINITIONS,
+        )
+
+    def alternatives_rows(self) -> list[dict[str, Any]]:
+        """The trivial layout and the greedy (EPLB) plan, each with why it lost to the optimised plan."""
+        summ = self.summary()
+        out = []
+        opt = summ["optimized"]["sum_max_load"]
+        for kind, label in (("trivial", "trivial layout (one replica per expert, in order)"),
+                            ("greedy", "greedy EPLB plan")):
+            a = summ[kind]
+            worse = a["sum_max_load"] - opt
+            if kind == "greedy" and summ["greedy_colocated_layers"]:
+                reason = "invalid"
+                detail = (f"puts two replicas of one expert on one GPU on {len(summ['greedy_colocated_layers'])} "
+                          f"layer(s) (EPLB allows it; written plans never do); sum of max loads {a['sum_max_load']:.6g}")
+            else:
+                reason = "objective" if worse > 0 else "tie"
+                detail = f"sum of max loads {a['sum_max_load']:.6g} vs {opt:.6g} optimised"
+            out.append({"option": label, "reason": reason, "detail": detail, "sum_max_load": a["sum_max_load"],
+                        "mean_balancedness": a["mean_balancedness"]})
+        return out
 
     # ----------------------------------------------------------------- outputs
     def placement(self) -> dict[str, Any]:
