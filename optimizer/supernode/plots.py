@@ -60,6 +60,7 @@ class MemoryStack:
     label: str
     count: int                  # instances in the plan (0: a comparison option)
     size: int
+    fabric: str                 # NVLink | NIC
     sessions_per_card: int
     tables: tuple[str, ...]
     kv: str
@@ -135,7 +136,7 @@ def supernode_options_data(report) -> Optional[SupernodeOptionsData]:
         for what, mine, model in (("weights per card", weights, f.weights_per_card), ("HBM used", total, f.hbm_used)):
             if abs(mine - model) > 1e-9 * max(model, 1.0):
                 raise RuntimeError(f"{o.label(p)}: {what} split {mine} B != performance model {model} B")
-        stacks.append(MemoryStack(options[j].label, res.plan.get(j, 0), S, n, tuple(o.tables), o.kv,
+        stacks.append(MemoryStack(options[j].label, res.plan.get(j, 0), S, options[j].fabric, n, tuple(o.tables), o.kv,
                                   inv.replicated_resident_bytes / 1e9, experts / 1e9, tables / 1e9, kv / 1e9,
                                   p.reserve_bytes / 1e9))
     stacks.sort(key=lambda s: index[s.label])  # options order: by size, then placement
@@ -257,7 +258,8 @@ def _options_figure(d: SupernodeOptionsData):
                 ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x)
     ax.set_xticklabels([(f"chosen x{s.count}" if s.count else "best at this size")
-                        + f"\nS={s.size}, tables {','.join(s.tables) or '-'}\nKV {s.kv}" for s in st], fontsize=7)
+                        + f"\nS={s.size}{' NIC' if s.fabric == 'NIC' else ''}, tables {','.join(s.tables) or '-'}"
+                        + f"\nKV {s.kv}" for s in st], fontsize=7)
     for lab, s in zip(ax.get_xticklabels(), st):
         if s.count:
             lab.set_color(CHOSEN)
