@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from optimizer.errors import EXIT_BAD_INPUT, InputError
-from optimizer.problems import exit_code_for, problem_for
+from optimizer.problems import exit_code_for, problem_spec_for
 from optimizer.schema_base import apply_overrides, read_yaml
 
 
@@ -35,8 +35,8 @@ from optimizer.schema_base import apply_overrides, read_yaml
                    "or under 'files' (json).")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for PNG figures: timeline.png and memory.png (deployment), expert_load.png "
-                   "(experts), racks.png (buildout). The files written are listed on stderr (table) or "
-                   "under 'files' (json).")
+                   "(experts), racks.png (buildout), supernode_options.png (supernode). The files written are "
+                   "listed on stderr (table) or under 'files' (json).")
 def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
          overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None) -> None:
     """Solve INSTANCE.yaml to a proven optimum and explain the result."""
@@ -45,16 +45,16 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
             raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
         raw = read_yaml(instance)
         raw = apply_overrides(raw, list(overrides), instance)
-        problem = problem_for(raw, instance)
-        report = problem.run(raw, instance, objective, time_limit, output_dir)
+        spec = problem_spec_for(raw, instance)
+        report = spec.module().run(raw, instance, objective, time_limit, output_dir)
         files: list[str] = []
         if plot_dir is not None:
             from optimizer.plots import write_plots
 
-            plots = write_plots(report, plot_dir)
+            plots = write_plots(report, plot_dir, spec)
             files = [str(f) for f in plots.files]
-            for why in plots.skipped:
-                click.echo(f"no plot: {why}", err=True)
+            for line in plots.messages:
+                click.echo(line, err=True)
         if output_dir is not None:
             files += [str(f) for f in getattr(report, "outputs", None) or []]
             files.append(str(output_dir / "result.json"))

@@ -33,6 +33,9 @@ class ProblemSpec:
         objectives: the package of its objectives (``objectives/<problem>/``).
         also_selected_by: other top-level keys that select it when no section key is given
             (the deployment problem predates sections: ``model``/``hardware``/``workload``).
+        plots: the module with ``write(report, folder) -> list[Path]`` that draws the
+            problem's ``--plot`` figures (e.g. ``optimizer.deployment.plots``; see
+            :mod:`optimizer.plots`); empty: the problem has no figures.
     """
 
     section: str
@@ -40,9 +43,14 @@ class ProblemSpec:
     summary: str
     objectives: str = ""
     also_selected_by: frozenset = field(default_factory=frozenset)
+    plots: str = ""
 
     def module(self):
         return importlib.import_module(self.package)
+
+    def plots_module(self):
+        """The imported :attr:`plots` module, or None when the problem declares none."""
+        return importlib.import_module(self.plots) if self.plots else None
 
 
 @lru_cache(maxsize=1)

@@ -6,4 +6,5 @@ SPEC = ProblemSpec(
     package="optimizer.buildout",
     summary="racks, servers and switches under a kW budget",
     objectives="objectives.buildout",
+    plots="optimizer.buildout.plots",
 )

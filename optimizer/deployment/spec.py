@@ -6,5 +6,6 @@ SPEC = ProblemSpec(
     package="optimizer.deployment",
     summary="split GPUs into instances, assign and order sessions with deadlines (model/hardware/workload)",
     objectives="objectives.deployment",
+    plots="optimizer.deployment.plots",
     also_selected_by=frozenset({"model", "hardware", "workload"}),
 )

@@ -6,4 +6,5 @@ SPEC = ProblemSpec(
     package="optimizer.experts",
     summary="hot-expert placement from routing traces (EPLB done optimally)",
     objectives="objectives.experts",
+    plots="optimizer.experts.plots",
 )

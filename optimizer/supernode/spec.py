@@ -6,4 +6,5 @@ SPEC = ProblemSpec(
     package="optimizer.supernode",
     summary="scale-up domain size per instance and the tier of each lookup table and of KV",
     objectives="objectives.supernode",
+    plots="optimizer.supernode.plots",
 )
