@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Objective:
     definition: str
     sense: Literal["min", "max"] = "min"
     default: bool = False
+    module: Any = field(default=None, compare=False, repr=False)  # the module that defines it
 
     def fmt(self, value: float) -> str:
         """``value`` with its unit for tables."""
@@ -39,7 +40,8 @@ class Objective:
 
 
 def discover(package: str) -> dict[str, Objective]:
-    """``{name: objective}`` of every module of ``package`` that defines ``OBJECTIVE``.
+    """``{name: objective}`` of every module of ``package`` that defines ``OBJECTIVE`` (or, in the
+    module style, ``NAME``/``UNIT``/``SENSE``/``DEFINITION`` and ``DEFAULT``; see :func:`from_module`).
 
     Raises:
         ValueError: two modules declare the same name, or none (or several) is the default.
@@ -49,6 +51,8 @@ def discover(package: str) -> dict[str, Objective]:
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
         mod = importlib.import_module(f"{package}.{info.name}")
         obj = getattr(mod, "OBJECTIVE", None)
+        if obj is None and hasattr(mod, "NAME"):
+            obj = from_module(mod)
         if obj is None:
             continue
         if obj.name in found:
@@ -62,3 +66,13 @@ def discover(package: str) -> dict[str, Objective]:
 
 def default_of(objectives: dict[str, Objective]) -> str:
     return next(o.name for o in objectives.values() if o.default)
+
+
+def from_module(mod) -> Objective:
+    """An :class:`Objective` for a module-style objective (``NAME``, ``UNIT``, ``SENSE``, optional
+    ``DEFINITION`` (else the docstring's first sentence) and ``DEFAULT``); ``.module`` is the module,
+    whose functions the problem's formulation calls."""
+    doc = (mod.__doc__ or "").strip().replace("\n", " ")
+    definition = getattr(mod, "DEFINITION", None) or doc.split(". ")[0]
+    return Objective(name=mod.NAME, unit=mod.UNIT, definition=definition, sense=getattr(mod, "SENSE", "min"),
+                     default=bool(getattr(mod, "DEFAULT", False)), module=mod)

@@ -4,6 +4,7 @@ from __future__ import annotations
 NAME = "sessions"
 SENSE = "max"
 UNIT = "sessions"
+SECONDARY = "throughput"  # the objective of the second stage (ties on this one)
 
 
 def expr(ctx):

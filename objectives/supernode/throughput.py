@@ -8,6 +8,8 @@ from __future__ import annotations
 NAME = "throughput"
 SENSE = "max"
 UNIT = "tokens/s per card"
+SECONDARY = "sessions"  # the objective of the second stage (ties on this one)
+DEFAULT = True
 
 
 def coef(r) -> int:

@@ -9,6 +9,7 @@ from optimizer.supernode.evaluate import Evaluation
 from optimizer.supernode.explain import LIMIT_NAMES, limit_text
 from optimizer.supernode.perf import SCALE_UP
 from optimizer.supernode.schema import GB, Problem
+from objectives.supernode import registry as objective_registry
 from optimizer.supernode.solve import OBJECTIVE_MODULES, SolveResult
 
 DEFINITIONS = {
@@ -156,7 +157,7 @@ class SupernodeReport:
         return envelope(
             "supernode", p.name, res.status,
             {"name": res.objective, "sense": mod.SENSE, "value": res.value, "unit": mod.UNIT,
-             "bound": res.bound, "gap": gap},
+             "bound": res.bound, "gap": gap, "definition": objective_registry()[res.objective].definition},
             plan,
             {"name": res.stats.name, "status": res.status.value, "time_s": res.stats.time_s, "gap": gap,
              "solves": res.stats.solves,

@@ -15,19 +15,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from objectives.supernode import cards as obj_cards
-from objectives.supernode import sessions as obj_sessions
-from objectives.supernode import single_user as obj_single
-from objectives.supernode import throughput as obj_throughput
+from objectives.supernode import registry as objective_registry
 from optimizer.cpsat import solve_cp
 from optimizer.result import ConstraintKey, SolverStats, Status, relative_gap
 from optimizer.supernode.model import Ctx, build
 from optimizer.supernode.perf import OptionResult, evaluate_all
 from optimizer.supernode.schema import Problem
 
-OBJECTIVE_MODULES = {"throughput": obj_throughput, "sessions": obj_sessions, "cards": obj_cards,
-                     "single_user": obj_single}
-SECONDARY = {"throughput": "sessions", "sessions": "throughput", "cards": "throughput", "single_user": "throughput"}
+
+# {name: module}, one module per objective in objectives/supernode/ (found, not listed here)
+OBJECTIVE_MODULES = {name: o.module for name, o in objective_registry().items()}
 DEFAULT_TIME_LIMIT_S = 30.0
 
 
@@ -49,7 +46,7 @@ class SolveResult:
 
 def _objective(nm, ctx: Ctx, name: str):
     mod = OBJECTIVE_MODULES[name]
-    return mod.add(nm, ctx) if name == "single_user" else mod.expr(ctx)
+    return mod.add(nm, ctx) if hasattr(mod, "add") else mod.expr(ctx)
 
 
 def solve(p: Problem, objective: str, time_limit_s: float | None = None,
@@ -68,7 +65,7 @@ def solve(p: Problem, objective: str, time_limit_s: float | None = None,
     nm, ctx = build(p, results, with_single_user=(objective == "single_user"))
     m = nm.model
     stages: list[tuple[str, Status, float]] = []
-    sequence = [(objective, OBJECTIVE_MODULES[objective].SENSE), (SECONDARY[objective], "max"), ("tie-break", "min")]
+    sequence = [(objective, OBJECTIVE_MODULES[objective].SENSE), (OBJECTIVE_MODULES[objective].SECONDARY, "max"), ("tie-break", "min")]
     primary = None
     solver_time = 0.0
     values = None
