@@ -4,6 +4,7 @@ from __future__ import annotations
 NAME = "cards"
 SENSE = "min"
 UNIT = "cards"
+DEFINITION = "cards in instances that together hold target_sessions, cards"
 SECONDARY = "throughput"  # the objective of the second stage (ties on this one)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 NAME = "sessions"
 SENSE = "max"
 UNIT = "sessions"
+DEFINITION = "concurrent sessions (sessions per card x cards) of all instances at the instance's context, sessions"
 SECONDARY = "throughput"  # the objective of the second stage (ties on this one)
 
 

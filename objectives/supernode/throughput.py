@@ -8,6 +8,7 @@ from __future__ import annotations
 NAME = "throughput"
 SENSE = "max"
 UNIT = "tokens/s per card"
+DEFINITION = "decode tokens/s of all instances divided by the cards given, tokens/s per card"
 SECONDARY = "sessions"  # the objective of the second stage (ties on this one)
 DEFAULT = True
 
