@@ -48,7 +48,7 @@ def random_instance(seed: int, folder):
             "servers": servers,
         },
         "workload": {"sessions": sessions, "min_on_time_fraction": rng.choice([0.0, 0.5, 0.75, 1.0])},
-        "deployment": {"reserve_gib_per_gpu": 0.01, "allreduce": rng.choice(["ring", "tree", "best"])},
+        "deployment": {"reserve_gib_per_gpu": 0.01, "allreduce": rng.choice(["ring", "tree", "best"]), "max_batch": 1},
         "faults": faults,
     }
     return build_problem(raw, folder / "random.yaml")

@@ -140,8 +140,9 @@ def default_layouts(m: ModelSpec, max_gpus: int, gpus_per_server: int) -> list[L
       power of two ``e`` with ``1 < e <= g`` dividing the routed experts, attention TP ``g/e``
       x DP ``e`` with experts TP ``g/e`` x EP ``e`` (TP2xEP4, and DP attention + EP when
       ``e = g``);
-    * MoE model, ``g`` over several servers: TP``g`` and PP over servers (``g / server``
-      stages, each one server laid out as above).
+    * MoE model, ``g`` over several servers: the same TP / TP x EP family over all ``g`` GPUs
+      (EP All-to-All over the scale-out network), and PP over servers (``g / server`` stages,
+      each one server laid out as above).
 
     Only layouts valid for ``m`` (:func:`layout_problem`) are returned, ordered by GPUs.
     """
@@ -158,7 +159,7 @@ def default_layouts(m: ModelSpec, max_gpus: int, gpus_per_server: int) -> list[L
                     fam.append(Layout(n // e, e, n // e, e, 1))
                     e *= 2
                 return fam
-            cands = family(g)
+            cands = family(g)  # over several servers EP's All-to-All crosses the scale-out network
             if g > gpus_per_server and g % gpus_per_server == 0:
                 cands += [Layout(s.attention_tp, s.attention_dp, s.experts_tp, s.experts_ep, g // gpus_per_server)
                           for s in family(gpus_per_server)]
