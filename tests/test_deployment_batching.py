@@ -152,7 +152,7 @@ def _place(problem, lays):
     return out
 
 
-def brute_force_batched(problem, objective):
+def brute_force_batched(problem, objective, most_on_time: bool = False):
     """Every multiset of instances (allowed layouts), assignment of sessions, batch limit per
     instance (1, powers of two, its session count; capped by max_batch) and admission order
     (every permutation at batch 1; earliest deadline first above), each plan re-checked by
@@ -164,6 +164,7 @@ def brute_force_batched(problem, objective):
     ids = [s.id for s in problem.sessions]
     need = max(problem.required_on_time, obj.min_on_time)
     best = None
+    most = None  # most sessions on time over valid plans, ignoring the requirement
     lays = [l for l in problem.layouts if l.gpus <= problem.total_gpus]
     for k in range(1, len(ids) + 1):
         for combo in itertools.combinations_with_replacement(lays, k):
@@ -188,12 +189,15 @@ def brute_force_batched(problem, objective):
                     plan = Plan([PlannedInstance(f"i{i}", lay.gpus, srv, gl, order, lay, b)
                                  for i, ((lay, srv, gl), (b, order)) in enumerate(zip(placed, pick))])
                     ev = evaluate(problem, plan, perf)
-                    if ev.violations or ev.nominal.on_time < need:
+                    if ev.violations:
+                        continue
+                    most = ev.nominal.on_time if most is None else max(most, ev.nominal.on_time)
+                    if ev.nominal.on_time < need:
                         continue
                     v = obj.value(ev)
                     if best is None or v < best - 1e-12:
                         best = v
-    return best
+    return most if most_on_time else best
 
 
 @pytest.mark.parametrize("seed", range(16))
@@ -209,6 +213,29 @@ def test_batched_solver_equals_brute_force(seed, tmp_path):
     assert out.evaluation.violations == []
     # the search counts time in 10 ns ticks (rounded up): equal to the brute force within that
     assert out.value == pytest.approx(best, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(16, 24))
+def test_most_on_time_equals_brute_force(seed, tmp_path):
+    """The infeasibility explanation's 'at most k on time' is the brute-force maximum."""
+    from optimizer.deployment.batching import max_on_time_batched
+    problem = random_batched(seed, tmp_path)
+    assert max_on_time_batched(problem, PerfModel(problem), 30) == brute_force_batched(problem, "cost", most_on_time=True)
+
+
+def test_infeasible_batched_reports_the_batched_maximum(tmp_path):
+    rep = solve(_tight(tmp_path), "cost", time_limit_s=30)
+    assert rep.status == Status.INFEASIBLE
+    assert rep.achievable["requirement"] == "on_time" and 0 < rep.achievable["best"] < 8
+    assert any(k.family == "on_time" for k in rep.conflict_keys)
+
+
+def _tight(tmp_path):
+    p = eight_sessions(tmp_path)
+    from dataclasses import replace
+    classes = tuple(replace(c, deadline_s=1.1) for c in p.classes)
+    sessions = tuple(replace(s, deadline_s=1.1) for s in p.sessions)
+    return replace(p, classes=classes, sessions=sessions)
 
 
 def test_configuration_load_matches_the_evaluator(tmp_path):

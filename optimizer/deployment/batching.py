@@ -242,3 +242,29 @@ def check_supported(problem: Problem, objective) -> None:
 
 def kv_per_gpu_rounded(x: float) -> int:
     return int(math.ceil(x))
+
+
+def max_on_time_batched(problem: Problem, perf, time_limit_s: float) -> Optional[int]:
+    """Most sessions that can finish on time with layouts and batching (the search space of this
+    module), ignoring the on-time requirement: a MILP over every configuration maximising the
+    on-time count. None when the sessions cannot all be placed (memory, GPUs) or the MILP is not
+    solved to optimality within ``time_limit_s``."""
+    from optimizer.deployment.configurations import ConfigurationSearch
+
+    import highspy
+
+    end = time.perf_counter() + time_limit_s
+    options = layout_options(problem, perf, problem.layouts)
+    configs = enumerate_batch_configurations(problem, perf, options, deadline=end) if options else []
+    if not configs:
+        return None
+    if any(not any(cfg.counts[c.index] for cfg in configs) for c in problem.classes):
+        return None
+    search = ConfigurationSearch(problem, configs, 0, end)
+    h, idx = search._model(np.arange(len(configs)), 0, True)
+    h.setOptionValue("time_limit", max(0.05, end - time.perf_counter()))
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    x = np.round(np.array(h.getSolution().col_value))
+    return int(round(float(sum(search.configs[j].on_time * v for j, v in zip(idx, x)))))
