@@ -101,7 +101,7 @@ def test_moe_instance_is_proven_optimal():
 # ---------------------------------------------------------------------------- brute force
 
 
-def random_batched(seed: int, folder):
+def random_batched(seed: int, folder, deadlines=range(30, 300, 7)):
     rng = random.Random(seed)
     cfg = write_tiny_config(folder)
     gpus, servers = rng.choice([(2, 1), (4, 1), (2, 2)])
@@ -112,7 +112,7 @@ def random_batched(seed: int, folder):
             break
         total += count
         sessions.append({"name": f"g{g}", "count": count, "context_tokens": rng.randrange(5_000, 60_000, 1000),
-                         "new_tokens": rng.randint(2, 6), "deadline_ms": rng.choice([None, *range(30, 300, 7)])})
+                         "new_tokens": rng.randint(2, 6), "deadline_ms": rng.choice([None, *deadlines])})
     layouts = [{"attention": {"tp": 1}}, {"attention": {"tp": 2}}, {"attention": {"tp": 1}, "pp": 2},
                {"attention": {"tp": 1, "dp": 2}}]
     raw = {
@@ -219,7 +219,8 @@ def test_batched_solver_equals_brute_force(seed, tmp_path):
 def test_most_on_time_equals_brute_force(seed, tmp_path):
     """The infeasibility explanation's 'at most k on time' is the brute-force maximum."""
     from optimizer.deployment.batching import max_on_time_batched
-    problem = random_batched(seed, tmp_path)
+    from dataclasses import replace
+    problem = replace(random_batched(seed, tmp_path, deadlines=range(15, 90, 3)), min_on_time_fraction=0.0)
     assert max_on_time_batched(problem, PerfModel(problem), 30) == brute_force_batched(problem, "cost", most_on_time=True)
 
 
