@@ -119,7 +119,7 @@ def random_batched(seed: int, folder, deadlines=range(30, 300, 7)):
         "name": f"batched {seed}", "model": {"config": str(cfg)},
         "hardware": {
             "gpu": {"name": "small", "memory_gb": rng.choice([0.2, 0.3, 0.5]), "memory_bandwidth_gb_s": 10.0,
-                    "bf16_tflops": 50.0, "power_w": 300.0},
+                    "bf16_tflops": 50.0, "power_w": 300.0, "dollars_per_gpu_hour": 2.5},
             "server": {"name": "box", "gpus": gpus, "power_kw": 2.0,
                        "scale_up": {"bandwidth_gb_s": 50.0, "latency_us": 20.0},
                        "scale_out": {"bandwidth_gb_s": 5.0, "latency_us": 60.0}},
@@ -200,10 +200,13 @@ def brute_force_batched(problem, objective, most_on_time: bool = False):
     return most if most_on_time else best
 
 
-@pytest.mark.parametrize("seed", range(16))
+BATCHED_OBJECTIVES = ["cost", "makespan", "energy", "gpus", "dollars"]
+
+
+@pytest.mark.parametrize("seed", range(20))
 def test_batched_solver_equals_brute_force(seed, tmp_path):
     problem = random_batched(seed, tmp_path)
-    objective = ["cost", "makespan", "energy"][seed % 3]
+    objective = BATCHED_OBJECTIVES[seed % len(BATCHED_OBJECTIVES)]
     best = brute_force_batched(problem, objective)
     out = solve_deployment(problem, objective, time_limit_s=60)
     if best is None:

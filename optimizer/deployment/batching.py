@@ -234,10 +234,10 @@ def check_supported(problem: Problem, objective) -> None:
     if problem.faults:
         raise InputError(problem.path, what, f"{why} is not solved with faults yet; set deployment.max_batch: 1 "
                                              f"and TP layouts (deployment.tensor_parallel)")
-    if objective.search is None:
-        raise InputError(problem.path, what, f"{why} is solved for the objectives with a configuration search "
-                                             f"(cost, makespan, energy), not '{objective.name}'; set "
-                                             f"deployment.max_batch: 1 and TP layouts for it")
+    if objective.search is None and objective.column_cost(1, 1) is None:
+        raise InputError(problem.path, what, f"{why} is solved for objectives the configuration columns can "
+                                             f"express (cost, makespan, energy, gpus, dollars), not "
+                                             f"'{objective.name}'; set deployment.max_batch: 1 and TP layouts for it")
 
 
 def kv_per_gpu_rounded(x: float) -> int:
@@ -268,3 +268,84 @@ def max_on_time_batched(problem: Problem, perf, time_limit_s: float) -> Optional
         return None
     x = np.round(np.array(h.getSolution().col_value))
     return int(round(float(sum(search.configs[j].on_time * v for j, v in zip(idx, x)))))
+
+
+def milp_min(search, costs, need: int, deadline: float):
+    """Minimise ``Σ costs_j · z_j`` over the search's configuration columns (same rows as the
+    search: every session once, GPUs, on-time ≥ ``need``; ``costs`` in ``search.configs`` order).
+
+    Returns:
+        (status, counts, value, bound): status "optimal" | "feasible" | "infeasible" | "unknown";
+        counts [(configuration, instances)] or None; the plan's objective and HiGHS's proven bound.
+    """
+    import highspy
+
+    n = len(search.configs)
+    h, idx = search._model(np.arange(n), need, True)
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.asarray(costs, dtype=float))
+    h.setOptionValue("time_limit", max(0.05, deadline - time.perf_counter()))
+    search.milp_solves += 1
+    h.run()
+    st = h.getModelStatus()
+    if st == highspy.HighsModelStatus.kInfeasible:
+        return "infeasible", None, None, None
+    info = h.getInfo()
+    if st != highspy.HighsModelStatus.kOptimal and info.primal_solution_status != 2:
+        return "unknown", None, None, None
+    x = np.round(np.array(h.getSolution().col_value))
+    counts = [(search.configs[j], int(v)) for j, v in zip(idx, x) if v > 0]
+    value = float(np.dot(np.asarray(costs, dtype=float), x))
+    bound = value if st == highspy.HighsModelStatus.kOptimal else float(info.mip_dual_bound)
+    return ("optimal" if st == highspy.HighsModelStatus.kOptimal else "feasible"), counts, value, bound
+
+
+def solve_count(search, obj, need: int, deadline: float):
+    """Count objectives (additive over instances, e.g. GPUs): the fewest, then among those plans
+    the smallest makespan (threshold search with the count as one more row).
+
+    Returns (status, counts, bound) with bound in the objective's unit."""
+    costs = [obj.column_cost(c.degree, c.load) for c in search.configs]
+    st, counts, value, bound = milp_min(search, costs, need, deadline)
+    if counts is None:
+        return st, None, None
+    if st == "optimal" and time.perf_counter() < deadline:
+        search.extra = (costs, round(value))
+        res = search.run("makespan", None)
+        search.extra = None
+        if res.counts is not None:
+            counts = res.counts
+    return st, counts, bound
+
+
+def solve_ratio(search, obj, need: int, deadline: float):
+    """Ratio objectives whose numerator is additive over instances (e.g. dollars): Dinkelbach's
+    method on MILPs ``min Σ (num_j − λ·on_j)·z_j``; λ is optimal when the minimum is ≥ 0.
+
+    Returns (status, counts, λ as Fraction of numerator units per on-time session or None)."""
+    from fractions import Fraction
+
+    num = np.array([obj.column_cost(c.degree, c.load) for c in search.configs], dtype=float)
+    on = np.array([c.on_time for c in search.configs], dtype=float)
+    st, counts, _, _ = milp_min(search, num, need, deadline)
+    if counts is None:
+        return st, None, None
+
+    def ratio(cs) -> Fraction:
+        return Fraction(sum(obj.column_cost(c.degree, c.load) * r for c, r in cs), sum(c.on_time * r for c, r in cs))
+
+    lam = ratio(counts)
+    for _ in range(50):
+        if time.perf_counter() >= deadline:
+            return "feasible", counts, None
+        st, cs, value, bound = milp_min(search, num - float(lam) * on, need, deadline)
+        if cs is None:
+            return "feasible", counts, None
+        new = ratio(cs)
+        scale = max(1.0, float(np.abs(num).max()))
+        if st == "optimal" and value >= -1e-9 * scale:
+            return "optimal", counts, lam
+        if new < lam:
+            lam, counts = new, cs
+        else:
+            return "feasible", counts, None
+    return "feasible", counts, None

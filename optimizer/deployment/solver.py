@@ -2,6 +2,7 @@
 extract the plan, re-check it with the independent evaluator."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -396,6 +397,8 @@ def _solve_batched(problem: Problem, perf: PerfModel, obj, deadline: float, layo
         return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, mode)
     need = max(problem.required_on_time, obj.min_on_time)
     search = ConfigurationSearch(problem, configs, need, deadline)
+    if obj.search is None:
+        return _solve_batched_additive(problem, perf, obj, search, need, deadline, stats, allowed, mode, t0)
     res = search.run(obj.search, None)
     stats.solves += res.lp_solves + res.milp_solves
     stats.time_s = time.perf_counter() - t0
@@ -410,6 +413,31 @@ def _solve_batched(problem: Problem, perf: PerfModel, obj, deadline: float, layo
     if res.proven:
         bnd = min(value, bnd)
     return _finish(Status.OPTIMAL if res.proven else Status.FEASIBLE, obj, value, bnd, ev, stats, allowed, mode)
+
+
+def _solve_batched_additive(problem, perf, obj, search, need, deadline, stats, allowed, mode, t0) -> SolveOutcome:
+    """Objectives additive over instances (``column_cost``): a count (MILP, then the smallest
+    makespan among its optima) or a ratio (Dinkelbach on MILPs)."""
+    from optimizer.deployment.batching import solve_count, solve_ratio
+
+    if obj.kind == "ratio":
+        st, counts, lam = solve_ratio(search, obj, need, deadline)
+        bound = obj.ratio_in_unit(problem, lam) if lam is not None else None
+    else:
+        st, counts, raw = solve_count(search, obj, need, deadline)
+        bound = obj.bound_in_unit(problem, math.ceil(raw - 1e-6)) if raw is not None else None
+    stats.solves += search.lp_solves + search.milp_solves
+    stats.time_s = time.perf_counter() - t0
+    if counts is None:
+        status = Status.INFEASIBLE if st == "infeasible" else Status.TIME_LIMIT
+        stats.status = status
+        return SolveOutcome(status, obj, None, None, None, stats, allowed, mode)
+    ev = evaluate(problem, plan_from_batch_configurations(problem, perf, counts), perf)
+    value = obj.value(ev)
+    proven = st == "optimal"
+    if proven and bound is not None:
+        bound = min(bound, value)  # the search's exact optimum in ticks; the evaluator's value to rounding
+    return _finish(Status.OPTIMAL if proven else Status.FEASIBLE, obj, value, bound, ev, stats, allowed, mode)
 
 
 def plan_from_batch_configurations(problem: Problem, perf: PerfModel, counts) -> Plan:
