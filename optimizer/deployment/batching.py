@@ -44,6 +44,7 @@ from optimizer.model.layout import Layout, layout_problem
 from optimizer.model.perf import batch_step_table
 
 MAX_BATCH_CONFIGURATIONS = 200_000
+MEMO_SEGMENTS = 500_000  # cached timeline segments per performance model (cleared beyond)
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ def simulate(perf, lay: Layout, jobs: list[tuple[int, int]], batch: int) -> tupl
     so its steps are evaluated in one vectorised call (:class:`~optimizer.model.perf.BatchStepTable`)."""
     m = perf.model
     table = batch_step_table(m)
+    memo = table.__dict__.setdefault("segments", {})
     dp = lay.attention_dp
     n = len(jobs)
     start = [0.0] * n
@@ -146,11 +148,18 @@ def simulate(perf, lay: Layout, jobs: list[tuple[int, int]], batch: int) -> tupl
         active.append(nxt); start[nxt] = t; nxt += 1
     while active:
         k = min(jobs[i][1] - done[i] for i in active)
-        pos = np.array([jobs[i][0] + done[i] for i in active], dtype=np.float64)
-        if len(active) == 1:
-            dts = m.single_session_step_s(lay, pos[0] + np.arange(k))
-        else:
-            dts = table.step_times_s(lay, pos, k, rank=np.array([i % dp for i in active]))
+        pos = tuple(jobs[i][0] + done[i] for i in active)
+        rank = tuple(i % dp for i in active)
+        key = (lay, pos, rank, k)
+        dts = memo.get(key)
+        if dts is None:  # the same segment recurs across configurations: compute it once
+            if len(active) == 1:
+                dts = m.single_session_step_s(lay, pos[0] + np.arange(k))
+            else:
+                dts = table.step_times_s(lay, np.array(pos, dtype=np.float64), k, rank=np.array(rank))
+            if len(memo) > MEMO_SEGMENTS:
+                memo.clear()
+            memo[key] = dts
         t = float(np.cumsum(np.concatenate(([t], dts)))[-1])
         still = []
         for i in active:
