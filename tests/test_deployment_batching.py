@@ -138,3 +138,32 @@ def test_batch_limit_one_reproduces_the_tp_only_optimum(name, objective):
     assert legacy.status == batched.status == Status.OPTIMAL
     assert batched.evaluation.violations == []
     assert batched.value == pytest.approx(legacy.value, rel=1e-9)
+
+
+# ---------------------------------------------------------------------------- shipped instances
+LAYOUT_INSTANCES = {
+    # name: (cost GPU·s per on-time session, layouts of the plan)
+    "qwen32b_batched_8k.yaml": (1.1652, ["TP8"]),
+    "qwen3_30b_a3b_batched.yaml": (0.30443, ["TP4", "TP2", "TP2"]),
+    "qwen3_235b_hgx_h100.yaml": (1.8808, ["TP8"]),
+    "deepseek_v3_two_h200.yaml": (2.6958, ["TP1xDP16/EP16"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUT_INSTANCES))
+def test_layout_instances(name):
+    """Golden values of the layout / batched instances (model of optimizer.model, 1e-4 relative),
+    each proven optimal; the plan never loses to any layout alone and passes the evaluator."""
+    text = (INSTANCES / name).read_text()
+    assert text.startswith("#") and "Sources:" in text
+    problem = load(INSTANCES / name)
+    r = solve(problem, "cost", time_limit_s=60)
+    assert r.status == Status.OPTIMAL and r.outcome.stats.gap == 0.0
+    ev = r.outcome.evaluation
+    assert ev.violations == [] and ev.nominal.on_time == len(problem.sessions)
+    value, labels = LAYOUT_INSTANCES[name]
+    assert r.outcome.value == pytest.approx(value, rel=1e-4)
+    assert sorted(i.lay.label() for i in ev.plan.instances) == sorted(labels)
+    others = [a.value for a in r.alternatives if a.value is not None]
+    assert others and r.outcome.value <= min(others) * (1 + 1e-9)
+    assert {a.option for a in r.alternatives} == {lay.label() for lay in problem.layouts}
