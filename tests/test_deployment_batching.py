@@ -82,6 +82,15 @@ def test_bad_layouts_exit_2_naming_the_field(cli, layout, field):
     assert_one_line_error(cli(MOE, "--set", f"deployment.layouts=[{layout}]"), field)
 
 
+def test_layouts_and_tensor_parallel_together_or_experts_on_a_dense_model_are_bad_input(cli):
+    book = INSTANCES / "qwen32b_128k.yaml"  # has tensor_parallel
+    assert_one_line_error(cli(book, "--set", "deployment.layouts=[{attention: {tp: 2}}]"), "deployment.layouts",
+                          "tensor_parallel")
+    assert_one_line_error(cli(INSTANCES / "qwen32b_batched_8k.yaml", "--set",
+                              "deployment.layouts=[{attention: {tp: 2}, experts: {tp: 1, ep: 2}}]"),
+                          "deployment.layouts[0].experts", "dense")
+
+
 def test_batched_faults_and_latency_are_refused(cli):
     assert_one_line_error(cli(MOE, "--set", "faults=[{at_ms: 20, stall_ms: 40}]"), "deployment.max_batch", "faults")
     assert_one_line_error(cli(MOE, "--objective", "latency"), "deployment.max_batch", "latency")
