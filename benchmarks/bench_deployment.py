@@ -5,6 +5,10 @@
    of 12, 48 and 200 sessions on 1, 4 and 16 HGX H100 servers (benchmarks/gen_deployment.py).
 3. The sequence formulation: the latency objective, and the cost objective with a fault on
    any GPU (at 300 ms, stalling 200 ms; 50 % on time required), on the 12-session instances.
+
+``--batched``: layouts and batched decode (cost objective, default layouts, no batch limit):
+24 sessions of mixed lengths on 2 HGX H100 (benchmarks/gen_deployment.generate_batched,
+seeds 0-2) and the MoE instance instances/qwen3_30b_a3b_batched.yaml (16 sessions, 1 server).
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gen_deployment import generate  # noqa: E402
+from benchmarks.gen_deployment import generate, generate_batched  # noqa: E402
 from optimizer.deployment.schema import build_problem  # noqa: E402
 from optimizer.deployment.solver import solve_deployment  # noqa: E402
 
@@ -62,5 +66,22 @@ def main() -> None:
             print(f"{case:>22} {seed:>4} {out.status.value:>9} {val:>10} {gap:>8} {dt:>7.2f}")
 
 
+def batched() -> None:
+    """Layouts and batched decode: status, gap and solve time (time limit 60 s)."""
+    print(f"{'case':>34} {'status':>8} {'cost':>7} {'gap':>5} {'plan':<32} {'time s':>6}")
+    cases = [(f"24 sessions, 2 servers, seed {s}", build_problem(generate_batched(24, 2, s), ROOT / "benchmarks" / "generated.yaml"))
+             for s in (0, 1, 2)]
+    cases.append(("Qwen3-30B-A3B, 16 sessions, 1 server", build_problem(
+        __import__("yaml").safe_load((ROOT / "instances" / "qwen3_30b_a3b_batched.yaml").read_text()),
+        ROOT / "instances" / "qwen3_30b_a3b_batched.yaml")))
+    for name, p in cases:
+        t0 = time.perf_counter()
+        out = solve_deployment(p, "cost", time_limit_s=60)
+        dt = time.perf_counter() - t0
+        plan = " + ".join(f"{i.lay.label()} b{i.max_batch}" for i in out.evaluation.plan.instances) if out.evaluation else "-"
+        gap = "-" if out.stats.gap is None else f"{out.stats.gap * 100:.0f}%"
+        print(f"{name:>34} {out.status.value:>8} {out.value:>7.4f} {gap:>5} {plan:<32} {dt:>6.2f}")
+
+
 if __name__ == "__main__":
-    main()
+    batched() if "--batched" in sys.argv else main()

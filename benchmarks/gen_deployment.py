@@ -27,7 +27,7 @@ def generate(n_sessions: int, servers: int, seed: int = 0, types: int = 6) -> di
         "model": {"config": str(ROOT / "instances" / "models" / "qwen3-32b.json")},
         "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
         "workload": {"sessions": [], "min_on_time_fraction": 0.9},
-        "deployment": {"reserve_gib_per_gpu": 2, "tensor_parallel": [1, 2, 4, 8]},
+        "deployment": {"reserve_gib_per_gpu": 2, "tensor_parallel": [1, 2, 4, 8], "max_batch": 1},
     }
     probe = build_problem({**base, "workload": {"sessions": [{"name": "p", "context_tokens": 1, "new_tokens": 1}]}},
                           ROOT / "benchmarks" / "generated.yaml")
@@ -52,3 +52,23 @@ if __name__ == "__main__":
 
     n, s = int(sys.argv[1]), int(sys.argv[2])
     print(yaml.safe_dump(generate(n, s), sort_keys=False))
+
+
+def generate_batched(n_sessions: int = 24, servers: int = 2, seed: int = 0) -> dict:
+    """A batched-decode instance: Qwen3-32B on ``servers`` HGX H100, ``n_sessions`` sessions of
+    three mixed lengths (4K/256, 16K/128, 32K/64 tokens of context/new tokens, counts drawn
+    with ``seed``), deadlines 3.0 / 2.5 / 2.0 s, default layouts and no batch limit beyond memory."""
+    rng = random.Random(seed)
+    kinds = [(4_096, 256, 3000.0), (16_384, 128, 2500.0), (32_768, 64, 2000.0)]
+    counts = [1, 1, 1]
+    for _ in range(n_sessions - 3):
+        counts[rng.randrange(3)] += 1
+    return {
+        "name": f"generated batched: {n_sessions} sessions on {servers} HGX H100 (seed {seed})",
+        "model": {"config": str(ROOT / "instances" / "models" / "qwen3-32b.json")},
+        "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
+        "workload": {"sessions": [{"name": f"k{i}", "count": c, "context_tokens": k[0], "new_tokens": k[1],
+                                   "deadline_ms": k[2]} for i, (k, c) in enumerate(zip(kinds, counts))],
+                     "min_on_time_fraction": 1.0},
+        "deployment": {"reserve_gib_per_gpu": 2},
+    }

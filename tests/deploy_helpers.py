@@ -6,11 +6,13 @@ from objectives.deployment import get as get_objective
 import copy
 import itertools
 import json
+import random
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
+from optimizer.deployment.batching import admission_order, batch_limits
 from optimizer.deployment.evaluate import Plan, PlannedInstance, evaluate
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import build_problem
@@ -169,3 +171,105 @@ def brute_force(problem, objective: str):
                     if best is None or v < best - 1e-12:
                         best, best_plan = v, plan
     return best, best_plan
+
+
+# ---------------------------------------------------------------------------- layouts and batching
+
+
+def random_batched(seed: int, folder, deadlines=range(30, 300, 7)):
+    rng = random.Random(seed)
+    cfg = write_tiny_config(folder)
+    gpus, servers = rng.choice([(2, 1), (4, 1), (2, 2)])
+    sessions, total = [], 0
+    for g in range(rng.randint(1, 2)):
+        count = min(rng.randint(1, 3), 4 - total)
+        if count <= 0:
+            break
+        total += count
+        sessions.append({"name": f"g{g}", "count": count, "context_tokens": rng.randrange(5_000, 60_000, 1000),
+                         "new_tokens": rng.randint(2, 6), "deadline_ms": rng.choice([None, *deadlines])})
+    layouts = [{"attention": {"tp": 1}}, {"attention": {"tp": 2}}, {"attention": {"tp": 1}, "pp": 2},
+               {"attention": {"tp": 1, "dp": 2}}]
+    raw = {
+        "name": f"batched {seed}", "model": {"config": str(cfg)},
+        "hardware": {
+            "gpu": {"name": "small", "memory_gb": rng.choice([0.2, 0.3, 0.5]), "memory_bandwidth_gb_s": 10.0,
+                    "bf16_tflops": 50.0, "power_w": 300.0, "dollars_per_gpu_hour": 2.5},
+            "server": {"name": "box", "gpus": gpus, "power_kw": 2.0,
+                       "scale_up": {"bandwidth_gb_s": 50.0, "latency_us": 20.0},
+                       "scale_out": {"bandwidth_gb_s": 5.0, "latency_us": 60.0}},
+            "servers": servers},
+        "workload": {"sessions": sessions, "min_on_time_fraction": rng.choice([0.0, 0.5, 1.0])},
+        "deployment": {"reserve_gib_per_gpu": 0.01, "layouts": rng.sample(layouts, rng.randint(1, 4)),
+                       "max_batch": rng.choice([2, 3, None])},
+    }
+    return build_problem(raw, folder / "batched.yaml")
+
+
+def _place(problem, lays):
+    """First-fit GPU ids for instances of these layouts (spanning ones on whole servers), or None."""
+    G = problem.server.gpus
+    free = {s: list(range(s * G, (s + 1) * G)) for s in range(problem.servers)}
+    out = []
+    for lay in sorted(lays, key=lambda l: -l.gpus):
+        if lay.gpus > G:
+            m = lay.gpus // G
+            srv = [s for s in free if len(free[s]) == G][:m]
+            if len(srv) < m:
+                return None
+            out.append((lay, tuple(srv), tuple(g for s in srv for g in free.pop(s))))
+        else:
+            s = next((s for s in free if len(free[s]) >= lay.gpus), None)
+            if s is None:
+                return None
+            out.append((lay, (s,), tuple(free[s][:lay.gpus])))
+            free[s] = free[s][lay.gpus:]
+    return out
+
+
+def brute_force_batched(problem, objective, most_on_time: bool = False):
+    """Every multiset of instances (allowed layouts), assignment of sessions, batch limit per
+    instance (1, powers of two, its session count; capped by max_batch) and admission order
+    (every permutation at batch 1; earliest deadline first above), each plan re-checked by
+    the independent evaluator."""
+    from objectives.deployment import get
+    perf = PerfModel(problem)
+    obj = get(objective)
+    by_id = {s.id: s for s in problem.sessions}
+    ids = [s.id for s in problem.sessions]
+    need = max(problem.required_on_time, obj.min_on_time)
+    best = None
+    most = None  # most sessions on time over valid plans, ignoring the requirement
+    lays = [l for l in problem.layouts if l.gpus <= problem.total_gpus]
+    for k in range(1, len(ids) + 1):
+        for combo in itertools.combinations_with_replacement(lays, k):
+            placed = _place(problem, combo)
+            if placed is None:
+                continue
+            for assign in itertools.product(range(k), repeat=len(ids)):
+                groups = [[sid for sid, a in zip(ids, assign) if a == i] for i in range(k)]
+                if any(not g for g in groups):
+                    continue
+                choices = []
+                for (lay, _, _), g in zip(placed, groups):
+                    opts = []
+                    for b in batch_limits(len(g), problem.batch_cap):
+                        if b == 1:
+                            opts += [(1, list(o)) for o in itertools.permutations(g)]
+                        else:
+                            jobs = [(by_id[s].context, by_id[s].new, by_id[s].deadline_s) for s in g]
+                            opts.append((b, [g[i] for i in admission_order(jobs, [0] * len(g), b)]))
+                    choices.append(opts)
+                for pick in itertools.product(*choices):
+                    plan = Plan([PlannedInstance(f"i{i}", lay.gpus, srv, gl, order, lay, b)
+                                 for i, ((lay, srv, gl), (b, order)) in enumerate(zip(placed, pick))])
+                    ev = evaluate(problem, plan, perf)
+                    if ev.violations:
+                        continue
+                    most = ev.nominal.on_time if most is None else max(most, ev.nominal.on_time)
+                    if ev.nominal.on_time < need:
+                        continue
+                    v = obj.value(ev)
+                    if best is None or v < best - 1e-12:
+                        best = v
+    return most if most_on_time else best

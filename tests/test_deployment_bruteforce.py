@@ -1,6 +1,8 @@
 """Property test: on random small instances (≤ 6 heterogeneous sessions, 1–2 servers,
 faults, every objective) the solver's optimum equals an exhaustive search over every
-deployment, assignment and order, evaluated by the independent evaluator."""
+deployment, assignment and order, evaluated by the independent evaluator. With layouts (TP,
+PP, DP attention) and batched decode: every multiset of instances, assignment, batch limit and
+admission order of the documented search space (``optimizer.deployment.batching``)."""
 from __future__ import annotations
 
 import random
@@ -10,7 +12,8 @@ import pytest
 from optimizer.deployment.schema import build_problem
 from optimizer.deployment.solver import solve_deployment
 from optimizer.result import Status
-from tests.deploy_helpers import brute_force, write_tiny_config
+from optimizer.deployment.perf import PerfModel
+from tests.deploy_helpers import brute_force, brute_force_batched, random_batched, write_tiny_config
 
 OBJECTIVES = ["cost", "makespan", "latency", "energy", "gpus", "dollars"]
 
@@ -48,7 +51,7 @@ def random_instance(seed: int, folder):
             "servers": servers,
         },
         "workload": {"sessions": sessions, "min_on_time_fraction": rng.choice([0.0, 0.5, 0.75, 1.0])},
-        "deployment": {"reserve_gib_per_gpu": 0.01, "allreduce": rng.choice(["ring", "tree", "best"])},
+        "deployment": {"reserve_gib_per_gpu": 0.01, "allreduce": rng.choice(["ring", "tree", "best"]), "max_batch": 1},
         "faults": faults,
     }
     return build_problem(raw, folder / "random.yaml")
@@ -71,3 +74,30 @@ def test_solver_equals_brute_force(seed, tmp_path):
     assert out.status == Status.OPTIMAL, out.notes
     assert out.evaluation.violations == []
     assert out.value == pytest.approx(best, rel=1e-6, abs=1e-9)
+
+
+BATCHED_OBJECTIVES = ["cost", "makespan", "energy", "gpus", "dollars"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_batched_solver_equals_brute_force(seed, tmp_path):
+    problem = random_batched(seed, tmp_path)
+    objective = BATCHED_OBJECTIVES[seed % len(BATCHED_OBJECTIVES)]
+    best = brute_force_batched(problem, objective)
+    out = solve_deployment(problem, objective, time_limit_s=60)
+    if best is None:
+        assert out.status == Status.INFEASIBLE
+        return
+    assert out.status == Status.OPTIMAL, out.notes
+    assert out.evaluation.violations == []
+    # the search counts time in 10 ns ticks (rounded up): equal to the brute force within that
+    assert out.value == pytest.approx(best, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(16, 24))
+def test_most_on_time_equals_brute_force(seed, tmp_path):
+    """The infeasibility explanation's 'at most k on time' is the brute-force maximum."""
+    from optimizer.deployment.batching import max_on_time_batched
+    from dataclasses import replace
+    problem = replace(random_batched(seed, tmp_path, deadlines=range(15, 90, 3)), min_on_time_fraction=0.0)
+    assert max_on_time_batched(problem, PerfModel(problem), 30) == brute_force_batched(problem, "cost", most_on_time=True)

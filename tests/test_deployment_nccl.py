@@ -80,7 +80,7 @@ def _write_instance(tmp_path: Path, *, log: Path | None, degrees, allreduce: str
             "servers": servers,
         },
         "workload": {"sessions": [session], "min_on_time_fraction": fraction},
-        "deployment": {"reserve_gib_per_gpu": 2, "tensor_parallel": list(degrees), "allreduce": allreduce},
+        "deployment": {"reserve_gib_per_gpu": 2, "tensor_parallel": list(degrees), "allreduce": allreduce, "max_batch": 1},
     }
     p = tmp_path / "inst.yaml"
     p.write_text(yaml.safe_dump(raw, sort_keys=False))

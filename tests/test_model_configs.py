@@ -141,7 +141,7 @@ def test_dense_config_drives_a_solve(tmp_path, name, degrees):
             {"name": "long", "count": 2, "context_tokens": 32768, "new_tokens": 16, "deadline_ms": 400},
             {"name": "short", "count": 2, "context_tokens": 2048, "new_tokens": 16},
         ]},
-        "deployment": {"reserve_gib_per_gpu": 2, "tensor_parallel": degrees},
+        "deployment": {"reserve_gib_per_gpu": 2, "tensor_parallel": degrees, "max_batch": 1},
     }
     p = tmp_path / "inst.yaml"
     p.write_text(yaml.safe_dump(raw))

@@ -89,6 +89,13 @@ class DeploymentObjective(Objective):
         need = max(problem.required_on_time, self.min_on_time, 1)
         return self.ratio_in_unit(problem, Fraction(problem.total_gpus * len(problem.sessions), need))
 
+    # configuration columns (layouts / batched decode) -------------------------------
+    def column_cost(self, gpus: int, load_ticks: int) -> Optional[int]:
+        """This objective's term for one instance of ``gpus`` GPUs whose last session finishes at
+        ``load_ticks``, when the objective (its numerator, for ratios) is a sum of such terms
+        over instances; None otherwise (then the batched search uses :attr:`search`)."""
+        return None
+
     def numerator_bound(self, problem, makespan_ticks: int) -> Fraction:
         """A lower bound of the ratio from a proven makespan lower bound (0 when none follows)."""
         return Fraction(0)

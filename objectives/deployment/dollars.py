@@ -45,6 +45,10 @@ class Dollars(DeploymentObjective):
     def numerators(self, f, scenario) -> list:
         return [sum(k.degree * f.W[k.index] for k in f.slots)]
 
+    def column_cost(self, gpus: int, load_ticks: int) -> int:
+        """GPU·ticks billed for one instance (the numerator is their sum)."""
+        return gpus * load_ticks
+
     def ratio_in_unit(self, problem, ratio: Fraction) -> float:
         return float(ratio) * TIME_UNIT_S * price(problem) / 3600.0
 

@@ -26,6 +26,9 @@ class Gpus(DeploymentObjective):
     def apply(self, f, lam=None) -> None:
         f.model.minimize(self.expression(f))
 
+    def column_cost(self, gpus: int, load_ticks: int) -> int:
+        return gpus
+
     def bound_in_unit(self, problem, solver_bound: float) -> float:
         return float(solver_bound)
 

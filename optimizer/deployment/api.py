@@ -87,6 +87,9 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
     set of named constraints from CP-SAT; (3) the most sessions that can be on time (all
     degrees together) when the on-time requirement is what fails.
     """
+    if not problem.tp_only:
+        explain_infeasible_batched(report, problem, perf, obj, left)
+        return
     rows = report.alternatives
     static = [a for a in rows if a.static]
     if rows and len(static) == len(rows):
@@ -119,6 +122,50 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
         report.achievable = {"requirement": "memory", "best": None, "required": n,
                              "detail": f"the {n} sessions do not all fit in GPU memory at once with TP "
                                        f"{', '.join(map(str, usable))}"}
+
+
+def explain_infeasible_batched(report: DeploymentReport, problem: Problem, perf: PerfModel, obj, left) -> None:
+    """Infeasibility with layouts / batched decode: (1) every layout ruled out without a solve
+    (GPUs, heads, memory) is the conflict; (2) otherwise the sessions that miss their deadline
+    even alone on the fastest layout (a batched step is never faster than a single-session
+    one), the on-time requirement and the most sessions on time over the whole search space."""
+    import numpy as np
+
+    from optimizer.deployment.batching import layout_options, max_on_time_batched
+
+    rows = report.alternatives
+    static = [a for a in rows if a.static]
+    if rows and len(static) == len(rows):
+        report.conflict_keys = [ConstraintKey(a.reason, a.option) for a in static]
+        report.conflict_details = [f"{a.reason}[{a.option}]: {a.detail}" for a in static]
+        return
+    n = len(problem.sessions)
+    need = max(problem.required_on_time, obj.min_on_time)
+    best = max_on_time_batched(problem, perf, max(0.2, left())) if left() > 0.1 else None
+    if best is None:
+        report.achievable = {"requirement": "memory", "best": None, "required": n,
+                             "detail": f"the {n} sessions do not all fit in GPU memory at once with the allowed layouts "
+                                       f"(or the check ran out of time)"}
+        report.conflict_keys = [ConstraintKey("assignment", "all sessions"), ConstraintKey("gpus_per_server", "all servers")]
+        report.conflict_details = ["assignment[all sessions]: every session must be served by one instance",
+                                   "gpus_per_server[all servers]: instances fit the GPUs of the servers"]
+        return
+    keys, details = [ConstraintKey("on_time", "nominal")], [f"on_time[nominal]: at least {need} of {n} sessions on time"]
+    lays = list(layout_options(problem, perf, problem.layouts))
+    for c in problem.classes:
+        if c.deadline_s is None or not lays:
+            continue
+        alone = min(float(perf.model.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
+                    for lay in lays)
+        if alone > c.deadline_s:
+            k = ConstraintKey("deadline", c.session_ids[0])
+            keys.append(k)
+            details.append(f"{k}: even alone on the fastest layout a session needs {alone * 1e3:.3f} ms "
+                           f"> deadline {c.deadline_s * 1e3:.6g} ms")
+    report.conflict_keys, report.conflict_details = keys, details
+    if best < need:
+        report.achievable = {"requirement": "on_time", "best": best, "required": need,
+                             "detail": f"at most {best} of {n} sessions can finish on time; {need} required"}
 
 
 def run(raw: dict[str, Any], path: Path, objective: Optional[str], time_limit_s: Optional[float],

@@ -164,10 +164,14 @@ class ConfigurationSearch:
         configs: every configuration with load ≤ the enumeration bound.
         required: on-time sessions required (≥ 1 for the cost objective).
         deadline_s: wall-clock time at which to stop (time.perf_counter() value).
+        gpu_limit: GPUs the instances may use (default: all GPUs of all servers).
     """
 
-    def __init__(self, problem: Problem, configs: list[Configuration], required: int, deadline_s: float):
+    def __init__(self, problem: Problem, configs: list[Configuration], required: int, deadline_s: float,
+                 gpu_limit: Optional[int] = None):
         self.problem = problem
+        self.gpu_limit = problem.total_gpus if gpu_limit is None else gpu_limit
+        self.extra = None  # optional (coefficients per column in self.configs order, upper bound)
         self.configs = sorted(configs, key=lambda c: c.load)
         self.loads = np.array([c.load for c in self.configs], dtype=np.int64)
         self.levels = np.unique(self.loads)
@@ -195,8 +199,13 @@ class ConfigurationSearch:
         lp.col_upper_ = self.ub[idx]
         lp.num_row_ = a.shape[0]
         counts = [k.count for k in self.problem.classes]
-        lp.row_lower_ = np.array(counts + [0.0, float(need)])
-        lp.row_upper_ = np.array(counts + [float(self.problem.total_gpus), highspy.kHighsInf])
+        lower, upper = counts + [0.0, float(need)], counts + [float(self.gpu_limit), highspy.kHighsInf]
+        if self.extra is not None:  # one more row: Σ coefficient·z ≤ upper
+            a = np.vstack([a, np.asarray(self.extra[0], dtype=float)[idx]])
+            lower, upper = lower + [-highspy.kHighsInf], upper + [float(self.extra[1])]
+        lp.num_row_ = a.shape[0]
+        lp.row_lower_ = np.array(lower)
+        lp.row_upper_ = np.array(upper)
         rows, cs = np.nonzero(a.T)[1], np.nonzero(a.T)[0]  # column-major order of non-zeros
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
         lp.a_matrix_.start_ = np.searchsorted(cs, np.arange(len(idx) + 1)).astype(np.int32)

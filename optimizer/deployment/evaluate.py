@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
+
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Fault, Problem
+from optimizer.model.layout import Layout
 
 EPS_S = 1e-9  # deadline comparisons tolerate 1 ns of floating-point noise
 
@@ -22,10 +25,12 @@ class PlannedInstance:
 
     Attributes:
         id: display id, e.g. ``i0``.
-        degree: TP degree.
+        degree: GPUs of the instance (the TP degree of a plain TP instance).
         servers: servers it occupies.
         gpus: global GPU ids (server·G + local), length = degree.
-        sessions: session ids in run order.
+        sessions: session ids in admission order (the i-th lives on attention-DP rank i mod dp).
+        layout: its layout (None: TP over ``degree`` GPUs, the TP-only problem).
+        max_batch: sessions it decodes at once (1: one after another).
     """
 
     id: str
@@ -33,6 +38,12 @@ class PlannedInstance:
     servers: tuple[int, ...]
     gpus: tuple[int, ...]
     sessions: list[str]
+    layout: Optional[Layout] = None
+    max_batch: int = 1
+
+    @property
+    def lay(self) -> Layout:
+        return self.layout if self.layout is not None else Layout.tp(self.degree)
 
 
 @dataclass
@@ -103,13 +114,56 @@ class Evaluation:
         return not self.violations
 
 
+def _batched_timeline(perf: PerfModel, inst: PlannedInstance, by_id) -> list[SessionTiming]:
+    """Step-by-step continuous batching: sessions start in list order when one of the
+    ``max_batch`` slots is free; each step advances every active session by one token and
+    takes the shared model's batched step time (one session alone: its single-session step);
+    a session finishes at the end of its last step and frees its slot at that boundary."""
+    lay = inst.lay
+    m = perf.model
+    dp = lay.attention_dp
+    queue = list(inst.sessions)
+    rank = {sid: i % dp for i, sid in enumerate(queue)}
+    made = {sid: 0 for sid in queue}
+    start: dict[str, float] = {}
+    out = []
+    active: list[str] = []
+    t = 0.0
+    while queue or active:
+        while queue and len(active) < inst.max_batch:
+            sid = queue.pop(0)
+            start[sid] = t
+            active.append(sid)
+        pos = [by_id[sid].context + made[sid] for sid in active]
+        if len(active) == 1:
+            dt = float(m.single_session_step_s(lay, np.array(pos))[0])
+        else:
+            dt = m.step_time_s(lay, pos, rank=[rank[sid] for sid in active])
+        t += dt
+        still = []
+        for sid in active:
+            made[sid] += 1
+            if made[sid] == by_id[sid].new:
+                out.append(SessionTiming(sid, inst.id, start[sid], t, by_id[sid].deadline_s))
+            else:
+                still.append(sid)
+        active = still
+    order = {sid: i for i, sid in enumerate(inst.sessions)}
+    return sorted(out, key=lambda r: order[r.id])
+
+
 def _timeline(perf: PerfModel, problem: Problem, inst: PlannedInstance, fault: Optional[Fault],
               by_id) -> list[SessionTiming]:
+    if inst.max_batch > 1:
+        return _batched_timeline(perf, inst, by_id)
     out, t = [], 0.0
     hit = False
     for sid in inst.sessions:
         s = by_id[sid]
-        svc = perf.service_time_s(inst.degree, s.context, s.new)
+        if inst.layout is None:
+            svc = perf.service_time_s(inst.degree, s.context, s.new)
+        else:
+            svc = float(perf.model.single_session_step_s(inst.layout, np.arange(s.context, s.context + s.new)).sum())
         start, finish = t, t + svc
         if fault is not None and not hit and finish > fault.at_s:
             hit = True  # running at the fault: restart from the first step after the stall
@@ -156,10 +210,18 @@ def evaluate(problem: Problem, plan: Plan, perf: Optional[PerfModel] = None) -> 
     gpu_owner: dict[int, str] = {}
     memory: dict[str, float] = {}
     for inst in plan.instances:
-        if inst.degree not in problem.degrees:
+        if inst.layout is None and inst.degree not in problem.degrees:
             violations.append(f"{inst.id}: TP{inst.degree} is not an allowed degree")
+        if inst.layout is not None and inst.layout not in problem.layouts:
+            violations.append(f"{inst.id}: layout {inst.layout.label()} is not an allowed layout")
+        if inst.layout is not None and inst.layout.gpus != inst.degree:
+            violations.append(f"{inst.id}: layout {inst.layout.label()} has {inst.layout.gpus} GPUs, not {inst.degree}")
+        if inst.max_batch < 1 or (problem.max_batch is not None and inst.max_batch > problem.max_batch):
+            violations.append(f"{inst.id}: batch limit {inst.max_batch} is not within 1..deployment.max_batch {problem.max_batch}")
+        if inst.max_batch > 1 and problem.faults:
+            violations.append(f"{inst.id}: batched decode under faults is not simulated")
         if len(inst.gpus) != inst.degree or len(set(inst.gpus)) != inst.degree:
-            violations.append(f"{inst.id}: has {len(set(inst.gpus))} distinct GPUs for TP{inst.degree}")
+            violations.append(f"{inst.id}: has {len(set(inst.gpus))} distinct GPUs for {inst.lay.label()}")
         for g in inst.gpus:
             if not 0 <= g < problem.total_gpus:
                 violations.append(f"{inst.id}: GPU {g} does not exist")
@@ -177,7 +239,12 @@ def evaluate(problem: Problem, plan: Plan, perf: Optional[PerfModel] = None) -> 
                 violations.append(f"session {sid} is on {seen[sid]} and {inst.id}")
             seen[sid] = inst.id
         known = [by_id[s] for s in inst.sessions if s in by_id]
-        mem = perf.memory_per_gpu(inst.degree, [(s.context, s.new) for s in known])
+        if inst.layout is None:
+            mem = perf.memory_per_gpu(inst.degree, [(s.context, s.new) for s in known])
+        else:  # the i-th session in admission order lives on attention-DP rank i mod dp
+            dp = inst.layout.attention_dp
+            mem = perf.model.memory_per_gpu(inst.layout, [(s.context, s.new) for s in known],
+                                            [i % dp for i in range(len(known))])
         memory[inst.id] = mem
         if mem > problem.gpu.memory_bytes * (1 + 1e-12):
             violations.append(f"{inst.id}: needs {mem / 1e9:.2f} GB per GPU > {problem.gpu.memory_bytes / 1e9:g} GB")

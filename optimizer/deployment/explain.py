@@ -73,6 +73,8 @@ def alternatives(problem: Problem, perf: PerfModel, objective, best_value: Optio
     from objectives.deployment import get
     from optimizer.deployment.solver import max_on_time, solve_deployment
 
+    if not problem.tp_only:
+        return layout_alternatives(problem, perf, objective, best_value, time_budget_s, incumbent)
     rows: list[Alternative] = []
     degrees = list(problem.degrees)
     t_end = time.perf_counter() + time_budget_s
@@ -140,6 +142,75 @@ def alternatives(problem: Problem, perf: PerfModel, objective, best_value: Optio
     return rows
 
 
+def layout_alternatives(problem: Problem, perf: PerfModel, objective, best_value: Optional[float],
+                        time_budget_s: float, incumbent=None) -> list[Alternative]:
+    """One row per allowed layout (layouts / batched problems): the best plan using that layout
+    alone (batch limits chosen as in the main search), or why it has none."""
+    from objectives.deployment import get
+    from optimizer.deployment.batching import layout_reason
+    from optimizer.deployment.solver import solve_deployment
+
+    rows: list[Alternative] = []
+    lays = list(problem.layouts)
+    t_end = time.perf_counter() + time_budget_s
+    m = perf.model
+    for i, lay in enumerate(lays):
+        name = lay.label()
+        bad = layout_reason(problem, lay)
+        if bad:
+            rows.append(Alternative(name, lay.gpus, bad[0], bad[1], static=True))
+            continue
+        if all(m.max_sessions(lay, c.context, c.new) == 0 for c in problem.classes):
+            c = min(problem.classes, key=lambda c: c.context + c.new)
+            need = m.memory_per_gpu(lay, [(c.context, c.new)])
+            rows.append(Alternative(name, lay.gpus, "memory", f"needs {need / 1e9:.2f} GB per GPU > "
+                                    f"{problem.gpu.memory_bytes / 1e9:g} GB", static=True))
+            continue
+        ev0 = getattr(incumbent, "evaluation", None)
+        if ev0 is not None and ev0.plan.instances and all(inst.lay == lay for inst in ev0.plan.instances) \
+                and incumbent.status == Status.OPTIMAL:
+            out = incumbent
+        elif time.perf_counter() >= t_end:
+            rows.append(Alternative(name, lay.gpus, "time_limit", "not solved: the time limit was used up",
+                                    status=Status.TIME_LIMIT))
+            continue
+        else:
+            share = max(0.2, (t_end - time.perf_counter()) / max(1, len(lays) - i))
+            out = solve_deployment(problem, objective, share, perf=perf, layouts=[lay])
+        if out.status in (Status.OPTIMAL, Status.FEASIBLE):
+            ev = out.evaluation
+            w = get(objective).worst(ev)
+            batches = sorted({inst.max_batch for inst in ev.plan.instances})
+            shape = (f"{len(ev.plan.instances)} instance(s), batch limit {'/'.join(map(str, batches))}, "
+                     f"makespan {w.makespan_s * 1e3:.2f} ms, {w.on_time} of {len(problem.sessions)} on time")
+            if best_value is not None and abs(out.value - best_value) <= 1e-9 * max(1.0, abs(best_value)):
+                reason, detail = "tie", f"as good as the chosen plan: {shape}"
+            else:
+                reason = "objective"
+                pct = f"+{(out.value / best_value - 1) * 100:.1f}% vs chosen: " if best_value else ""
+                detail = pct + shape
+            rows.append(Alternative(name, lay.gpus, reason, detail, out.value, out.status, len(ev.plan.instances),
+                                    w.on_time, w.makespan_s * 1e3))
+        elif out.status == Status.TIME_LIMIT:
+            rows.append(Alternative(name, lay.gpus, "time_limit", "no plan found within the time limit", status=out.status))
+        else:
+            n = len(problem.sessions)
+            too_big = [c for c in problem.classes if m.max_sessions(lay, c.context, c.new) == 0]
+            if too_big:
+                c = max(too_big, key=lambda c: c.context + c.new)
+                rows.append(Alternative(name, lay.gpus, "memory", f"{c.session_ids[0]} ({c.context + c.new} tokens) "
+                                        f"does not fit a {name} instance"))
+            else:
+                need = max(problem.required_on_time, get(objective).min_on_time)
+                rows.append(Alternative(name, lay.gpus, "deadline", f"no plan of {name} instances has {need} of {n} "
+                                        f"sessions on time (or they do not fit the GPUs)"))
+    for row in rows:
+        lay = lays[rows.index(row)]
+        if lay.attention_tp > 1 and lay.attention_tp <= problem.total_gpus:
+            row.allreduce = perf.model.hw.allreduce_source(lay.attention_tp, perf.message_bytes)
+    return rows
+
+
 def binding(problem: Problem, perf: PerfModel, ev: Evaluation, objective: str) -> list[Binding]:
     """Limits that bind (or nearly) at the plan, tightest first, with their slack."""
     out: list[Binding] = []
@@ -157,12 +228,13 @@ def binding(problem: Problem, perf: PerfModel, ev: Evaluation, objective: str) -
     for inst in ev.plan.instances:
         mem = ev.memory_per_gpu[inst.id]
         head = cap - mem
-        small = min(problem.classes, key=lambda c: perf.kv_bytes_per_gpu(inst.degree, c.context, c.new))
-        smallest = perf.kv_bytes_per_gpu(inst.degree, small.context, small.new)
+        kvg = lambda c: perf.model.kv_bytes_per_gpu(inst.lay, c.context, c.new)  # noqa: E731
+        small = min(problem.classes, key=kvg)
+        smallest = kvg(small)
         fits_more = int(head // smallest) if smallest > 0 else 0
         like = f"{small.context + small.new}-token session"
         out.append(Binding(ConstraintKey("memory", inst.id), head / 1e9, "GB",
-                           f"TP{inst.degree}: {mem / 1e9:.2f} of {cap / 1e9:g} GB per GPU; "
+                           f"{inst.lay.label()}: {mem / 1e9:.2f} of {cap / 1e9:g} GB per GPU; "
                            + (f"no room for another {like}" if fits_more == 0
                               else f"room for {fits_more} more {like}{'s' if fits_more > 1 else ''}")))
     w = ev.worst_by(objective)

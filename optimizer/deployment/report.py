@@ -45,11 +45,13 @@ class DeploymentReport:
             perf = self.perf if self.perf is not None else PerfModel(p)
             instances = []
             for inst in ev.plan.instances:
+                lay = inst.lay
                 instances.append({
-                    "id": inst.id, "tp": inst.degree, "server": inst.servers[0], "servers": list(inst.servers),
-                    "gpus": list(inst.gpus), "sessions": list(inst.sessions),
+                    "id": inst.id, "tp": lay.attention_tp, "layout": lay.as_dict(), "layout_label": lay.label(),
+                    "max_batch": inst.max_batch, "server": inst.servers[0], "servers": list(inst.servers),
+                    "gpus": list(inst.gpus), "gpu_count": inst.degree, "sessions": list(inst.sessions),
                     "memory_gb_per_gpu": round(ev.memory_per_gpu[inst.id] / 1e9, 4),
-                    "allreduce": perf.allreduce_source(inst.degree).to_dict(),
+                    "allreduce": perf.model.hw.allreduce_source(lay.attention_tp, perf.message_bytes).to_dict(),
                 })
             sessions = [{
                 "id": t.id, "instance": t.instance, "start_ms": t.start_s * 1e3, "finish_ms": t.finish_s * 1e3,
@@ -149,14 +151,14 @@ class DeploymentReport:
             bound = "" if o.bound is None else f", bound {obj.fmt(o.bound)}"
             console.print(f"[bold]{o.status.value}[/bold]: {obj.name} = [bold]{obj.fmt(o.value)}[/bold]{bound}{gap}")
             t = Table(title="Instances")
-            for col in ("instance", "TP", "server", "GPUs", "sessions (in order)", "GB/GPU", "finish ms"):
+            for col in ("instance", "layout", "batch", "server", "GPUs", "sessions (in order)", "GB/GPU", "finish ms"):
                 t.add_column(col)
             finish = {}
             for s in ev.nominal.sessions:
                 finish[s.instance] = max(finish.get(s.instance, 0.0), s.finish_s)
             for inst in ev.plan.instances:
                 srv = str(inst.servers[0]) if len(inst.servers) == 1 else f"{inst.servers[0]}-{inst.servers[-1]}"
-                t.add_row(inst.id, str(inst.degree), srv, _ranges(inst.gpus), ", ".join(inst.sessions),
+                t.add_row(inst.id, inst.lay.label(), str(inst.max_batch), srv, _ranges(inst.gpus), ", ".join(inst.sessions),
                           f"{ev.memory_per_gpu[inst.id] / 1e9:.2f}", f"{finish.get(inst.id, 0) * 1e3:.2f}")
             console.print(t)
             st = Table(title="Schedule" + (" (no fault)" if p.faults else ""))
@@ -180,7 +182,7 @@ class DeploymentReport:
         if self.alternatives:
             logs = [f"{tier} {link.table.path} ({link.table.ranks} ranks)"
                     for tier, link in (("scale_up", p.server.scale_up), ("scale_out", p.server.scale_out)) if link.table]
-            t = Table(title="Each TP degree alone", caption=escape("AllReduce logs: " + ", ".join(logs)) if logs else None)
+            t = Table(title="Each TP degree alone" if p.tp_only else "Each layout alone", caption=escape("AllReduce logs: " + ", ".join(logs)) if logs else None)
             for col in ("option", "result", "why not chosen", "AllReduce"):
                 t.add_column(col)
             for a in self.alternatives:
@@ -212,7 +214,10 @@ def definitions(obj) -> dict[str, str]:
     """Definitions of every figure the deployment result reports (the envelope's ``definitions``)."""
     return {
         f"objective ({obj.name})": f"{obj.definition} [{obj.unit}]",
-        "plan.instances[].tp": "tensor-parallel degree of the instance (GPUs it spans)",
+        "plan.instances[].tp": "attention tensor-parallel degree of the instance",
+        "plan.instances[].layout": "attention {tp, dp}, experts {tp, ep}, pp; GPUs = pp x attention.tp x attention.dp",
+        "plan.instances[].gpus": "global GPU ids the instance holds (gpu_count of them)",
+        "plan.instances[].max_batch": "sessions the instance decodes at once; sessions start in list order when a slot is free",
         "plan.instances[].memory_gb_per_gpu": "weights + KV cache of its sessions + reserve per GPU, GB (1e9 B), eq. 6-1",
         "plan.instances[].allreduce": "where the instance's AllReduce time comes from (nccl-tests log or alpha-beta model)",
         "plan.sessions[].start_ms": "time the session's first decode step starts, ms from t=0 (no fault)",
@@ -224,7 +229,7 @@ def definitions(obj) -> dict[str, str]:
         "plan.dollars_per_hour": "GPUs in instances x dollars_per_gpu_hour, $/hour while every instance runs",
         "plan.fault_scenarios": "one run per (fault, GPU it hits): the instance on that GPU stalls and restarts its running session",
         "solver.solve_time_s": "wall time of the main solver calls, seconds",
-        "alternatives[]": "the best plan using one TP degree alone, or the limit that rules that degree out",
+        "alternatives[]": "the best plan using one TP degree (or one layout) alone, or the limit that rules it out",
     }
 
 

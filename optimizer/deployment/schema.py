@@ -17,6 +17,7 @@ from optimizer.catalog import lookup
 from optimizer.deployment.collectives import ACTIVATION_BYTES, AllReduceTable, read_nccl_allreduce_log
 from optimizer.deployment.model_config import ModelShape, read_model_config
 from optimizer.errors import InputError
+from optimizer.model.layout import Layout, default_layouts, layout_problem
 from optimizer.schema_base import StrictModel, validation_error_to_input_error
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
@@ -109,9 +110,32 @@ class WorkloadIn(_In):
     min_on_time_fraction: float = Field(default=1.0, ge=0, le=1)
 
 
+class AttentionLayoutIn(_In):
+    tp: int = Field(default=1, description="GPUs splitting each attention (TP)")
+    dp: int = Field(default=1, description="attention replicas, each serving its own sessions (DP attention)")
+
+
+class ExpertsLayoutIn(_In):
+    tp: int = Field(default=1, description="GPUs splitting each routed expert")
+    ep: int = Field(default=1, description="groups the routed experts are divided over (EP)")
+
+
+class LayoutIn(_In):
+    """One allowed instance layout (see :class:`optimizer.model.layout.Layout`)."""
+
+    attention: AttentionLayoutIn = AttentionLayoutIn()
+    experts: Optional[ExpertsLayoutIn] = Field(default=None, description="MoE only; default: follows attention")
+    pp: int = Field(default=1, description="pipeline stages")
+    gpus: Optional[int] = Field(default=None, description="GPUs of the instance (checked: pp x attention.tp x attention.dp)")
+
+
 class DeploymentIn(_In):
     reserve_gib_per_gpu: float = Field(default=0.0, ge=0, le=1e6, description="activations and workspace per GPU")
     tensor_parallel: Optional[list[int]] = Field(default=None, min_length=1)
+    layouts: Optional[list[LayoutIn]] = Field(default=None, min_length=1,
+                                              description="allowed instance layouts (default: see default_layouts)")
+    max_batch: Optional[int] = Field(default=None, gt=0, le=MAX_SESSIONS_PER_GROUP,
+                                     description="sessions an instance decodes at once (null: no limit beyond memory)")
     allreduce: Literal["ring", "tree", "best", "measured"] = "ring"
 
     @field_validator("tensor_parallel")
@@ -227,6 +251,19 @@ class Problem:
     degrees_given: bool
     allreduce: str
     faults: tuple[Fault, ...] = field(default_factory=tuple)
+    layouts: tuple[Layout, ...] = ()
+    layouts_given: bool = False
+    max_batch: Optional[int] = None  # None: no limit beyond memory
+
+    @property
+    def batch_cap(self) -> int:
+        """The batch limit an instance may use (the session count when unlimited)."""
+        return len(self.sessions) if self.max_batch is None else min(self.max_batch, len(self.sessions))
+
+    @property
+    def tp_only(self) -> bool:
+        """True for today's problem: plain TP layouts, one session at a time per instance."""
+        return self.batch_cap == 1 and all(lay == Layout.tp(lay.attention_tp) for lay in self.layouts)
 
     @property
     def total_gpus(self) -> int:
@@ -330,12 +367,23 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
     classes = tuple(SessionClass(i, k[0], k[1], k[2], tuple(class_ids[i])) for k, i in class_index.items())
 
     total = server.gpus * hw.servers
-    if inst.deployment.tensor_parallel is not None:
-        degrees = tuple(inst.deployment.tensor_parallel)
+    dep = inst.deployment
+    if dep.tensor_parallel is not None and dep.layouts is not None:
+        raise InputError(path, "deployment.layouts", "give either deployment.tensor_parallel (TP shorthand) or deployment.layouts, not both")
+    if dep.tensor_parallel is not None:
+        degrees = tuple(dep.tensor_parallel)
+        given = True
+        layouts = tuple(Layout.tp(p) for p in degrees)
+    elif dep.layouts is not None:
+        layouts = tuple(_layout(shape, lay_in, path, f"deployment.layouts[{i}]") for i, lay_in in enumerate(dep.layouts))
+        if len(set(layouts)) != len(layouts):
+            raise InputError(path, "deployment.layouts", "a layout is listed twice")
+        degrees = tuple(sorted({lay.gpus for lay in layouts if lay == Layout.tp(lay.gpus)}))
         given = True
     else:
         degrees = tuple(2 ** i for i in range(0, 64) if 2 ** i <= total)
         given = False
+        layouts = tuple(default_layouts(shape, total, server.gpus))
     for i, f in enumerate(inst.faults):
         if f.gpu is not None and f.gpu >= total:
             raise InputError(path, f"faults[{i}].gpu", f"GPU {f.gpu} does not exist ({total} GPUs: 0..{total - 1})")
@@ -359,4 +407,23 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         degrees_given=given,
         allreduce=inst.deployment.allreduce,
         faults=tuple(Fault(f.gpu, f.at_ms * 1e-3, f.stall_ms * 1e-3) for f in inst.faults),
+        layouts=layouts,
+        layouts_given=given,
+        max_batch=dep.max_batch,
     )
+
+
+def _layout(m: ModelShape, lay_in: LayoutIn, path: Path, prefix: str) -> Layout:
+    """A layout entry resolved and validated against the model (raises InputError naming the field)."""
+    a = lay_in.attention
+    if lay_in.experts is None:
+        etp, eep = (a.tp * a.dp, 1) if m.moe is not None else (a.tp, 1)
+    else:
+        if m.moe is None:
+            raise InputError(path, f"{prefix}.experts", f"{m.name} is a dense model: it has no experts to lay out")
+        etp, eep = lay_in.experts.tp, lay_in.experts.ep
+    lay = Layout(a.tp, a.dp, etp, eep, lay_in.pp)
+    bad = layout_problem(m, lay, lay_in.gpus)
+    if bad:
+        raise InputError(path, f"{prefix}.{bad[0]}", bad[1])
+    return lay

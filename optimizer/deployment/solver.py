@@ -2,6 +2,7 @@
 extract the plan, re-check it with the independent evaluator."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -93,7 +94,7 @@ def build(problem: Problem, perf: PerfModel, degrees, objective, explain: bool =
 
 
 def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[float] = None,
-                     degrees=None, perf: Optional[PerfModel] = None) -> SolveOutcome:
+                     degrees=None, perf: Optional[PerfModel] = None, layouts=None) -> SolveOutcome:
     """Find the optimal deployment plan.
 
     Args:
@@ -101,6 +102,7 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
         objective: a deployment objective (name or object, see ``objectives/deployment/``).
         time_limit_s: wall-clock budget for all solver calls (default 60 s).
         degrees: restrict the TP degrees (default: the problem's).
+        layouts: restrict the layouts (batched / layout problems; default: the problem's).
     Returns:
         SolveOutcome; ``status`` is INFEASIBLE when no plan meets the limits.
     Raises:
@@ -110,6 +112,8 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
     perf = perf or PerfModel(problem)
     limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
     deadline = time.perf_counter() + limit
+    if not problem.tp_only:
+        return _solve_batched(problem, perf, obj, deadline, tuple(problem.layouts if layouts is None else layouts))
     allowed = tuple(problem.degrees if degrees is None else degrees)
     usable = usable_degrees(problem, perf, allowed)
     mode = choose_mode(problem, obj)
@@ -369,6 +373,99 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
                    "configuration")
 
 
+def _solve_batched(problem: Problem, perf: PerfModel, obj, deadline: float, layouts) -> SolveOutcome:
+    """Layouts and batched decode: configuration search over (layout, batch limit, sessions)
+    columns (:mod:`optimizer.deployment.batching`)."""
+    from optimizer.deployment.batching import (check_supported, enumerate_batch_configurations,
+                                               layout_options)
+    check_supported(problem, obj)
+    allowed = tuple(problem.degrees)
+    mode = "configuration (layouts, batched)"
+    stats = SolverStats("highs (configuration LP/MILP)", Status.INFEASIBLE, 0.0, solves=0)
+    t0 = time.perf_counter()
+    options = layout_options(problem, perf, layouts)
+    configs = enumerate_batch_configurations(problem, perf, options, deadline=deadline) if options else []
+    if configs is None:
+        stats.status = Status.TIME_LIMIT
+        stats.time_s = time.perf_counter() - t0
+        out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, mode)
+        out.notes.append("too many configurations (layout, batch limit, sessions) to enumerate within the limits")
+        return out
+    covered = {c.index for c in problem.classes if any(cfg.counts[c.index] for cfg in configs)}
+    if len(covered) < len(problem.classes):
+        stats.time_s = time.perf_counter() - t0
+        return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, mode)
+    need = max(problem.required_on_time, obj.min_on_time)
+    search = ConfigurationSearch(problem, configs, need, deadline)
+    if obj.search is None:
+        return _solve_batched_additive(problem, perf, obj, search, need, deadline, stats, allowed, mode, t0)
+    res = search.run(obj.search, None)
+    stats.solves += res.lp_solves + res.milp_solves
+    stats.time_s = time.perf_counter() - t0
+    if res.counts is None:
+        status = Status.INFEASIBLE if res.bound is None else Status.TIME_LIMIT
+        stats.status = status
+        return SolveOutcome(status, obj, None, None, None, stats, allowed, mode)
+    plan = plan_from_batch_configurations(problem, perf, res.counts)
+    ev = evaluate(problem, plan, perf)
+    value = obj.value(ev)
+    bnd = _search_bound_in_unit(problem, obj, res.bound) if res.bound is not None else None
+    if res.proven:
+        bnd = min(value, bnd)
+    return _finish(Status.OPTIMAL if res.proven else Status.FEASIBLE, obj, value, bnd, ev, stats, allowed, mode)
+
+
+def _solve_batched_additive(problem, perf, obj, search, need, deadline, stats, allowed, mode, t0) -> SolveOutcome:
+    """Objectives additive over instances (``column_cost``): a count (MILP, then the smallest
+    makespan among its optima) or a ratio (Dinkelbach on MILPs)."""
+    from optimizer.deployment.batching import solve_count, solve_ratio
+
+    if obj.kind == "ratio":
+        st, counts, lam = solve_ratio(search, obj, need, deadline)
+        bound = obj.ratio_in_unit(problem, lam) if lam is not None else None
+    else:
+        st, counts, raw = solve_count(search, obj, need, deadline)
+        bound = obj.bound_in_unit(problem, math.ceil(raw - 1e-6)) if raw is not None else None
+    stats.solves += search.lp_solves + search.milp_solves
+    stats.time_s = time.perf_counter() - t0
+    if counts is None:
+        status = Status.INFEASIBLE if st == "infeasible" else Status.TIME_LIMIT
+        stats.status = status
+        return SolveOutcome(status, obj, None, None, None, stats, allowed, mode)
+    ev = evaluate(problem, plan_from_batch_configurations(problem, perf, counts), perf)
+    value = obj.value(ev)
+    proven = st == "optimal"
+    if proven and bound is not None:
+        bound = min(bound, value)  # the search's exact optimum in ticks; the evaluator's value to rounding
+    return _finish(Status.OPTIMAL if proven else Status.FEASIBLE, obj, value, bound, ev, stats, allowed, mode)
+
+
+def plan_from_batch_configurations(problem: Problem, perf: PerfModel, counts) -> Plan:
+    """Instances from (layout, batch limit, sessions) configuration counts: sessions per class
+    taken in id order, admitted in the configuration's rule order
+    (:func:`optimizer.deployment.batching.admission_order`), packed on servers first-fit."""
+    import numpy as np
+
+    from optimizer.deployment.batching import admission_order
+    from optimizer.deployment.units import ticks_up
+
+    pools = {c.index: list(c.session_ids) for c in problem.classes}
+    items = []
+    for cfg, r in sorted(counts, key=lambda t: -t[0].degree):
+        single = [ticks_up(perf.model.single_session_step_s(cfg.layout, np.arange(c.context, c.context + c.new)).sum())
+                  for c in problem.classes]
+        for _ in range(r):
+            sess, jobs, ticks = [], [], []
+            for c in problem.classes:
+                for _ in range(cfg.counts[c.index]):
+                    sess.append(pools[c.index].pop(0))
+                    jobs.append((c.context, c.new, c.deadline_s))
+                    ticks.append(single[c.index])
+            order = admission_order(jobs, ticks, cfg.batch)
+            items.append((cfg.degree, [sess[i] for i in order], cfg.layout, cfg.batch))
+    return pack_on_servers(problem, items)
+
+
 def plan_from_configurations(problem: Problem, options, counts) -> Plan:
     """Instances from configuration counts: sessions per class taken in id order, run in
     Moore-Hodgson order (on-time ones by deadline, late ones after); instances packed on
@@ -391,15 +488,17 @@ def plan_from_configurations(problem: Problem, options, counts) -> Plan:
     return pack_on_servers(problem, items)
 
 
-def pack_on_servers(problem: Problem, items: list[tuple[int, list[str]]]) -> Plan:
-    """Place instances (degree, ordered session ids) on servers: spanning instances on whole
-    servers first, then first-fit by decreasing degree (exact for chain degrees)."""
+def pack_on_servers(problem: Problem, items: list[tuple]) -> Plan:
+    """Place instances (GPUs, ordered session ids[, layout, batch limit]) on servers: spanning
+    instances on whole servers first, then first-fit by decreasing GPUs (exact for chain sizes)."""
     G = problem.server.gpus
     items = sorted(items, key=lambda t: -t[0])
     free = [G] * problem.servers
     out = []
     next_gpu = [s * G for s in range(problem.servers)]
-    for p, order in items:
+    for item in items:
+        p, order = item[0], item[1]
+        lay, batch = (item[2], item[3]) if len(item) > 2 else (None, 1)
         if p > G:
             m = p // G
             start = next(s for s in range(problem.servers - m + 1) if all(free[t] == G for t in range(s, s + m)))
@@ -415,7 +514,7 @@ def pack_on_servers(problem: Problem, items: list[tuple[int, list[str]]]) -> Pla
             gpus = list(range(next_gpu[s], next_gpu[s] + p))
             next_gpu[s] += p
             free[s] -= p
-        out.append(PlannedInstance(f"i{len(out)}", p, servers, tuple(gpus), order))
+        out.append(PlannedInstance(f"i{len(out)}", p, servers, tuple(gpus), order, lay, batch))
     return Plan(out)
 
 

@@ -126,3 +126,42 @@ def enumerate_layouts(m: ModelSpec, max_gpus: int) -> Iterator[Layout]:
                 for lay in cands:
                     if layout_problem(m, lay) is None:
                         yield lay
+
+
+def default_layouts(m: ModelSpec, max_gpus: int, gpus_per_server: int) -> list[Layout]:
+    """The canonical layouts tried when an instance lists none (a few per GPU count).
+
+    GPU counts are the powers of two up to ``max_gpus`` (they divide a server of a power-of-two
+    size, or are whole multiples of it, so instances pack onto servers exactly).
+
+    * dense model: TP over ``g`` GPUs (as the TP-only shorthand always did); PP and DP
+      layouts of a dense model are used only when listed in ``deployment.layouts``;
+    * MoE model, ``g`` within one server: TP``g`` (experts split ``g`` ways) and, for every
+      power of two ``e`` with ``1 < e <= g`` dividing the routed experts, attention TP ``g/e``
+      x DP ``e`` with experts TP ``g/e`` x EP ``e`` (TP2xEP4, and DP attention + EP when
+      ``e = g``);
+    * MoE model, ``g`` over several servers: the same TP / TP x EP family over all ``g`` GPUs
+      (EP All-to-All over the scale-out network), and PP over servers (``g / server`` stages,
+      each one server laid out as above).
+
+    Only layouts valid for ``m`` (:func:`layout_problem`) are returned, ordered by GPUs.
+    """
+    out: list[Layout] = []
+    sizes = [2 ** i for i in range(64) if 2 ** i <= max_gpus]
+    for g in sizes:
+        if m.moe is None:
+            cands = [Layout.tp(g)]
+        else:
+            def family(n: int) -> list[Layout]:
+                fam = [Layout.tp(n)]
+                e = 2
+                while e <= n:
+                    fam.append(Layout(n // e, e, n // e, e, 1))
+                    e *= 2
+                return fam
+            cands = family(g)  # over several servers EP's All-to-All crosses the scale-out network
+            if g > gpus_per_server and g % gpus_per_server == 0:
+                cands += [Layout(s.attention_tp, s.attention_dp, s.experts_tp, s.experts_ep, g // gpus_per_server)
+                          for s in family(gpus_per_server)]
+        out += [lay for lay in cands if layout_problem(m, lay) is None and lay not in out]
+    return out

@@ -239,6 +239,15 @@ class PerfModel:
             worst = max(worst, self._static(st, lay) + max(per_rank))
         return worst
 
+    def stage_memory_terms(self, lay: Layout, sessions: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Per pipeline stage: (static bytes per GPU incl. reserve, KV bytes per GPU of each
+        session in ``sessions`` [(context, new)]), shapes [pp] and [pp, len(sessions)]. The
+        memory per GPU is ``max_stage(static + max_rank Σ kv of the rank)`` (eq. 6-1)."""
+        stages = self.stages(lay.pp)
+        static = np.array([self._static(st, lay) for st in stages])
+        kv = np.array([[self._kv_session(st, lay, c + n) for c, n in sessions] for st in stages]).reshape(len(stages), len(sessions))
+        return static, kv
+
     def max_sessions(self, lay: Layout, context: int, new: int) -> int:
         """How many identical sessions fit one instance: ``dp x`` the fewest per rank over stages."""
         best = None
@@ -405,3 +414,71 @@ class PerfModel:
     def summary(self) -> dict:
         """The weight inventory as a JSON-ready dict (see :meth:`Weights.as_dict`)."""
         return self.w.as_dict()
+
+
+def _affine_key(lay: Layout, b_rank) -> tuple:
+    return (lay, tuple(int(b) for b in b_rank))
+
+
+class BatchStepTable:
+    """Vectorised batched decode steps of one model (a helper of :meth:`PerfModel.step`).
+
+    For a fixed layout and a fixed number of active sessions per attention-DP rank, every term
+    of a stage's step time is affine in the rank's ``S_r = Σ(s_i+1)``: local (HBM) time
+    ``l0 + l1·S_r``, compute time ``c0 + c1·S_r``, and the collectives are constant. The table
+    caches these coefficients per (layout, sessions per rank) and evaluates a run of steps in
+    which every active session advances by one token per step in one numpy expression. It
+    equals :meth:`PerfModel.step` (``microbatches=1``, default expert loads) to floating-point
+    rounding (tests compare them).
+    """
+
+    def __init__(self, perf: "PerfModel"):
+        self.perf = perf
+        self._coef: dict[tuple, list] = {}
+
+    def _coefficients(self, lay: Layout, b_rank: np.ndarray) -> list:
+        key = _affine_key(lay, b_rank)
+        if key not in self._coef:
+            perf = self.perf
+            b = np.asarray(b_rank, dtype=np.float64)
+            b_total = float(b.sum())
+            rows = []
+            for k, st in enumerate(perf.stages(lay.pp)):
+                zero = perf._stage_time(st, lay, b, np.zeros_like(b), b_total, None)
+                one = perf._stage_time(st, lay, b, np.ones_like(b), b_total, None)
+                l0 = np.broadcast_to(zero[1], b.shape).astype(np.float64)
+                l1 = np.broadcast_to(one[1], b.shape) - l0
+                c0 = np.broadcast_to(zero[2], b.shape).astype(np.float64)
+                c1 = np.broadcast_to(one[2], b.shape) - c0
+                comm = float(zero[3] + zero[4])
+                hand = perf.hw.p2p_s(b_total * perf.spec.hidden * ACTIVATION_BYTES, perf._crosses(lay, k)) \
+                    if k < lay.pp - 1 else 0.0
+                rows.append((l0, l1, c0, c1, comm, hand))
+            self._coef[key] = rows
+        return self._coef[key]
+
+    def step_times_s(self, lay: Layout, positions, steps: int, rank=None) -> np.ndarray:
+        """Times (s) of ``steps`` consecutive batched decode steps: in step j (0-based) the active
+        sessions are at positions ``positions + j`` (shape [n], DP ``rank`` shape [n], default
+        round robin). Returns shape [steps]."""
+        pos = np.asarray(positions, dtype=np.float64).reshape(-1)
+        dp = lay.attention_dp
+        rank = np.arange(pos.size) % dp if rank is None else np.asarray(rank, dtype=int)
+        b_rank = np.bincount(rank, minlength=dp).astype(np.float64)
+        ctx0 = np.bincount(rank, weights=pos + 1.0, minlength=dp)
+        j = np.arange(steps, dtype=np.float64)[:, None]
+        ctx = ctx0[None, :] + j * b_rank[None, :]  # [steps, dp]
+        total = np.zeros(steps)
+        for l0, l1, c0, c1, comm, hand in self._coefficients(lay, b_rank):
+            t = np.maximum(l0 + l1 * ctx, c0 + c1 * ctx) + comm
+            total = total + t.max(axis=1) + hand
+        return total
+
+
+def batch_step_table(perf: "PerfModel") -> BatchStepTable:
+    """The (cached) :class:`BatchStepTable` of ``perf``."""
+    tab = getattr(perf, "_batch_table", None)
+    if tab is None:
+        tab = BatchStepTable(perf)
+        perf._batch_table = tab
+    return tab
