@@ -8,7 +8,8 @@ from tests.conftest import INSTANCES
 
 BOOK = INSTANCES / "qwen32b_128k.yaml"
 EIGHT = ["--set", "workload.sessions=[{name: chat, count: 8, context_tokens: 8192, new_tokens: 256, deadline_ms: 5000}]",
-         "--set", "deployment.tensor_parallel=[1, 2, 4, 8]", "--set", "workload.min_on_time_fraction=1"]
+         "--set", "deployment.tensor_parallel=[1, 2, 4, 8]", "--set", "workload.min_on_time_fraction=1",
+         "--set", "deployment.max_batch=1"]
 
 
 def _json(cli, *args):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from optimizer.experts.eplb import rebalance
-from optimizer.experts.plan import LayerPlan, plan_from_phy2log
+from optimizer.experts.plan import plan_from_phy2log
 from optimizer.experts.solve import OPTIMALITY_REL_TOL, LayerTask, solve_layer
 from tests.experts_helpers import (brute_force_max_load, distinct_per_gpu, gpu_loads_from_phy2log,
                                    optimal_split_lp, run_json, write_instance)

@@ -21,7 +21,7 @@ Integer resolution (CP-SAT needs integer coefficients):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from ortools.sat.python import cp_model

@@ -65,7 +65,7 @@ def deployment_timeline_data(report) -> Optional[TimelineData]:
     if ev is None or not ev.plan.instances or ev.violations:
         return None
     insts = ev.plan.instances
-    rows = [f"{i.id} TP{i.degree} GPU {_ranges(i.gpus)}" for i in insts]
+    rows = [f"{i.id} {i.lay.label()} GPU {_ranges(i.gpus)}" for i in insts]
     index = {i.id: k for k, i in enumerate(insts)}
 
     def panel(title, scenario, stalls):
@@ -105,8 +105,9 @@ class MemoryData:
 
 
 def deployment_memory_data(report) -> MemoryData:
-    """Bytes per GPU split as in eq. 6-1: ``(resident - norms)/p + norms`` weights,
-    ``sum kv_token·(context+new)/min(p, KVH)`` KV cache and the reserve, in GB.
+    """Bytes on the fullest GPU of each instance split as in eq. 6-1: the layout's weights per GPU
+    (:meth:`optimizer.model.perf.PerfModel.weight_bytes_per_gpu`), the reserve, and the KV cache
+    (the rest of the evaluator's memory per GPU), in GB.
 
     Raises:
         RuntimeError: the split does not add up to the evaluator's memory per GPU (a bug).
@@ -116,16 +117,17 @@ def deployment_memory_data(report) -> MemoryData:
     p = report.problem
     ev = report.outcome.evaluation
     perf = PerfModel(p)
-    by_id = {s.id: s for s in p.sessions}
     n = p.total_gpus
     w, kv, res = np.zeros(n), np.zeros(n), np.zeros(n)
     owner: list[Optional[str]] = [None] * n
     for inst in ev.plan.instances:
-        weights = perf.static_bytes_per_gpu(inst.degree) - p.reserve_bytes
-        cache = sum(perf.kv_bytes_per_gpu(inst.degree, by_id[s].context, by_id[s].new) for s in inst.sessions)
+        # the fullest GPU of the instance (worst PP stage, busiest attention-DP rank): weights of
+        # the layout, the reserve, and the KV cache is the rest of the evaluator's total
+        weights = perf.model.weight_bytes_per_gpu(inst.lay)
         total = ev.memory_per_gpu[inst.id]
-        if abs(weights + cache + p.reserve_bytes - total) > 1e-9 * max(total, 1.0):
-            raise RuntimeError(f"{inst.id}: memory split {weights + cache + p.reserve_bytes} != evaluator {total}")
+        cache = total - weights - p.reserve_bytes
+        if cache < -1e-6 * max(total, 1.0):
+            raise RuntimeError(f"{inst.id}: weights {weights} + reserve exceed the evaluator's {total} bytes per GPU")
         for g in inst.gpus:
             w[g], kv[g], res[g], owner[g] = weights / 1e9, cache / 1e9, p.reserve_bytes / 1e9, inst.id
     return MemoryData(p.name, list(range(n)), owner, w, kv, res, p.gpu.memory_bytes / 1e9)

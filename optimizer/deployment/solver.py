@@ -19,7 +19,6 @@ from optimizer.deployment.configurations import (ConfigurationSearch, chain_degr
 from optimizer.deployment.evaluate import Evaluation, Plan, PlannedInstance, evaluate
 from optimizer.deployment.fault_columns import enumerate_columns, solve_columns
 from optimizer.deployment.formulation import Formulation, degree_fits_hardware, degree_fits_model
-from optimizer.deployment.units import TIME_UNIT_S
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.errors import InputError

@@ -88,7 +88,7 @@ class _Reader:
         return int(v) if integer else float(v)
 
     def linear(self, field: str) -> Linear:
-        m = self.mapping(field, {"fixed", "per_context_token"})
+        self.mapping(field, {"fixed", "per_context_token"})  # checks the keys
         return Linear(fixed=self.number(f"{field}.fixed"), per_context_token=self.number(f"{field}.per_context_token"))
 
     def per_table(self, field: str, n: int, *, integer: bool, split_total: bool) -> list[float]:

@@ -46,7 +46,7 @@ def metric_text(p: Problem, objective: str, r: OptionResult) -> str:
 
 def limit_text(p: Problem, r: OptionResult) -> str:
     """Why the option holds no more sessions per card (one sentence)."""
-    f, S = r.figures, r.option.size
+    f = r.figures
     if f is None:
         return "; ".join(r.violations.values())
     n = r.sessions_per_card
