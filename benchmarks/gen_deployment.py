@@ -16,7 +16,7 @@ from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import build_problem
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTEXTS = [4_096, 16_384, 32_768, 65_536, 131_064]
+CONTEXTS = [4_096, 16_384, 32_768, 65_536, 131_008]  # context + new tokens <= 131,072 (YaRN x4)
 NEW_TOKENS = [8, 16, 32, 64]
 
 
@@ -24,7 +24,9 @@ def generate(n_sessions: int, servers: int, seed: int = 0, types: int = 6) -> di
     rng = random.Random(seed)
     base = {
         "name": f"generated: {n_sessions} sessions on {servers} HGX H100 (seed {seed})",
-        "model": {"config": str(ROOT / "instances" / "models" / "qwen3-32b.json")},
+        # YaRN x4 as Qwen documents for 131,072 tokens (the generated contexts reach 128K)
+        "model": {"config": str(ROOT / "instances" / "models" / "qwen3-32b.json"),
+                  "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768}},
         "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
         "workload": {"sessions": [], "min_on_time_fraction": 0.9},
         "deployment": {"reserve_gib_per_gpu": 2, "tensor_parallel": [1, 2, 4, 8], "max_batch": 1},

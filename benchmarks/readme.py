@@ -145,6 +145,12 @@ def bench_esft_text() -> Optional[str]:
     return "\n".join(lines)
 
 
+def bench_cli_text() -> str:
+    from benchmarks import bench_cli
+
+    return _stdout_of(bench_cli.main, ["bench_cli.py", "--repeats", "3"])
+
+
 BLOCKS: list[Block] = [
     Block("deployment-example", command="optimize instances/qwen32b_128k.yaml --objective cost"),
     Block("experts-example", command="optimize instances/deepseek_v3_ep32.yaml --output out/", volatile="experts"),
@@ -154,6 +160,7 @@ BLOCKS: list[Block] = [
     Block("experts-benchmark", bench=bench_experts_text, volatile="experts-benchmark"),
     Block("experts-esft-benchmark", bench=bench_esft_text, volatile="experts-esft-benchmark"),
     Block("buildout-benchmark", bench=bench_buildout_text, volatile="buildout-benchmark"),
+    Block("cli-benchmark", bench=bench_cli_text, volatile="cli-benchmark"),
 ]
 BY_NAME = {b.name: b for b in BLOCKS}
 
@@ -240,6 +247,7 @@ VOLATILE: dict[str, Callable[[str], str]] = {
     "experts-esft-benchmark": lambda t: _mask_table_columns(t, {1: None, 2: None, 3: 2, 4: 2}),
     # | ... | status | solve s (median) | explain s (median) |
     "buildout-benchmark": lambda t: _mask_table_columns(t, {7: None, 8: None}),
+    "cli-benchmark": lambda t: _mask_table_columns(t, {3: None, 4: None, 5: None}),
 }
 
 
