@@ -13,6 +13,16 @@ make it worse):
 
 The reported status is ``optimal`` only when every stage was proven optimal; the reported
 bound and gap are those of the primary stage.
+
+CP-SAT parameters (:func:`solver_parameters`): one search worker, no LNS, no presolve
+probing or symmetry detection, no search log. These models are small (tens to a few
+thousand rack patterns) and one full-problem worker proves every stage optimal in
+milliseconds; a second worker only competed for the 2-core machine (measured 0.06-0.27 s per
+run against 0.09-0.17 s with one). LNS is off because an LNS fragment that CP-SAT judges
+infeasible is reported by OR-Tools as ``LOG(ERROR) "Infeasible LNS solution! ... solved with
+params ..."`` (``cp_model_solver.cc``) straight to the process's stderr through absl logging,
+which ``log_search_progress``/``log_to_stdout`` do not control; with one worker and
+``use_lns=False`` no LNS fragment is ever solved, so that dump cannot reach the user.
 """
 from __future__ import annotations
 
@@ -20,14 +30,53 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ortools.sat.python import cp_model
+
 from objectives.buildout import (cost as buildout_cost, gpus as buildout_gpus, racks as buildout_racks)
 from optimizer.buildout.model import Ctx, build, values
 from optimizer.buildout.schema import Problem
-from optimizer.cpsat import NamedModel, solve_cp
+from optimizer.cpsat import CpSolveOutcome, NamedModel
 from optimizer.result import ConstraintKey, SolverStats, Status, relative_gap
 
 OBJECTIVE_MODULES = {"gpus": buildout_gpus, "cost": buildout_cost, "racks": buildout_racks}
 DEFAULT_TIME_LIMIT_S = 60.0
+SEARCH_WORKERS = 1
+
+
+def solver_parameters(solver: cp_model.CpSolver, time_limit_s: float | None, workers: int = SEARCH_WORKERS) -> None:
+    """Set the build-out's CP-SAT parameters on ``solver`` (see the module docstring)."""
+    prm = solver.parameters
+    if time_limit_s is not None:
+        prm.max_time_in_seconds = max(0.01, float(time_limit_s))
+    prm.num_workers = workers
+    prm.random_seed = 0
+    prm.use_lns = False
+    prm.log_search_progress = False
+    prm.cp_model_probing_level = 0  # presolve probing and symmetry detection cost more than they
+    prm.symmetry_level = 0          # save on these small models (measured: benchmarks/bench_buildout.py)
+
+
+_STATUS = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
+           cp_model.INFEASIBLE: Status.INFEASIBLE}
+
+
+def cp_solve(model: cp_model.CpModel, time_limit_s: float | None) -> CpSolveOutcome:
+    """Solve a build-out model with :func:`solver_parameters`; objective and bound in model units.
+
+    Raises:
+        RuntimeError: CP-SAT reports the model invalid (a modelling bug).
+    """
+    solver = cp_model.CpSolver()
+    solver_parameters(solver, time_limit_s)
+    t0 = time.perf_counter()
+    code = solver.solve(model)
+    dt = time.perf_counter() - t0
+    if code == cp_model.MODEL_INVALID:
+        raise RuntimeError(f"CP-SAT model invalid: {model.validate()}")
+    st = _STATUS.get(code, Status.TIME_LIMIT)
+    found = model.has_objective() and st in (Status.OPTIMAL, Status.FEASIBLE)
+    return CpSolveOutcome(st, solver, dt, solver.objective_value if found else None,
+                          solver.best_objective_bound if found else None)
 
 
 def objective_unit(p: Problem, objective: str) -> str:
@@ -49,7 +98,8 @@ class SolveResult:
 
     ``plan`` is the raw solution (:func:`optimizer.buildout.model.values`) or None;
     ``objective``/``bound`` are in the objective's unit; ``conflict`` holds the conflicting
-    keys when infeasible.
+    keys when infeasible. ``stats.time_s`` is the CP-SAT time of the stages (and of the
+    conflict search); :func:`optimizer.buildout.run` adds the whole run's time to the report.
     """
 
     status: Status
@@ -90,7 +140,7 @@ def solve_primary(nm: NamedModel, ctx: Ctx, objective_expr, sense: str, time_lim
         m.maximize(objective_expr)
     else:
         m.minimize(objective_expr)
-    return solve_cp(m, time_limit_s)
+    return cp_solve(m, time_limit_s)
 
 
 def solve(p: Problem, objective: str, time_limit_s: float | None = None) -> SolveResult:
@@ -113,6 +163,7 @@ def solve(p: Problem, objective: str, time_limit_s: float | None = None) -> Solv
     status = Status.OPTIMAL
     solver_time = 0.0
     allv = _all_vars(ctx)
+    last = None
     for i, (name, expr, sense) in enumerate(_stages(p, objective, ctx)):
         left = limit - (time.perf_counter() - t_start)
         if i > 0 and left <= 0.01:  # keep the plan found so far; later stages are unproven
@@ -126,7 +177,9 @@ def solve(p: Problem, objective: str, time_limit_s: float | None = None) -> Solv
                 conflict = None
                 if out.status == Status.INFEASIBLE:
                     enm, _ = build(p, explain=True)
+                    t_c = time.perf_counter()
                     conflict = enm.conflicting_keys(time_limit_s=max(1.0, limit - (time.perf_counter() - t_start)))
+                    stats.time_s += time.perf_counter() - t_c
                 return SolveResult(out.status, objective, None, None, None, stats,
                                    [StageResult(name, out.status, None, out.time_s)], conflict or [])
             value, bound = mod.to_unit(out.objective, ctx), mod.to_unit(out.bound, ctx)
@@ -138,7 +191,7 @@ def solve(p: Problem, objective: str, time_limit_s: float | None = None) -> Solv
         elif out.status == Status.FEASIBLE:
             status = Status.FEASIBLE
         stages.append(StageResult(name, out.status, out.objective, out.time_s))
-        plan = values(out.solver, ctx)
+        last = out
         val = int(round(out.objective))
         m = nm.model
         if out.status == Status.OPTIMAL:
@@ -150,6 +203,8 @@ def solve(p: Problem, objective: str, time_limit_s: float | None = None) -> Solv
         m.clear_hints()
         for v in allv:
             m.add_hint(v, out.solver.value(v))
+    if last is not None:
+        plan = values(last.solver, ctx)  # once, from the last stage solved
     gap = relative_gap(value, bound) if stages and stages[0].status == Status.FEASIBLE else 0.0
     stats = SolverStats("cp-sat", status, solver_time, value, bound, gap, len(stages))
     return SolveResult(status, objective, plan, value, bound, stats, stages)
