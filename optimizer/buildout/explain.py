@@ -307,7 +307,10 @@ def fabric_bindings(p: Problem, plan: dict, ev: Evaluation) -> list[Binding]:
     leaves = leaf_groups(p, plan)
     down_cap = sum(d * c for d, _u, c in leaves)
     free = down_cap - ev.gpu_links
-    g = max((t.gpus for t in p.types if plan["servers"].get(t.name, 0) > 0), default=max(t.gpus for t in p.types))
+    placeable = [t for t in p.types if not buildout_racks.unfit_families(p, t.power_w, t.rack_units)]
+    if not placeable:
+        return []  # no server fits a rack (unfit_bindings says why): no fabric to describe
+    g = max((t.gpus for t in placeable if plan["servers"].get(t.name, 0) > 0), default=max(t.gpus for t in placeable))
     more = g * p.install_unit_servers * f.gpu_links
     if ev.second_tier:
         d_max = max(d for d, _u, _c in leaves) if leaves else 0
