@@ -65,7 +65,7 @@ def readme_commands() -> list[list[str]]:
         if line.startswith("optimize instances/"):
             parts = shlex.split(line)[1:]
             path = ROOT / parts[0]
-            if path.exists() and "buildout" in (yaml.safe_load(path.read_text()) or {}):
+            if path.exists() and "buildout" in (yaml.safe_load(path.read_text()) or {}) and parts not in out:
                 out.append(parts)
     return out
 
@@ -112,7 +112,8 @@ def whole_commands(repeats: int) -> bool:
     bare = [py, "-c", "import ortools.sat.python.cp_model"]
     runs: list[tuple[str, list[str]]] = []
     for parts in readme_commands():
-        runs.append(("README: optimize " + " ".join(parts), parts + ["--format", "json"]))
+        runs.append(("README: optimize " + " ".join(parts),
+                     parts + ([] if "--format" in parts else ["--format", "json"])))
     tmp = Path(tempfile.mkdtemp(prefix="bench_buildout_"))
     for i, (label, raw) in enumerate(cases()):
         path = tmp / f"case{i}.yaml"

@@ -5,8 +5,8 @@ a power budget, in how many air- or liquid-cooled racks, with how many leaf and 
 chips, installed in whole units; which limit binds and what the next unit would need.
 
 Pipeline: :mod:`.schema` (strict input, unit conversion) -> :mod:`.model` (CP-SAT model,
-constraint families in ``constraints/buildout_*.py``) -> :mod:`.solve` (lexicographic
-objectives from ``objectives/buildout_*.py``) -> :mod:`.evaluate` (independent check) ->
+constraint families in ``constraints/buildout/*.py``) -> :mod:`.solve` (lexicographic
+objectives from ``objectives/buildout/*.py``) -> :mod:`.evaluate` (independent check) ->
 :mod:`.explain` (binding limits by what-if solves) -> :mod:`.report`.
 """
 from __future__ import annotations

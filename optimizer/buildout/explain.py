@@ -5,6 +5,8 @@ prices of an integer program): a limit binds the primary objective when relaxing
 makes the optimum strictly better. For the power budget the what-if is "the least power of
 any strictly better plan" (so the message says how many kW more would help). The rack and
 fabric entries describe the per-rack and per-switch limits that fix the secondary counts.
+Server types (and switch chips) that fit no rack come first, one entry per reason
+(:func:`unfit_bindings`), for every objective: a plan without them must say why.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ Integer units: power in watts, cost in hundredths of the cost unit (see
 * with a fabric: ``z`` (second tier built), ``l1`` one-tier leaf chips, ``w[d]`` two-tier
   leaf chips with split d, ``s`` spine chips (:mod:`constraints.buildout.fabric`).
 
-Constraint families live in ``constraints/buildout_*.py``; each module's ``add(nm, ctx)``
+Constraint families live in ``constraints/buildout/*.py``; each module's ``add(nm, ctx)``
 adds its constraints under :class:`~optimizer.result.ConstraintKey` names.
 """
 from __future__ import annotations

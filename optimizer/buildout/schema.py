@@ -273,8 +273,9 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str,
 
     Raises:
         InputError: unknown server name, missing inline figure, no cooling available, a
-            missing ``target_gpus`` for the cost/racks objectives, or a missing cost for the
-            cost objective.
+            missing ``target_gpus`` for the cost/racks objectives, a missing cost for the
+            cost objective, feed fields without ``feed_kw``, ``feed_kw`` without
+            ``max_utilization``, or an odd ``feeds_per_rack`` with ``redundant_feeds``.
     """
     b = inst.buildout
     data, cost_unit = load_server_data(servers_file)
