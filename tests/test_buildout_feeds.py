@@ -160,3 +160,17 @@ def test_bad_switch_field(override, field, words):
     code, _out, err = run_cli(SECOND_TIER, "--set", override)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert f"error: {SECOND_TIER}: {field}: " in err and words in err, err
+
+
+def test_switch_taller_than_rack_with_target_is_infeasible():
+    raw = raw_of(EXAMPLE, buildout__fabric=dict(ONE_TIER, switch_rack_units=50), buildout__target_gpus=8)
+    code, d = run_json(write_instance_tmp(raw), "--objective", "racks")
+    assert code == 3
+    assert set(d["conflict"]["constraints"]) == {"rack_units[switches]", "target[gpus]", "fabric_ports[leaf downlinks]"}
+    assert any("one switch chip is 50U, taller than a 42U rack" in x for x in d["conflict"]["details"])
+
+
+def test_switches_is_a_reserved_server_name():
+    code, _out, err = run_cli(EXAMPLE, "--set", "buildout.server_types=[{name: switches, gpus: 1, power_kw: 1, rack_units: 1}]")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"error: {EXAMPLE}: buildout.server_types: " in err and "'switches' is reserved" in err

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from optimizer.result import ConstraintKey
 
+SWITCHES = "switches"  # element name of the racked switch chips
 FAMILY = "rack_feed"
 
 
@@ -32,6 +33,9 @@ def add(nm, ctx) -> None:
     for t in p.types:
         if excludes(p, t.power_w):
             nm.add(ConstraintKey(FAMILY, t.name), ctx.n[t.name] == 0)
+    f = p.fabric
+    if f is not None and f.switches_in_racks and excludes(p, f.switch_power_w):
+        nm.add(ConstraintKey(FAMILY, SWITCHES), ctx.leaves + ctx.s == 0)
 
 
 def feed_text(p) -> str:
@@ -43,6 +47,10 @@ def feed_text(p) -> str:
 
 
 def describe(key: ConstraintKey, p) -> str:
+    if key.element == SWITCHES:
+        f = p.fabric
+        return (f"one switch chip draws {f.switch_power_kw:g} kW, more than a rack's feeds allow "
+                f"({feed_text(p)}): it fits no rack")
     if key.element in {t.name for t in p.types}:
         t = p.type(key.element)
         return f"one {t.name} server draws {t.power_kw:g} kW, more than a rack's feeds allow ({feed_text(p)}): it fits no rack"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from optimizer.result import ConstraintKey
 
+SWITCHES = "switches"  # element name of the racked switch chips
 FAMILY = "rack_power"
 
 
@@ -32,6 +33,9 @@ def add(nm, ctx) -> None:
     for t in p.types:
         if excludes(p, t.power_w):
             nm.add(ConstraintKey(FAMILY, t.name), ctx.n[t.name] == 0)
+    f = p.fabric
+    if f is not None and f.switches_in_racks and excludes(p, f.switch_power_w):
+        nm.add(ConstraintKey(FAMILY, SWITCHES), ctx.leaves + ctx.s == 0)
 
 
 def limits_text(p) -> str:
@@ -39,6 +43,10 @@ def limits_text(p) -> str:
 
 
 def describe(key: ConstraintKey, p) -> str:
+    if key.element == SWITCHES:
+        f = p.fabric
+        return (f"one switch chip draws {f.switch_power_kw:g} kW, more than any rack can cool "
+                f"({limits_text(p)}): it fits no rack")
     if key.element in {t.name for t in p.types}:
         t = p.type(key.element)
         return (f"one {t.name} server draws {t.power_kw:g} kW, more than any rack can cool "

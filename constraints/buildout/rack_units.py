@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from optimizer.result import ConstraintKey
 
+SWITCHES = "switches"  # element name of the racked switch chips
 FAMILY = "rack_units"
 
 
@@ -27,9 +28,15 @@ def add(nm, ctx) -> None:
     for t in p.types:
         if excludes(p, t.rack_units):
             nm.add(ConstraintKey(FAMILY, t.name), ctx.n[t.name] == 0)
+    f = p.fabric
+    if f is not None and f.switches_in_racks and excludes(p, f.switch_rack_units):
+        nm.add(ConstraintKey(FAMILY, SWITCHES), ctx.leaves + ctx.s == 0)
 
 
 def describe(key: ConstraintKey, p) -> str:
+    if key.element == SWITCHES:
+        f = p.fabric
+        return f"one switch chip is {f.switch_rack_units}U, taller than a {p.rack_units}U rack: it fits no rack"
     if key.element in {t.name for t in p.types}:
         t = p.type(key.element)
         return f"one {t.name} server is {t.rack_units}U, taller than a {p.rack_units}U rack: it fits no rack"

@@ -45,10 +45,12 @@ def add(nm, ctx) -> None:
             continue
         # no pattern holds this type although it fits a rack: its bound is 0 (no room in the budget)
         nm.add(ConstraintKey(FAMILY, t.name), (sum(terms) if terms else 0) >= ctx.n[t.name])
-    if p.fabric is not None and p.fabric.switches_in_racks:
+    f = p.fabric
+    if f is not None and f.switches_in_racks:
         i = len(p.types)
         terms = [pat.counts[i] * y for pat, y in zip(ctx.patterns, ctx.y) if pat.counts[i] > 0]
-        nm.add(SWITCHES, (sum(terms) if terms else 0) >= ctx.leaves + ctx.s)
+        if terms or not unfit_families(p, f.switch_power_w, f.switch_rack_units):
+            nm.add(SWITCHES, (sum(terms) if terms else 0) >= ctx.leaves + ctx.s)
 
 
 def describe(key: ConstraintKey, p) -> str:

@@ -98,6 +98,8 @@ class BuildoutIn(StrictModel):
     def _unique_names(cls, v: list[ServerTypeIn]) -> list[ServerTypeIn]:
         seen: set[str] = set()
         for st in v:
+            if st.name == "switches":
+                raise ValueError("'switches' is reserved for the switch chips (a rack's content); rename the server type")
             if st.name in seen:
                 raise ValueError(f"server type '{st.name}' is listed twice")
             seen.add(st.name)
