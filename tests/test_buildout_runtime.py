@@ -137,3 +137,16 @@ def test_grouped_installed_racks_equal_per_rack(seed):
     assert [sum(pat.counts[i] * m for pat, m in got) for i in range(n)] == want
     for pat, _m in got:
         assert pat.power_w == sum(c * 1000 for c in pat.counts) and pat.units == sum(pat.counts)
+
+
+def test_solver_parameters_never_run_lns_or_log():
+    """The 'Infeasible LNS solution!' dump comes from LNS workers (absl LOG(ERROR) to fd 2):
+    the build-out's CP-SAT solves must not run LNS nor log the search."""
+    from ortools.sat.python import cp_model
+
+    from optimizer.buildout.solve import solver_parameters
+
+    s = cp_model.CpSolver()
+    solver_parameters(s, 5.0)
+    assert s.parameters.use_lns is False and s.parameters.log_search_progress is False
+    assert s.parameters.max_time_in_seconds == 5.0
