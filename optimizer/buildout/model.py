@@ -16,6 +16,7 @@ adds its constraints under :class:`~optimizer.result.ConstraintKey` names.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from math import ceil
 from typing import Any
 
@@ -140,6 +141,12 @@ def server_bounds(p: Problem, min_gpus: int = 0) -> dict[str, int]:
     return out
 
 
+@lru_cache(maxsize=64)
+def _patterns(power_w: tuple, units: tuple, caps: tuple, limits: tuple, rack_u: int) -> list[RackPattern]:
+    """:func:`rack_patterns`, cached: the what-if solves of one run rebuild the same racks."""
+    return rack_patterns(list(power_w), list(units), list(caps), dict(limits), rack_u)
+
+
 def build(p: Problem, explain: bool = False, omit: frozenset[str] = frozenset(),
           min_gpus: int = 0) -> tuple[NamedModel, Ctx]:
     """Build the model.
@@ -167,7 +174,8 @@ def build(p: Problem, explain: bool = False, omit: frozenset[str] = frozenset(),
         leaf_ub = max(1, p.fabric.gpu_links * gpus_ub)
         if p.fabric.switches_in_racks:
             caps.append(2 * leaf_ub + 1)
-    pats = rack_patterns(item_power_w(p), item_units(p), caps, p.cooling_limits_w(), p.rack_units)
+    pats = _patterns(tuple(item_power_w(p)), tuple(item_units(p)), tuple(caps),
+                     tuple(p.cooling_limits_w().items()), p.rack_units)
     racks_ub = max(1, sum(caps))
     y = [m.new_int_var(0, racks_ub, f"y[{i}:{pat.cooling}:{pat.counts}]") for i, pat in enumerate(pats)]
     ctx = Ctx(problem=p, n=n, k=k, patterns=pats, y=y, z=0, n_ub=n_ub, gpus_ub=gpus_ub)
