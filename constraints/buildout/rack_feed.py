@@ -42,8 +42,8 @@ def feed_text(p) -> str:
     if p.feed_kw is None:
         return "no feed limit"
     ab = ", A+B: the load must fit one side" if p.redundant_feeds else ""
-    return (f"{p.feeds_per_rack} x {p.feed_kw:g} kW feed{'s' if p.feeds_per_rack != 1 else ''} at "
-            f"{p.max_utilization:g} utilisation{ab} = {round(p.feed_usable_kw, 3):g} kW usable per rack")
+    return (f"{p.feeds_per_rack} x {p.feed_kw:g} kW feed{'s' if p.feeds_per_rack != 1 else ''} loaded to at most "
+            f"{round(p.max_utilization * 100, 3):g} %{ab} = {round(p.feed_usable_kw, 3):g} kW usable per rack")
 
 
 def describe(key: ConstraintKey, p) -> str:

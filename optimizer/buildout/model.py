@@ -196,7 +196,7 @@ def build(p: Problem, explain: bool = False, omit: frozenset[str] = frozenset(),
     return nm, ctx
 
 
-def installed_racks(p, racks: list[tuple[RackPattern, int]], servers: list[int]) -> list[tuple[RackPattern, int]]:
+def installed_racks(p, racks: list[tuple[RackPattern, int]], items: list[int]) -> list[tuple[RackPattern, int]]:
     """The racks as installed: the model covers the servers with *maximal* patterns
     (``>=``), so the last racks of each type give back the servers the plan does not have.
 
@@ -206,14 +206,15 @@ def installed_racks(p, racks: list[tuple[RackPattern, int]], servers: list[int])
 
     Args:
         racks: (maximal pattern, number of such racks), in model order.
-        servers: items per type in the plan (``len(servers) == len(pattern.counts)``).
+        items: items per kind in the plan: servers per type, then switch chips when they are
+            racked (``len(items) == len(pattern.counts)``).
     Returns:
-        (rack content, number of such racks) holding exactly ``servers``, groups with equal
+        (rack content, number of such racks) holding exactly ``items``, groups with equal
         content merged in order of first appearance; a rack left empty is dropped (the
         fewest-racks stage never leaves one).
     """
     groups = [(pat.cooling, list(pat.counts), mult) for pat, mult in racks if mult > 0]
-    for i, want in enumerate(servers):
+    for i, want in enumerate(items):
         extra = sum(c[i] * m for _cool, c, m in groups) - want
         j = len(groups) - 1
         while extra > 0 and j >= 0:  # take the surplus back from the last racks first
