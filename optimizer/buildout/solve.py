@@ -14,17 +14,18 @@ make it worse):
 The reported status is ``optimal`` only when every stage was proven optimal; the reported
 bound and gap are those of the primary stage.
 
-CP-SAT parameters (:func:`solver_parameters`): two search workers, no LNS, no presolve
-probing or symmetry detection, no search log. LNS is off because an LNS fragment that
-CP-SAT judges infeasible is reported by OR-Tools as ``LOG(ERROR) "Infeasible LNS solution!
-... solved with params ..."`` (``cp_model_solver.cc``) straight to the process's stderr
-through absl logging, which ``log_search_progress``/``log_to_stdout`` do not control; with
-``use_lns=False`` no LNS fragment is ever solved, so that dump cannot reach the user. The two
-workers (a full-problem LP worker plus feasibility jump / local search) are kept because one
-worker alone stalled on some stages (500 MW, fewest leaf-spine links: not proven in 20 s,
-against 0.07 s with two). Probing and symmetry detection cost more than they saved on these
-models (measured over 109 stage and what-if models of the benchmark cases: about 20 % less
-CP-SAT time in total).
+CP-SAT parameters (:func:`solver_parameters`): no LNS, no presolve probing or symmetry
+detection, no search log. LNS is off because an LNS fragment that CP-SAT judges infeasible is
+reported by OR-Tools as ``LOG(ERROR) "Infeasible LNS solution! ... solved with params ..."``
+(``cp_model_solver.cc``) straight to the process's stderr through absl logging, which
+``log_search_progress``/``log_to_stdout`` do not control; with ``use_lns=False`` no LNS
+fragment is ever solved, so that dump cannot reach the user. Each stage is first solved by
+one worker for up to ``FAST_TRY_S`` (measured on the README cases: 0.005-0.065 s per run,
+about 40 % less than two workers, which pay thread start-up on every one of the ~10 solves);
+a stage one worker has not settled by then is re-solved with ``SEARCH_WORKERS`` workers (one
+worker alone left a 500 MW fewest-leaf-spine-links stage unproven after 20 s; two prove it in
+0.07 s). Probing and symmetry detection cost more than they saved on these models (about
+20 % less CP-SAT time in total over the 109 stage and what-if models of the benchmark cases).
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from optimizer.result import ConstraintKey, SolverStats, Status, relative_gap
 OBJECTIVE_MODULES = {"gpus": buildout_gpus, "cost": buildout_cost, "racks": buildout_racks}
 DEFAULT_TIME_LIMIT_S = 60.0
 SEARCH_WORKERS = 2
+FAST_TRY_S = 0.5
 
 
 def solver_parameters(solver: cp_model.CpSolver, time_limit_s: float | None, workers: int = SEARCH_WORKERS) -> None:
@@ -62,16 +64,31 @@ _STATUS = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
            cp_model.INFEASIBLE: Status.INFEASIBLE}
 
 
+def _solve_once(model: cp_model.CpModel, time_limit_s: float | None, workers: int) -> tuple[int, cp_model.CpSolver]:
+    solver = cp_model.CpSolver()
+    solver_parameters(solver, time_limit_s, workers)
+    return solver.solve(model), solver
+
+
 def cp_solve(model: cp_model.CpModel, time_limit_s: float | None) -> CpSolveOutcome:
-    """Solve a build-out model with :func:`solver_parameters`; objective and bound in model units.
+    """Solve a build-out model; objective and bound in model units.
+
+    First one worker for at most ``FAST_TRY_S`` (no thread start-up, fastest on the usual
+    stages); a stage it has not settled (proven optimal or infeasible) by then is solved again
+    with ``SEARCH_WORKERS`` workers for the rest of the time limit (see the module docstring).
 
     Raises:
         RuntimeError: CP-SAT reports the model invalid (a modelling bug).
     """
-    solver = cp_model.CpSolver()
-    solver_parameters(solver, time_limit_s)
     t0 = time.perf_counter()
-    code = solver.solve(model)
+    first = FAST_TRY_S if time_limit_s is None else min(FAST_TRY_S, time_limit_s)
+    code, solver = _solve_once(model, first, 1)
+    if code in (cp_model.FEASIBLE, cp_model.UNKNOWN):
+        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
+        if left is None or left > 0.01:
+            code2, solver2 = _solve_once(model, left, SEARCH_WORKERS)
+            if code2 != cp_model.UNKNOWN or code == cp_model.UNKNOWN:
+                code, solver = code2, solver2
     dt = time.perf_counter() - t0
     if code == cp_model.MODEL_INVALID:
         raise RuntimeError(f"CP-SAT model invalid: {model.validate()}")
