@@ -150,3 +150,28 @@ def test_solver_parameters_never_run_lns_or_log():
     solver_parameters(s, 5.0)
     assert s.parameters.use_lns is False and s.parameters.log_search_progress is False
     assert s.parameters.max_time_in_seconds == 5.0
+
+
+def test_unsettled_one_worker_stage_is_resolved_with_two_workers(monkeypatch):
+    """A stage one worker has not proven is solved again with SEARCH_WORKERS workers, and the
+    plan is the same as when every stage is settled at once."""
+    import sys as _sys
+
+    from ortools.sat.python import cp_model
+
+    solve_mod = _sys.modules["optimizer.buildout.solve"]
+    real = solve_mod._solve_once
+    calls = []
+
+    def fake(model, limit, workers):
+        calls.append(workers)
+        code, solver = real(model, limit, workers)
+        if workers == 1:
+            return cp_model.UNKNOWN, solver  # pretend the one-worker try ran out of time
+        return code, solver
+
+    want = buildout.run(raw_of(SECOND_TIER), SECOND_TIER, None, None, None).to_dict()["plan"]
+    monkeypatch.setattr(solve_mod, "_solve_once", fake)
+    got = buildout.run(raw_of(SECOND_TIER), SECOND_TIER, None, None, None)
+    assert got.status.value == "optimal" and got.to_dict()["plan"] == want
+    assert calls.count(1) == calls.count(solve_mod.SEARCH_WORKERS) > 0
