@@ -57,7 +57,7 @@ def solver_parameters(solver: cp_model.CpSolver, time_limit_s: float | None, wor
     prm.use_lns = False
     prm.log_search_progress = False
     prm.cp_model_probing_level = 0  # presolve probing and symmetry detection cost more than they
-    prm.symmetry_level = 0          # save on these small models (measured: benchmarks/bench_buildout.py)
+    prm.symmetry_level = 0          # save on these small models (see the module docstring)
 
 
 _STATUS = {cp_model.OPTIMAL: Status.OPTIMAL, cp_model.FEASIBLE: Status.FEASIBLE,
