@@ -1,15 +1,29 @@
-"""Build-out solve times for a few hall sizes (run by hand: ``python benchmarks/bench_buildout.py``).
+"""Build-out run times (run by hand: ``python benchmarks/bench_buildout.py``).
 
-For each size and objective it reports the median wall time (of ``--repeats`` runs) of the
-lexicographic solve (all stages) and of the explanation what-if solves, plus the model size
-(rack patterns, leaf splits). Machine-dependent; the README quotes one run.
+Two tables, both machine-dependent (the README quotes one run):
+
+1. ``--in-process``: for each hall size and objective, the median wall time (of ``--repeats``
+   runs) of the lexicographic solve (all stages) and of the explanation what-if solves, plus
+   the model size (rack patterns, leaf splits).
+2. whole commands (default): every README build-out command and every hall size x objective
+   as a fresh process, ``python -m optimizer.cli ... --format json``, each run paired with a
+   bare ``python -c 'import ortools.sat.python.cp_model'`` started right before it (same
+   machine load). Reported: median and minimum of the command and of the bare import, the
+   median of the paired differences and min(command) - min(bare) (the target is <= 0.3 s;
+   the minimum is the best estimate on a machine shared with other jobs), the time the
+   command printed (``solver.time_s``: the whole build-out run after start-up) and the bytes
+   written to stderr (must be 0).
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import json
+import shlex
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,15 +32,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.buildout import evaluate_plan  # noqa: E402
-from optimizer.buildout.explain import bindings  # noqa: E402
-from optimizer.buildout.model import build  # noqa: E402
-from optimizer.buildout.schema import load  # noqa: E402
-from optimizer.buildout.solve import solve  # noqa: E402
-
 FABRIC = {"switch_radix": 64, "port_bandwidth_gb_s": 50, "gpu_links": 1, "max_oversubscription": 3.0,
           "second_tier_power_kw": 25, "one_tier_max_gpus": 64}
 ALL4 = [{"name": "hgx-h100"}, {"name": "hgx-h200"}, {"name": "dgx-b200"}, {"name": "dgx-a100", "max_count": 64}]
+TARGET_S = 0.3
 
 
 def cases() -> list[tuple[str, dict]]:
@@ -49,10 +58,26 @@ def cases() -> list[tuple[str, dict]]:
     ]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+def readme_commands() -> list[list[str]]:
+    """The README's ``optimize instances/...`` lines whose instance has a ``buildout:`` section."""
+    out = []
+    for line in (ROOT / "README.md").read_text().splitlines():
+        line = line.split(" #")[0].strip().removeprefix("$ ")
+        if line.startswith("optimize instances/"):
+            parts = shlex.split(line)[1:]
+            path = ROOT / parts[0]
+            if path.exists() and "buildout" in (yaml.safe_load(path.read_text()) or {}) and parts not in out:
+                out.append(parts)
+    return out
+
+
+def in_process(repeats: int) -> None:
+    from optimizer.buildout import evaluate_plan
+    from optimizer.buildout.explain import bindings
+    from optimizer.buildout.model import build
+    from optimizer.buildout.schema import load
+    from optimizer.buildout.solve import solve
+
     print("| instance | objective | rack patterns | leaf splits | GPUs | racks (air/liquid) | status | "
           "solve s (median) | explain s (median) |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -61,7 +86,7 @@ def main() -> None:
             p, obj = load(raw, label, objective)
             _nm, ctx = build(p)
             ts, te = [], []
-            for _ in range(args.repeats):
+            for _ in range(repeats):
                 t0 = time.perf_counter()
                 res = solve(p, obj, time_limit_s=120)
                 t1 = time.perf_counter()
@@ -74,6 +99,76 @@ def main() -> None:
             print(f"| {label} | {objective} | {len(ctx.patterns)} | {len(ctx.splits)} | {ev.gpus} | "
                   f"{ev.racks['air']}/{ev.racks['liquid']} | {res.status.value} | "
                   f"{statistics.median(ts):.3f} | {statistics.median(te):.3f} |", flush=True)
+
+
+def _timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    return time.perf_counter() - t0, out
+
+
+def whole_commands(repeats: int) -> bool:
+    """Returns True when every case meets the target (median paired difference <= TARGET_S)."""
+    py = sys.executable
+    bare = [py, "-c", "import ortools.sat.python.cp_model"]
+    runs: list[tuple[str, list[str]]] = []
+    for parts in readme_commands():
+        runs.append(("README: optimize " + " ".join(parts),
+                     parts + ([] if "--format" in parts else ["--format", "json"])))
+    tmp = Path(tempfile.mkdtemp(prefix="bench_buildout_"))
+    for i, (label, raw) in enumerate(cases()):
+        path = tmp / f"case{i}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        for objective in ("gpus", "cost", "racks"):
+            runs.append((f"{label}, {objective}", [str(path), "--objective", objective, "--format", "json"]))
+    print(f"\nwhole commands: {py} -m optimizer.cli ..., each paired with a bare OR-Tools import; "
+          f"{repeats} runs")
+    print("| case | exit | command s (median / min) | bare import s (median / min) | "
+          "difference s (median of pairs / min - min) | printed s (median) | stderr bytes |")
+    print("|---|---|---|---|---|---|---|")
+    over_med, over_min, noisy_err = [], [], False
+    for label, args in runs:
+        tc, tb, diff, printed, err = [], [], [], [], 0
+        code = None
+        for _ in range(repeats):
+            b, _ = _timed(bare)
+            c, out = _timed([py, "-m", "optimizer.cli", *args])
+            code = out.returncode
+            tb.append(b)
+            tc.append(c)
+            diff.append(c - b)
+            err = max(err, len(out.stderr.encode()))
+            try:
+                printed.append(json.loads(out.stdout)["solver"]["time_s"])
+            except (ValueError, KeyError):
+                pass
+        med, best = statistics.median(diff), min(tc) - min(tb)
+        if med > TARGET_S:
+            over_med.append(label)
+        if best > TARGET_S:
+            over_min.append(label)
+        noisy_err |= err > 0
+        print(f"| {label} | {code} | {statistics.median(tc):.3f} / {min(tc):.3f} | "
+              f"{statistics.median(tb):.3f} / {min(tb):.3f} | {med:.3f} / {best:.3f} | "
+              f"{statistics.median(printed) if printed else float('nan'):.3f} | {err} |", flush=True)
+    print(f"\ntarget command - bare import <= {TARGET_S} s: by the median of pairs "
+          f"{'met' if not over_med else 'NOT met for ' + '; '.join(over_med)}; by min - min "
+          f"{'met' if not over_min else 'NOT met for ' + '; '.join(over_min)}. "
+          f"stderr {'empty' if not noisy_err else 'NOT empty'}. "
+          f"(The median is sensitive to other load on the machine; the minimum is the best estimate "
+          f"of an unloaded run.)")
+    return not over_min and not noisy_err
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--in-process", action="store_true", help="also print the in-process solve/explain table")
+    args = ap.parse_args()
+    if args.in_process:
+        in_process(args.repeats)
+    ok = whole_commands(args.repeats)
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

@@ -50,12 +50,42 @@ def random_raw(rng: random.Random) -> tuple[dict, str]:
     return {"name": "random", "buildout": b}, objective
 
 
+def random_raw_feeds(rng: random.Random) -> tuple[dict, str]:
+    """Small random instances with rack feeds and switch chips that take rack units and power."""
+    raw, objective = random_raw(rng)
+    b = raw["buildout"]
+    for t in b["server_types"]:
+        t["gpus"] = rng.choice([1, 2, 4])
+    if rng.random() < 0.7:
+        redundant = rng.random() < 0.5
+        b["racks"].update(feed_kw=rng.choice([5.0, 8.0, 21.6]), max_utilization=rng.choice([0.5, 0.8, 1.0]),
+                          redundant_feeds=redundant, feeds_per_rack=rng.choice([2, 4] if redundant else [1, 2]))
+    b["fabric"] = {"switch_radix": rng.randint(6, 10), "port_bandwidth_gb_s": 25.0, "gpu_links": 1,
+                   "max_oversubscription": rng.choice([1.0, 2.0, 3.0]),
+                   "second_tier_power_kw": rng.choice([0.0, 1.0]), "one_tier_max_gpus": rng.randint(4, 16),
+                   "switch_power_kw": rng.choice([0.0, 0.4, 1.2]), "switch_rack_units": rng.choice([0, 1, 2, 4])}
+    return raw, objective
+
+
+def rack_limit_w(p, cooling_kw: float) -> int:
+    """A rack's limit in W: its cooling, or its usable feed power (A+B: half the feeds) if lower."""
+    lim = cooling_kw
+    if p.feed_kw is not None:
+        feeds = p.feeds_per_rack // 2 if p.redundant_feeds else p.feeds_per_rack
+        lim = min(lim, p.feed_kw * p.max_utilization * feeds)
+    return math.floor(lim * 1000 + 1e-6)
+
+
 def brute_racks(p, counts: tuple[int, ...]) -> tuple[int, int] | None:
-    """Fewest (racks, liquid racks) holding ``counts`` servers per type; None if impossible."""
+    """Fewest (racks, liquid racks) holding ``counts`` items per kind (server types, then switch
+    chips when they are racked); None if impossible."""
     limits = {"air": p.air_cooled_kw, "liquid": p.liquid_cooled_kw}
     pw = [round(t.power_kw * 1000) for t in p.types]
     ru = [t.rack_units for t in p.types]
-    lim_w = {c: round(v * 1000) for c, v in limits.items() if v is not None}
+    if len(counts) > len(p.types):
+        pw.append(round(p.fabric.switch_power_kw * 1000))
+        ru.append(p.fabric.switch_rack_units)
+    lim_w = {c: rack_limit_w(p, v) for c, v in limits.items() if v is not None}
 
     def fits(c, cooling):
         return (sum(a * b for a, b in zip(c, pw)) <= lim_w[cooling]
@@ -66,8 +96,9 @@ def brute_racks(p, counts: tuple[int, ...]) -> tuple[int, int] | None:
         if not any(v):
             return (0, 0)
         best = None
+        first = next(i for i, x in enumerate(v) if x)
         for c in itertools.product(*(range(x + 1) for x in v)):
-            if not any(c):
+            if c[first] == 0:  # some rack holds an item of the first kind left: let it be this one
                 continue
             for cooling in lim_w:
                 if fits(c, cooling):
@@ -134,16 +165,20 @@ def brute(p, objective):
         gpus = sum(c * t.gpus for c, t in zip(counts, p.types))
         power = fixed_w + sum(c * round(t.power_kw * 1000) for c, t in zip(counts, p.types))
         chips = (0, 0)
+        items = counts
         if p.fabric is not None:
             if gpus > p.fabric.one_tier_max_gpus:
                 power += round(p.fabric.second_tier_power_kw * 1000)
             fab = brute_fabric(p, gpus)
             if fab is None:
                 continue
-            chips = fab
+            chips = fab  # fewest chips: never more racks or power than more chips would need
+            power += fab[0] * round(p.fabric.switch_power_kw * 1000)
+            if p.fabric.switch_power_kw > 0 or p.fabric.switch_rack_units > 0:
+                items = counts + (fab[0],)
         if power > budget_w or (p.target_gpus is not None and gpus < p.target_gpus):
             continue
-        racks = brute_racks(p, counts)
+        racks = brute_racks(p, items)
         if racks is None:
             continue
         cost = sum(c * round(t.cost * 100) for c, t in zip(counts, p.types))
@@ -154,10 +189,11 @@ def brute(p, objective):
     return best
 
 
-@pytest.mark.parametrize("seed", range(100))
-def test_solver_equals_brute_force(seed):
+@pytest.mark.parametrize("gen,seed", [(random_raw, s) for s in range(100)]
+                         + [(random_raw_feeds, 1000 + s) for s in range(60)])
+def test_solver_equals_brute_force(gen, seed):
     rng = random.Random(seed)
-    raw, objective = random_raw(rng)
+    raw, objective = gen(rng)
     p, obj = load(raw, f"random{seed}.yaml", objective)
     res = solve(p, obj, time_limit_s=20)
     want = brute(p, obj)

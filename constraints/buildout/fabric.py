@@ -13,8 +13,11 @@ limit holds exactly, not only on average):
     radix * S >= sum_d u_d * w[d]                        fabric_ports[spine]
     L1 <= M * (1 - z);  sum_d w[d] <= M * z;  S <= M * z fabric_tiers[...]
 
-Chips are integers. Switch chips draw no power in this model beyond ``second_tier_power_kw``
-(put the first tier's switches into ``fixed_power_kw``).
+Chips are integers. Each leaf and spine chip draws ``switch_power_kw`` from the hall budget
+(:mod:`constraints.buildout.power`) and, when ``switch_power_kw`` or ``switch_rack_units`` is
+set, is placed in a rack beside the servers (:mod:`constraints.buildout.racks`,
+``rack_cover[switches]``); both default to 0 (chips then only cost ``second_tier_power_kw``,
+and the first tier's switches belong in ``fixed_power_kw``).
 """
 from __future__ import annotations
 

@@ -1,36 +1,54 @@
-"""Build-out family ``rack_power``: a rack's servers draw at most its cooling limit.
+"""Build-out family ``rack_power``: a rack's servers (and racked switch chips) draw at most its
+cooling limit.
 
 A rack is either air or liquid cooled (``racks.air_cooled_kw`` / ``racks.liquid_cooled_kw``).
 The limit enters the model through the rack patterns (:mod:`optimizer.buildout.patterns`):
-only patterns whose power is within their cooling's limit exist. A server type that fits no
-rack under any available cooling is pinned to zero under this family's key, so an
-infeasible target names the limit.
+only patterns whose power is within their rack's limit exist. A server type that no
+available cooling can hold is pinned to zero under ``rack_power[<type>]``, so a target that
+needs it is infeasible naming this key, and every plan lists the reason
+(:func:`optimizer.buildout.explain.unfit_bindings`).
 Source: the reference chapter's rule that air cooling stops near 40 kW a rack.
 """
 from __future__ import annotations
 
 from optimizer.result import ConstraintKey
 
+SWITCHES = "switches"  # element name of the racked switch chips
 FAMILY = "rack_power"
 
 
 def fits(load_w: int, limit_w: int) -> bool:
-    """True when a rack drawing ``load_w`` watts is within its cooling limit ``limit_w`` (watts)."""
+    """True when a rack drawing ``load_w`` watts is within its limit ``limit_w`` (watts)."""
     return load_w <= limit_w
+
+
+def excludes(p, power_w: int) -> bool:
+    """True when an item drawing ``power_w`` watts exceeds every available cooling limit."""
+    return not any(fits(power_w, lim) for lim in p.cooling_only_w().values())
 
 
 def add(nm, ctx) -> None:
     """Pin server types that no available cooling can hold to zero (key ``rack_power[<type>]``)."""
     p = ctx.problem
-    limits = p.cooling_limits_w()
     for t in p.types:
-        if not any(fits(t.power_w, lim) for lim in limits.values()):
+        if excludes(p, t.power_w):
             nm.add(ConstraintKey(FAMILY, t.name), ctx.n[t.name] == 0)
+    f = p.fabric
+    if f is not None and f.switches_in_racks and excludes(p, f.switch_power_w):
+        nm.add(ConstraintKey(FAMILY, SWITCHES), ctx.leaves + ctx.s == 0)
+
+
+def limits_text(p) -> str:
+    return ", ".join(f"{c} {w / 1000:g} kW" for c, w in p.cooling_only_w().items())
 
 
 def describe(key: ConstraintKey, p) -> str:
-    lim = ", ".join(f"{c} {w / 1000:g} kW" for c, w in p.cooling_limits_w().items())
+    if key.element == SWITCHES:
+        f = p.fabric
+        return (f"one switch chip draws {f.switch_power_kw:g} kW, more than any rack can cool "
+                f"({limits_text(p)}): it fits no rack")
     if key.element in {t.name for t in p.types}:
         t = p.type(key.element)
-        return f"one {t.name} server draws {t.power_kw:g} kW, more than any rack can cool ({lim})"
-    return f"per-rack cooling limit ({lim})"
+        return (f"one {t.name} server draws {t.power_kw:g} kW, more than any rack can cool "
+                f"({limits_text(p)}): it fits no rack")
+    return f"per-rack cooling limit ({limits_text(p)})"

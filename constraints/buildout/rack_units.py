@@ -1,4 +1,5 @@
-"""Build-out family ``rack_units``: the servers in a rack fit its height (``racks.rack_units``).
+"""Build-out family ``rack_units``: the servers (and racked switch chips) in a rack fit its
+height (``racks.rack_units``).
 
 Like ``rack_power`` this enters the model through the rack patterns; a server type taller
 than a rack is pinned to zero under ``rack_units[<type>]``.
@@ -8,23 +9,35 @@ from __future__ import annotations
 
 from optimizer.result import ConstraintKey
 
+SWITCHES = "switches"  # element name of the racked switch chips
 FAMILY = "rack_units"
 
 
 def fits(used_u: int, rack_u: int) -> bool:
-    """True when servers taking ``used_u`` rack units fit a rack of ``rack_u`` units."""
+    """True when items taking ``used_u`` rack units fit a rack of ``rack_u`` units."""
     return used_u <= rack_u
+
+
+def excludes(p, units: int) -> bool:
+    """True when an item of ``units`` U is taller than a rack."""
+    return not fits(units, p.rack_units)
 
 
 def add(nm, ctx) -> None:
     p = ctx.problem
     for t in p.types:
-        if not fits(t.rack_units, p.rack_units):
+        if excludes(p, t.rack_units):
             nm.add(ConstraintKey(FAMILY, t.name), ctx.n[t.name] == 0)
+    f = p.fabric
+    if f is not None and f.switches_in_racks and excludes(p, f.switch_rack_units):
+        nm.add(ConstraintKey(FAMILY, SWITCHES), ctx.leaves + ctx.s == 0)
 
 
 def describe(key: ConstraintKey, p) -> str:
+    if key.element == SWITCHES:
+        f = p.fabric
+        return f"one switch chip is {f.switch_rack_units}U, taller than a {p.rack_units}U rack: it fits no rack"
     if key.element in {t.name for t in p.types}:
         t = p.type(key.element)
-        return f"one {t.name} server is {t.rack_units}U, taller than a {p.rack_units}U rack"
+        return f"one {t.name} server is {t.rack_units}U, taller than a {p.rack_units}U rack: it fits no rack"
     return f"racks are {p.rack_units}U high"

@@ -29,28 +29,44 @@ class Evaluation:
     violations: list[str] = field(default_factory=list)
 
 
-def power_kw(p: Problem, servers: dict[str, int]) -> float:
-    """Power drawn by a set of servers, kW: fixed load + servers + second tier if needed (eq. 6-11)."""
+def power_kw(p: Problem, servers: dict[str, int], chips: int = 0) -> float:
+    """Power drawn by a plan, kW: fixed load + servers + second tier if needed (eq. 6-11)
+    + ``chips`` switch chips at ``fabric.switch_power_kw`` each."""
     gpus = sum(p.type(n).gpus * c for n, c in servers.items())
     kw = p.fixed_power_kw + sum(p.type(n).power_kw * c for n, c in servers.items())
-    if p.fabric is not None and gpus > p.fabric.one_tier_max_gpus:
-        kw += p.fabric.second_tier_power_kw
+    if p.fabric is not None:
+        if gpus > p.fabric.one_tier_max_gpus:
+            kw += p.fabric.second_tier_power_kw
+        kw += chips * p.fabric.switch_power_kw
     return kw
 
 
-def evaluate(p: Problem, servers: dict[str, int], racks: list[tuple[str, dict[str, int], int]],
+def rack_limit_kw(p: Problem, cooling: str) -> float | None:
+    """A rack's power limit, kW: its cooling limit, or the usable feed power when lower
+    (``feed_kw x max_utilization x feeds``, half the feeds with A+B redundancy). None when
+    that cooling is not available."""
+    lim = {"air": p.air_cooled_kw, "liquid": p.liquid_cooled_kw}.get(cooling)
+    if lim is None or p.feed_kw is None:
+        return lim
+    feeds = p.feeds_per_rack / 2 if p.redundant_feeds else p.feeds_per_rack
+    return min(lim, p.feed_kw * p.max_utilization * feeds)
+
+
+def evaluate(p: Problem, servers: dict[str, int], racks: list[tuple[str, dict[str, int], int, int]],
              leaves: list[tuple[int, int, int]] | None = None, spine: int = 0) -> Evaluation:
     """Evaluate a plan.
 
     Args:
         servers: servers per type name.
-        racks: (cooling, {type: servers in the rack}, number of such racks).
+        racks: (cooling, {type: servers in the rack}, number of such racks, switch chips in
+            each such rack).
         leaves: (downlinks, uplinks, number of such leaf chips) when the problem has a fabric.
         spine: spine chips.
     """
     v: list[str] = []
     gpus = sum(p.type(n).gpus * c for n, c in servers.items())
-    kw = power_kw(p, servers)
+    chips = sum(c for _d, _u, c in leaves or []) + spine
+    kw = power_kw(p, servers, chips)
     if kw > p.power_budget_kw + EPS_KW:
         v.append(f"power {kw:.3f} kW > budget {p.power_budget_kw} kW")
     u = p.install_unit_servers
@@ -62,21 +78,24 @@ def evaluate(p: Problem, servers: dict[str, int], racks: list[tuple[str, dict[st
             v.append(f"{n}: {c} servers > max_count {t.max_count}")
     if p.target_gpus is not None and gpus < p.target_gpus:
         v.append(f"{gpus} GPUs < target {p.target_gpus}")
-    limits = {"air": p.air_cooled_kw, "liquid": p.liquid_cooled_kw}
     placed = {n: 0 for n in servers}
     count = {"air": 0, "liquid": 0}
-    for cooling, content, mult in racks:
-        lim = limits.get(cooling)
+    racked_chips = 0
+    sw_kw = p.fabric.switch_power_kw if p.fabric is not None else 0.0
+    sw_u = p.fabric.switch_rack_units if p.fabric is not None else 0
+    for cooling, content, mult, sw in racks:
+        lim = rack_limit_kw(p, cooling)
         if lim is None:
             v.append(f"{cooling} cooling is not available")
             continue
-        rk = sum(p.type(n).power_kw * c for n, c in content.items())
-        ru = sum(p.type(n).rack_units * c for n, c in content.items())
+        rk = sum(p.type(n).power_kw * c for n, c in content.items()) + sw * sw_kw
+        ru = sum(p.type(n).rack_units * c for n, c in content.items()) + sw * sw_u
         if rk > lim + EPS_KW:
-            v.append(f"{cooling} rack draws {rk:.3f} kW > {lim} kW")
+            v.append(f"{cooling} rack draws {rk:.3f} kW > {lim:g} kW")
         if ru > p.rack_units:
             v.append(f"{cooling} rack holds {ru}U > {p.rack_units}U")
         count[cooling] += mult
+        racked_chips += sw * mult
         for n, c in content.items():
             placed[n] = placed.get(n, 0) + c * mult
     for n, c in servers.items():
@@ -84,6 +103,10 @@ def evaluate(p: Problem, servers: dict[str, int], racks: list[tuple[str, dict[st
             v.append(f"{n}: only {placed.get(n, 0)} of {c} servers have a rack")
         elif placed.get(n, 0) > c:
             v.append(f"{n}: the racks hold {placed.get(n, 0)} servers but the plan has {c}")
+    if p.fabric is not None and (sw_kw > 0 or sw_u > 0) and racked_chips != chips:
+        v.append(f"the racks hold {racked_chips} switch chips but the fabric has {chips}")
+    elif racked_chips and not (sw_kw > 0 or sw_u > 0):
+        v.append(f"the racks hold {racked_chips} switch chips but switches are not racked")
     tier2 = p.fabric is not None and gpus > p.fabric.one_tier_max_gpus
     n_leaves = links = ups = 0
     if p.fabric is not None:

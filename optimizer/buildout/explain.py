@@ -5,6 +5,8 @@ prices of an integer program): a limit binds the primary objective when relaxing
 makes the optimum strictly better. For the power budget the what-if is "the least power of
 any strictly better plan" (so the message says how many kW more would help). The rack and
 fabric entries describe the per-rack and per-switch limits that fix the secondary counts.
+Server types (and switch chips) that fit no rack come first, one entry per reason
+(:func:`unfit_bindings`), for every objective: a plan without them must say why.
 """
 from __future__ import annotations
 
@@ -14,10 +16,14 @@ from math import ceil
 from constraints.buildout import fabric as buildout_fabric
 from constraints.buildout import install_unit as buildout_install_unit
 from constraints.buildout import max_count as buildout_max_count
+from constraints.buildout import rack_feed as buildout_rack_feed
+from constraints.buildout import rack_power as buildout_rack_power
+from constraints.buildout import rack_units as buildout_rack_units
+from constraints.buildout import racks as buildout_racks
 from constraints.buildout import power as buildout_power
 from constraints.buildout import second_tier as buildout_second_tier
 from constraints.buildout import target as buildout_target
-from optimizer.buildout.evaluate import Evaluation
+from optimizer.buildout.evaluate import Evaluation, rack_limit_kw
 from optimizer.buildout.model import build, family_module
 from optimizer.buildout.schema import Problem
 from optimizer.buildout.solve import OBJECTIVE_MODULES, solve_primary
@@ -76,39 +82,98 @@ def least_power_kw(p: Problem, objective: str | None = None, value: float | None
     return out.objective / 1000.0
 
 
-def next_unit(p: Problem, servers: dict[str, int], ev: Evaluation) -> tuple[str, float, float, float] | None:
-    """The cheapest (in kW) next install unit: (phrase, server kW, second-tier kW, total kW)."""
+def _chips_kw_for(p: Problem, servers: dict[str, int]) -> float | None:
+    """Least switch-chip power (kW) of a fabric for exactly ``servers`` (a what-if solve without
+    the budget); None when no fabric and racks can hold them."""
+    nm, ctx = build(p, omit=frozenset({"power", "target", "max_count"}),
+                    min_gpus=sum(p.type(n).gpus * c for n, c in servers.items()))
+    m = nm.model
+    for t in p.types:
+        m.add(ctx.n[t.name] == servers.get(t.name, 0))
+    out = solve_primary(nm, ctx, ctx.leaves + ctx.s, "min", WHATIF_TIME_S)
+    if out.status != Status.OPTIMAL:
+        return None
+    return out.objective * p.fabric.switch_power_kw
+
+
+def next_unit(p: Problem, servers: dict[str, int], ev: Evaluation
+              ) -> tuple[str, float, float, float, float] | None:
+    """The cheapest (in kW) next install unit: (phrase, server kW, second-tier kW, switch-chip kW, total kW).
+
+    Server types that fit no rack (:func:`unfit_bindings`) or are at their ``max_count`` are
+    skipped. With ``fabric.switch_power_kw`` the extra switch chips come from a what-if solve
+    (least chips for the plan's servers plus the unit, against the plan's chips).
+    """
     u = p.install_unit_servers
-    limits = [x for x in (p.air_cooled_kw, p.liquid_cooled_kw) if x is not None]
     best = None
+    f = p.fabric
+    chips_now = ev.leaves + ev.spine
     for t in p.types:
         if t.max_count is not None and servers.get(t.name, 0) + u > t.max_count:
             continue
-        if t.rack_units > p.rack_units or not any(t.power_kw <= lim + 1e-9 for lim in limits):
+        if buildout_racks.unfit_families(p, t.power_w, t.rack_units):
             continue
         srv = u * t.power_kw
         tier = 0.0
-        if p.fabric is not None and not ev.second_tier and ev.gpus + u * t.gpus > p.fabric.one_tier_max_gpus:
-            tier = p.fabric.second_tier_power_kw
-        cand = (srv + tier, -t.gpus, t.name, srv, tier)
+        if f is not None and not ev.second_tier and ev.gpus + u * t.gpus > f.one_tier_max_gpus:
+            tier = f.second_tier_power_kw
+        chips = 0.0
+        if f is not None and f.switch_power_kw > 0:
+            more = dict(servers)
+            more[t.name] = more.get(t.name, 0) + u
+            need = _chips_kw_for(p, more)
+            if need is None:
+                continue
+            chips = max(0.0, need - chips_now * f.switch_power_kw)
+        cand = (srv + tier + chips, -t.gpus, t.name, srv, tier, chips)
         if best is None or cand < best:
             best = cand
     if best is None:
         return None
-    total, _g, name, srv, tier = best
+    total, _g, name, srv, tier, chips = best
     phrase = f"one more {name} server" if u == 1 else f"one more install unit ({u} x {name})"
-    return phrase, srv, tier, total
+    return phrase, srv, tier, chips, total
 
 
-def _need_phrase(nu: tuple[str, float, float, float], left_kw: float) -> str:
-    phrase, srv, tier, total = nu
-    parts = f"{kw(total)} kW" if tier == 0 else f"{kw(total)} kW ({kw(srv)} kW servers + {kw(tier)} kW second tier)"
+def _need_phrase(nu: tuple[str, float, float, float, float], left_kw: float) -> str:
+    phrase, srv, tier, chips, total = nu
+    extra = [f"{kw(tier)} kW second tier"] if tier else []
+    extra += [f"{kw(chips)} kW switch chips"] if chips else []
+    parts = f"{kw(total)} kW" if not extra else f"{kw(total)} kW ({kw(srv)} kW servers + {' + '.join(extra)})"
     return f"{phrase} needs {parts}, {kw(left_kw)} kW left"
+
+
+def unfit_bindings(p: Problem) -> list[Binding]:
+    """Server types (and switch chips) that fit no rack, by power (cooling or feeds) or by
+    rack units: one entry per reason, slack = the limit minus the item's figure (negative)."""
+    out = []
+    items = [(t.name, f"one {t.name} server", t.power_kw, t.power_w, t.rack_units) for t in p.types]
+    f = p.fabric
+    if f is not None and f.switches_in_racks:
+        items.append((buildout_racks.SWITCHES.element, "one switch chip", f.switch_power_kw, f.switch_power_w,
+                      f.switch_rack_units))
+    for name, what, pkw, pw, units in items:
+        for fam in buildout_racks.unfit_families(p, pw, units):
+            key = ConstraintKey(fam, name)
+            if fam == buildout_rack_power.FAMILY:
+                best = max(p.cooling_only_w().values()) / 1000
+                msg = (f"{what} draws {kw(pkw)} kW, more than any rack can cool "
+                       f"({buildout_rack_power.limits_text(p)}): it fits no rack and none is planned")
+                out.append(Binding(key, round(best - pkw, 6), "kW", msg))
+            elif fam == buildout_rack_feed.FAMILY:
+                msg = (f"{what} draws {kw(pkw)} kW, more than a rack's feeds allow "
+                       f"({buildout_rack_feed.feed_text(p)}): it fits no rack and none is planned")
+                out.append(Binding(key, round(p.feed_usable_kw - pkw, 6), "kW", msg))
+            else:
+                msg = (f"{what} is {units}U, taller than a {p.rack_units}U rack: it fits no rack "
+                       f"and none is planned")
+                out.append(Binding(key, p.rack_units - units, "U", msg))
+    return out
 
 
 def bindings(p: Problem, objective: str, value: float, plan: dict, ev: Evaluation) -> list[Binding]:
     """Binding limits at the reported plan (see the module docstring)."""
-    out: list[Binding] = []
+    out: list[Binding] = unfit_bindings(p)
     servers = plan["servers"]
     left = p.power_budget_kw - ev.power_kw
     nu = next_unit(p, servers, ev)
@@ -166,16 +231,32 @@ def _unit(p: Problem, objective: str) -> str:
     return mod.unit(p) if hasattr(mod, "unit") else mod.UNIT
 
 
+def rack_content(p: Problem, pat) -> tuple[dict[str, int], int, float, int]:
+    """(servers per type, switch chips, kW, U) of one rack pattern, in input units."""
+    content = {t.name: c for t, c in zip(p.types, pat.counts) if c}
+    sw = pat.counts[len(p.types)] if len(pat.counts) > len(p.types) else 0
+    f = p.fabric
+    rk = sum(p.type(n).power_kw * c for n, c in content.items()) + (sw * f.switch_power_kw if sw else 0.0)
+    ru = sum(p.type(n).rack_units * c for n, c in content.items()) + (sw * f.switch_rack_units if sw else 0)
+    return content, sw, rk, ru
+
+
+def rack_text(content: dict[str, int], sw: int) -> str:
+    parts = [f"{c} x {n}" for n, c in content.items()]
+    if sw:
+        parts.append(f"{sw} switch chip{'s' if sw != 1 else ''}")
+    return " + ".join(parts) or "nothing"
+
+
 def rack_bindings(p: Problem, plan: dict) -> list[Binding]:
-    """Per-rack limits (cooling power, rack units) that stop a full rack taking one more server."""
+    """Per-rack limits (cooling power, feed power, rack units) that stop a full rack taking one
+    more server. A rack's power limit is the lower of its cooling limit (``rack_power``) and
+    the usable feed power (``rack_feed``); the entry is named after the one that is lower."""
     present = [p.type(n) for n, c in plan["servers"].items() if c > 0]
-    limits = {"air": p.air_cooled_kw, "liquid": p.liquid_cooled_kw}
     found: dict[tuple[str, str], dict] = {}
     for pat, mult in plan["racks"]:
-        content = {t.name: c for t, c in zip(p.types, pat.counts) if c}
-        rk = sum(p.type(n).power_kw * c for n, c in content.items())
-        ru = sum(p.type(n).rack_units * c for n, c in content.items())
-        lim = limits[pat.cooling]
+        content, sw, rk, ru = rack_content(p, pat)
+        lim = rack_limit_kw(p, pat.cooling)
         blocks = {}
         for t in present:
             over_kw = rk + t.power_kw > lim + 1e-9
@@ -184,26 +265,32 @@ def rack_bindings(p: Problem, plan: dict) -> list[Binding]:
                 blocks = None
                 break
             if over_kw:
-                blocks.setdefault("rack_power", (t, rk + t.power_kw))
+                blocks.setdefault("power", (t, rk + t.power_kw))
             if over_u:
-                blocks.setdefault("rack_units", (t, ru + t.rack_units))
+                blocks.setdefault(buildout_rack_units.FAMILY, (t, ru + t.rack_units))
         if not blocks:
             continue
-        what = " + ".join(f"{c} x {n}" for n, c in content.items())
+        what = rack_text(content, sw)
         for fam, (t, after) in blocks.items():
-            slack = round(lim - rk, 6) if fam == "rack_power" else p.rack_units - ru
+            if fam == "power":
+                cool = {"air": p.air_cooled_kw, "liquid": p.liquid_cooled_kw}[pat.cooling]
+                fam = buildout_rack_feed.FAMILY if lim < cool - 1e-9 else buildout_rack_power.FAMILY
+            slack = round(lim - rk, 6) if fam != buildout_rack_units.FAMILY else p.rack_units - ru
             cur = found.get((fam, pat.cooling))
             if cur is None or slack < cur["slack"]:
                 found[(fam, pat.cooling)] = {"slack": slack, "racks": mult + (cur["racks"] if cur else 0),
-                                             "what": what, "rk": rk, "ru": ru, "t": t, "after": after}
+                                             "what": what, "rk": rk, "ru": ru, "t": t, "after": after, "lim": lim}
             else:
                 cur["racks"] += mult
     out = []
     for (fam, cooling), d in sorted(found.items()):
-        lim = limits[cooling]
-        if fam == "rack_power":
-            msg = (f"{cooling}-cooled racks ({kw(lim)} kW each): fullest holds {d['what']} = {kw(d['rk'])} kW; "
+        if fam == buildout_rack_power.FAMILY:
+            msg = (f"{cooling}-cooled racks ({kw(d['lim'])} kW each): fullest holds {d['what']} = {kw(d['rk'])} kW; "
                    f"one more {d['t'].name} would draw {kw(d['after'])} kW")
+            out.append(Binding(ConstraintKey(fam, cooling), d["slack"], "kW", msg))
+        elif fam == buildout_rack_feed.FAMILY:
+            msg = (f"{cooling}-cooled racks, feeds {buildout_rack_feed.feed_text(p)}: fullest holds {d['what']} = "
+                   f"{kw(d['rk'])} kW; one more {d['t'].name} would draw {kw(d['after'])} kW")
             out.append(Binding(ConstraintKey(fam, cooling), d["slack"], "kW", msg))
         else:
             msg = (f"{cooling}-cooled racks ({p.rack_units}U): fullest holds {d['what']} = {d['ru']}U; "
@@ -222,7 +309,10 @@ def fabric_bindings(p: Problem, plan: dict, ev: Evaluation) -> list[Binding]:
     leaves = leaf_groups(p, plan)
     down_cap = sum(d * c for d, _u, c in leaves)
     free = down_cap - ev.gpu_links
-    g = max((t.gpus for t in p.types if plan["servers"].get(t.name, 0) > 0), default=max(t.gpus for t in p.types))
+    placeable = [t for t in p.types if not buildout_racks.unfit_families(p, t.power_w, t.rack_units)]
+    if not placeable:
+        return []  # no server fits a rack (unfit_bindings says why): no fabric to describe
+    g = max((t.gpus for t in placeable if plan["servers"].get(t.name, 0) > 0), default=max(t.gpus for t in placeable))
     more = g * p.install_unit_servers * f.gpu_links
     if ev.second_tier:
         d_max = max(d for d, _u, _c in leaves) if leaves else 0

@@ -4,16 +4,19 @@ Integer units: power in watts, cost in hundredths of the cost unit (see
 :mod:`optimizer.buildout.schema`). Variables (all integer):
 
 * ``n[t]`` servers of type t, ``k[t]`` install units of type t;
-* ``y[p]`` racks filled by rack pattern p (:mod:`optimizer.buildout.patterns`);
+* ``y[p]`` racks filled by rack pattern p (:mod:`optimizer.buildout.patterns`); the items a
+  pattern counts are the server types and, when switch chips take rack units or power
+  (``fabric.switch_rack_units``/``switch_power_kw``), the switch chips as one more kind;
 * with a fabric: ``z`` (second tier built), ``l1`` one-tier leaf chips, ``w[d]`` two-tier
   leaf chips with split d, ``s`` spine chips (:mod:`constraints.buildout.fabric`).
 
-Constraint families live in ``constraints/buildout_*.py``; each module's ``add(nm, ctx)``
+Constraint families live in ``constraints/buildout/*.py``; each module's ``add(nm, ctx)``
 adds its constraints under :class:`~optimizer.result.ConstraintKey` names.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from math import ceil
 from typing import Any
 
@@ -23,6 +26,7 @@ from constraints.buildout import fabric as buildout_fabric
 from constraints.buildout import install_unit as buildout_install_unit
 from constraints.buildout import max_count as buildout_max_count
 from constraints.buildout import power as buildout_power
+from constraints.buildout import rack_feed as buildout_rack_feed
 from constraints.buildout import rack_power as buildout_rack_power
 from constraints.buildout import rack_units as buildout_rack_units
 from constraints.buildout import racks as buildout_racks
@@ -39,6 +43,7 @@ FAMILIES = {
     "max_count": buildout_max_count,
     "target": buildout_target,
     "rack_power": buildout_rack_power,
+    "rack_feed": buildout_rack_feed,
     "rack_units": buildout_rack_units,
     "rack_cover": buildout_racks,
     "fabric": buildout_fabric,
@@ -52,6 +57,25 @@ def family_module(family: str):
     if family.startswith("fabric"):
         return buildout_fabric
     raise KeyError(family)
+
+
+SWITCHES = "switches"
+
+
+def item_power_w(p: Problem) -> list[int]:
+    """Watts per item kind in a rack: the server types, then switch chips when they are racked."""
+    out = [t.power_w for t in p.types]
+    if p.fabric is not None and p.fabric.switches_in_racks:
+        out.append(p.fabric.switch_power_w)
+    return out
+
+
+def item_units(p: Problem) -> list[int]:
+    """Rack units per item kind (same order as :func:`item_power_w`)."""
+    out = [t.rack_units for t in p.types]
+    if p.fabric is not None and p.fabric.switches_in_racks:
+        out.append(p.fabric.switch_rack_units)
+    return out
 
 
 @dataclass
@@ -80,7 +104,8 @@ class Ctx:
     def power_w(self):
         p = self.problem
         tier2 = p.fabric.second_tier_power_w * self.z if p.fabric is not None else 0
-        return p.fixed_w + sum(t.power_w * self.n[t.name] for t in p.types) + tier2
+        chips = p.fabric.switch_power_w * (self.leaves + self.s) if p.fabric is not None else 0
+        return p.fixed_w + sum(t.power_w * self.n[t.name] for t in p.types) + tier2 + chips
 
     @property
     def cost_c(self):
@@ -116,6 +141,12 @@ def server_bounds(p: Problem, min_gpus: int = 0) -> dict[str, int]:
     return out
 
 
+@lru_cache(maxsize=64)
+def _patterns(power_w: tuple, units: tuple, caps: tuple, limits: tuple, rack_u: int) -> list[RackPattern]:
+    """:func:`rack_patterns`, cached: the what-if solves of one run rebuild the same racks."""
+    return rack_patterns(list(power_w), list(units), list(caps), dict(limits), rack_u)
+
+
 def build(p: Problem, explain: bool = False, omit: frozenset[str] = frozenset(),
           min_gpus: int = 0) -> tuple[NamedModel, Ctx]:
     """Build the model.
@@ -134,17 +165,25 @@ def build(p: Problem, explain: bool = False, omit: frozenset[str] = frozenset(),
     u = p.install_unit_servers
     n = {t.name: m.new_int_var(0, n_ub[t.name], f"n[{t.name}]") for t in p.types}
     k = {t.name: m.new_int_var(0, n_ub[t.name] // u, f"k[{t.name}]") for t in p.types}
-    pats = rack_patterns([t.power_w for t in p.types], [t.rack_units for t in p.types],
-                         [n_ub[t.name] for t in p.types], p.cooling_limits_w(), p.rack_units)
-    racks_ub = max(1, sum(n_ub.values()))
-    y = [m.new_int_var(0, racks_ub, f"y[{i}:{pat.cooling}:{pat.counts}]") for i, pat in enumerate(pats)]
     gpus_ub = sum(t.gpus * n_ub[t.name] for t in p.types)
+    leaf_ub = 0
+    caps = [n_ub[t.name] for t in p.types]
+    if p.fabric is not None:
+        # leaf and spine chips each stay within leaf_ub (their variable domains and the
+        # fabric_tiers constraints), so a rack never needs more than 2 * leaf_ub chips
+        leaf_ub = max(1, p.fabric.gpu_links * gpus_ub)
+        if p.fabric.switches_in_racks:
+            caps.append(2 * leaf_ub + 1)
+    pats = _patterns(tuple(item_power_w(p)), tuple(item_units(p)), tuple(caps),
+                     tuple(p.cooling_limits_w().items()), p.rack_units)
+    racks_ub = max(1, sum(caps))
+    y = [m.new_int_var(0, racks_ub, f"y[{i}:{pat.cooling}:{pat.counts}]") for i, pat in enumerate(pats)]
     ctx = Ctx(problem=p, n=n, k=k, patterns=pats, y=y, z=0, n_ub=n_ub, gpus_ub=gpus_ub)
     if p.fabric is not None:
         f = p.fabric
         ctx.z = m.new_bool_var("z[second tier]")
         ctx.splits = buildout_fabric.leaf_splits(f.switch_radix, f.max_oversubscription)
-        ctx.leaf_ub = max(1, f.gpu_links * gpus_ub)
+        ctx.leaf_ub = leaf_ub
         ctx.l1 = m.new_int_var(0, ctx.leaf_ub, "leaf[one tier]")
         ctx.w = [m.new_int_var(0, ceil(ctx.leaf_ub / d), f"leaf[{d}down/{up}up]") for d, up in ctx.splits]
         ctx.s = m.new_int_var(0, ctx.leaf_ub, "spine")
@@ -157,52 +196,79 @@ def build(p: Problem, explain: bool = False, omit: frozenset[str] = frozenset(),
     return nm, ctx
 
 
-def installed_racks(p, racks: list[tuple[RackPattern, int]], servers: list[int]) -> list[tuple[RackPattern, int]]:
+def installed_racks(p, racks: list[tuple[RackPattern, int]], items: list[int]) -> list[tuple[RackPattern, int]]:
     """The racks as installed: the model covers the servers with *maximal* patterns
-    (``≥``), so the last racks of each type give back the servers the plan does not have.
+    (``>=``), so the last racks of each type give back the servers the plan does not have.
+
+    Works on groups of identical racks (``O(groups x types)``, independent of the number of
+    racks): taking a surplus back from a group of ``m`` racks empties whole racks from its
+    end and at most one rack partly, so a group splits into at most three groups.
 
     Args:
-        racks: (maximal pattern, number of such racks).
-        servers: servers per type in the plan.
+        racks: (maximal pattern, number of such racks), in model order.
+        items: items per kind in the plan: servers per type, then switch chips when they are
+            racked (``len(items) == len(pattern.counts)``).
     Returns:
-        (rack content, number of such racks) holding exactly ``servers``; a rack left empty
-        is dropped (the fewest-racks stage never leaves one).
+        (rack content, number of such racks) holding exactly ``items``, groups with equal
+        content merged in order of first appearance; a rack left empty is dropped (the
+        fewest-racks stage never leaves one).
     """
-    single = [[pat.cooling, list(pat.counts)] for pat, mult in racks for _ in range(mult)]
-    for i, want in enumerate(servers):
-        extra = sum(r[1][i] for r in single) - want
-        for r in reversed(single):  # take the surplus back from the last racks
-            if extra <= 0:
-                break
-            take = min(extra, r[1][i])
-            r[1][i] -= take
-            extra -= take
+    groups = [(pat.cooling, list(pat.counts), mult) for pat, mult in racks if mult > 0]
+    for i, want in enumerate(items):
+        extra = sum(c[i] * m for _cool, c, m in groups) - want
+        j = len(groups) - 1
+        while extra > 0 and j >= 0:  # take the surplus back from the last racks first
+            cooling, counts, mult = groups[j]
+            per = counts[i]
+            if per == 0:
+                j -= 1
+                continue
+            full, part = divmod(min(extra, per * mult), per)
+            extra -= full * per + part
+            split = []
+            keep = mult - full - (1 if part else 0)
+            if keep:
+                split.append((cooling, counts, keep))
+            if part:
+                split.append((cooling, counts[:i] + [per - part] + counts[i + 1:], 1))
+            if full:
+                split.append((cooling, counts[:i] + [0] + counts[i + 1:], full))
+            groups[j:j + 1] = split
+            j -= 1
     grouped: dict[tuple, int] = {}
-    for cooling, counts in single:
+    for cooling, counts, mult in groups:
         if any(counts):
-            grouped[(cooling, tuple(counts))] = grouped.get((cooling, tuple(counts)), 0) + 1
+            key = (cooling, tuple(counts))
+            grouped[key] = grouped.get(key, 0) + mult
     out = []
     for (cooling, counts), mult in grouped.items():
-        power = sum(c * t.power_w for c, t in zip(counts, p.types))
-        units = sum(c * t.rack_units for c, t in zip(counts, p.types))
+        power = sum(c * w for c, w in zip(counts, item_power_w(p)))
+        units = sum(c * u for c, u in zip(counts, item_units(p)))
         out.append((RackPattern(cooling, counts, power, units), mult))
     return out
 
 
 def values(solver: cp_model.CpSolver, ctx: Ctx) -> dict[str, Any]:
-    """Read a solution: servers, install units, rack patterns used, fabric chips."""
+    """Read a solution: servers, install units, racks as installed, fabric chips.
+
+    ``racks`` is a list of (pattern, number of such racks); a pattern's ``counts`` has one
+    entry per server type, plus the switch chips last when they are racked.
+    """
     p = ctx.problem
+    val = solver.value
+    servers = {t.name: int(val(ctx.n[t.name])) for t in p.types}
     out: dict[str, Any] = {
-        "servers": {t.name: int(solver.value(ctx.n[t.name])) for t in p.types},
-        "install_units": {t.name: int(solver.value(ctx.k[t.name])) for t in p.types},
-        "racks": installed_racks(p, [(pat, int(solver.value(y))) for pat, y in zip(ctx.patterns, ctx.y)
-                                     if solver.value(y) > 0],
-                                 [int(solver.value(ctx.n[t.name])) for t in p.types]),
-        "second_tier": bool(solver.value(ctx.z)) if p.fabric is not None else False,
+        "servers": servers,
+        "install_units": {t.name: int(val(ctx.k[t.name])) for t in p.types},
+        "second_tier": bool(val(ctx.z)) if p.fabric is not None else False,
     }
+    items = [servers[t.name] for t in p.types]
     if p.fabric is not None:
-        out["leaves_one_tier"] = int(solver.value(ctx.l1))
-        out["leaves_split"] = [(d, up, int(solver.value(w))) for (d, up), w in zip(ctx.splits, ctx.w)
-                               if solver.value(w) > 0]
-        out["spine"] = int(solver.value(ctx.s))
+        out["leaves_one_tier"] = int(val(ctx.l1))
+        out["leaves_split"] = [(d, up, int(val(w))) for (d, up), w in zip(ctx.splits, ctx.w) if val(w) > 0]
+        out["spine"] = int(val(ctx.s))
+        if p.fabric.switches_in_racks:
+            items.append(out["leaves_one_tier"] + sum(c for _d, _u, c in out["leaves_split"]) + out["spine"])
+    out["racks"] = installed_racks(p, [(pat, int(val(y))) for pat, y in zip(ctx.patterns, ctx.y) if val(y) > 0],
+                                   items)
     return out

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizer.buildout.evaluate import Evaluation
-from optimizer.buildout.explain import kw, leaf_groups, num
+from optimizer.buildout.explain import kw, leaf_groups, num, rack_content
 from optimizer.buildout.schema import Problem
 from optimizer.buildout.solve import OBJECTIVE_MODULES, SolveResult, objective_unit
 from optimizer.result import Binding, Conflict, Status
@@ -20,6 +20,9 @@ class BuildoutReport:
     evaluation: Evaluation | None = None
     binding: list[Binding] = field(default_factory=list)
     conflict: Conflict | None = None
+    total_time_s: float | None = None
+    """Wall time of the whole build-out run (validation, model, every solve, explanation),
+    set by :func:`optimizer.buildout.run`; None when the report was built another way."""
 
     @property
     def status(self) -> Status:
@@ -33,10 +36,9 @@ class BuildoutReport:
         servers = {n: c for n, c in res.plan["servers"].items()}
         layout = []
         for pat, mult in res.plan["racks"]:
-            content = {t.name: c for t, c in zip(p.types, pat.counts) if c}
-            layout.append({"cooling": pat.cooling, "count": mult, "servers": content,
-                           "power_kw": round(sum(p.type(n).power_kw * c for n, c in content.items()), 6),
-                           "rack_units": sum(p.type(n).rack_units * c for n, c in content.items())})
+            content, sw, rk, ru = rack_content(p, pat)
+            layout.append({"cooling": pat.cooling, "count": mult, "servers": content, "switch_chips": sw,
+                           "power_kw": round(rk, 6), "rack_units": ru})
         fabric = None
         if p.fabric is not None:
             f = p.fabric
@@ -56,6 +58,7 @@ class BuildoutReport:
                 "oversubscription": max(ratios) if ratios else None,
                 "max_oversubscription": float(f.max_oversubscription),
                 "second_tier_power_kw": f.second_tier_power_kw if ev.second_tier else 0.0,
+                "switch_power_kw": round((ev.leaves + ev.spine) * f.switch_power_kw, 6),
             }
         cost = None
         if all(t.cost is not None for t in p.types):
@@ -80,6 +83,11 @@ class BuildoutReport:
         res, p = self.result, self.problem
         mod = OBJECTIVE_MODULES[res.objective]
         solver = res.stats.to_dict()
+        # time_s: the whole run (what the table prints); cp_sat_time_s: the CP-SAT calls of the
+        # lexicographic stages (and of the conflict search when infeasible)
+        solver["cp_sat_time_s"] = res.stats.time_s
+        if self.total_time_s is not None:
+            solver["time_s"] = self.total_time_s
         solver["stages"] = [{"name": s.name, "status": s.status.value, "time_s": s.time_s} for s in res.stages]
         return {
             "problem": "buildout",
@@ -112,9 +120,12 @@ class BuildoutReport:
             else:
                 console.print("[red]No plan found within the time limit.[/red]")
             s = d["solver"]
-            console.print(f"solver {s['name']}: {s['time_s']:.3f} s")
+            console.print(f"solver {s['name']}: {s['time_s']:.3f} s (CP-SAT {s['cp_sat_time_s']:.3f} s)")
             return
         plan = d["plan"]
+        for x in d["binding"]:
+            if x["family"] in ("rack_power", "rack_feed", "rack_units") and x["slack"] < 0:
+                console.print(f"[red]{escape(x['constraint'])}: {escape(x['detail'])}[/red]")
         console.print(f"{o['name']} = {num(o['value'])} {o['unit']} (bound {num(o['bound'])}, gap {d['solver']['gap']:.2%})")
         t = Table(title="Servers")
         for col in ("type", "servers", "GPUs", "power kW", "rack units"):
@@ -126,16 +137,24 @@ class BuildoutReport:
         parts = [f"{kw(p.fixed_power_kw)} kW fixed"] if p.fixed_power_kw else []
         if plan["second_tier"]:
             parts.append(f"{kw(p.fabric.second_tier_power_kw)} kW second tier")
+        if plan["fabric"] is not None and plan["fabric"]["switch_power_kw"]:
+            parts.append(f"{kw(plan['fabric']['switch_power_kw'])} kW switch chips")
         extra = f" incl. {' and '.join(parts)}" if parts else ""
         console.print(f"GPUs {plan['gpus']}, power {kw(plan['power_kw'])} of {kw(p.power_budget_kw)} kW{extra}, "
                       f"install units {plan['install_units']} x {p.install_unit_servers} servers"
                       + (f", cost {num(plan['cost'])} {plan['cost_unit']}" if plan["cost"] is not None else ""))
-        r = Table(title=f"Racks: {plan['racks']['air']} air, {plan['racks']['liquid']} liquid")
+        feeds = ""
+        if p.feed_kw is not None:
+            from constraints.buildout.rack_feed import feed_text
+            feeds = f" (feeds: {feed_text(p)})"
+        r = Table(title=f"Racks: {plan['racks']['air']} air, {plan['racks']['liquid']} liquid{feeds}")
         for col in ("racks", "cooling", "servers per rack", "kW per rack", "U per rack"):
             r.add_column(col)
         for g in plan["rack_layout"]:
-            r.add_row(str(g["count"]), g["cooling"], ", ".join(f"{c} x {n}" for n, c in g["servers"].items()),
-                      kw(g["power_kw"]), str(g["rack_units"]))
+            what = [f"{c} x {n}" for n, c in g["servers"].items()]
+            if g["switch_chips"]:
+                what.append(f"{g['switch_chips']} switch chip{'s' if g['switch_chips'] != 1 else ''}")
+            r.add_row(str(g["count"]), g["cooling"], ", ".join(what), kw(g["power_kw"]), str(g["rack_units"]))
         console.print(r)
         if plan["fabric"] is not None:
             fb = plan["fabric"]
@@ -158,6 +177,6 @@ class BuildoutReport:
         if res.status == Status.FEASIBLE:
             done = ", ".join(f"{x['name']} {x['status']}" for x in s["stages"])
             console.print(f"[yellow]time limit: not every objective stage is proven optimal ({done})[/yellow]")
-        console.print(f"solver {s['name']}: {s['status']}, {s['solves']} solves, {s['time_s']:.3f} s, "
-                      f"bound {num(o['bound'])}, gap {s['gap']:.2%}")
+        console.print(f"solver {s['name']}: {s['status']}, {s['solves']} solves, {s['time_s']:.3f} s "
+                      f"(CP-SAT {s['cp_sat_time_s']:.3f} s), bound {num(o['bound'])}, gap {s['gap']:.2%}")
 

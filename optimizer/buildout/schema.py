@@ -7,6 +7,8 @@ converted exactly once, in :func:`resolve`, to the integer units the CP-SAT mode
   to a whole watt and the budget and per-rack limits *down*, so a plan that fits the integer
   model fits the kW figures.
 * cost: hundredths of the cost unit (resolution 0.01).
+* rack feeds: the usable power of one rack's feeds, ``feed_kw x max_utilization x
+  (feeds_per_rack / 2 if redundant_feeds else feeds_per_rack)``, rounded *down* to a watt.
 * oversubscription: an exact fraction (``Fraction(str(x))``), used only in integer
   arithmetic when the leaf port splits are enumerated.
 """
@@ -26,6 +28,7 @@ from optimizer.schema_base import StrictModel, read_yaml, validation_error_to_in
 PosFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
 PosInt = Annotated[int, Field(strict=True, ge=1)]
+Utilization = Annotated[float, Field(strict=True, gt=0, le=1, allow_inf_nan=False)]
 NonNegInt = Annotated[int, Field(strict=True, ge=0)]
 
 OBJECTIVES = ("gpus", "cost", "racks")
@@ -49,11 +52,23 @@ class ServerTypeIn(StrictModel):
 
 
 class RacksIn(StrictModel):
-    """Rack limits. A rack is either air or liquid cooled; ``null`` means that cooling is not available."""
+    """Rack limits. A rack is either air or liquid cooled; ``null`` means that cooling is not available.
+
+    Optional power feeds (the electrical limit, on top of the cooling limit): each rack has
+    ``feeds_per_rack`` feeds (circuits) of ``feed_kw`` each, loaded to at most
+    ``max_utilization`` of their rating (0.8: the NEC continuous-load rule). With
+    ``redundant_feeds`` the feeds are A+B pairs and the load must fit one side, i.e. half the
+    feeds (``feeds_per_rack`` then defaults to 2 and must be even). Example: a 208 V, 60 A
+    three-phase feed is 208 x 60 x sqrt(3) = 21.6 kW; x 0.8 = 17.28 kW usable with A+B.
+    """
 
     air_cooled_kw: Optional[PosFloat]
     liquid_cooled_kw: Optional[PosFloat] = None
     rack_units: PosInt
+    feed_kw: Optional[PosFloat] = None
+    max_utilization: Optional[Utilization] = None
+    redundant_feeds: Optional[Annotated[bool, Field(strict=True)]] = None
+    feeds_per_rack: Optional[PosInt] = None
 
 
 class FabricIn(StrictModel):
@@ -65,6 +80,8 @@ class FabricIn(StrictModel):
     max_oversubscription: PosFloat
     second_tier_power_kw: NonNegFloat
     one_tier_max_gpus: PosInt
+    switch_power_kw: NonNegFloat = 0.0
+    switch_rack_units: NonNegInt = 0
 
 
 class BuildoutIn(StrictModel):
@@ -81,6 +98,8 @@ class BuildoutIn(StrictModel):
     def _unique_names(cls, v: list[ServerTypeIn]) -> list[ServerTypeIn]:
         seen: set[str] = set()
         for st in v:
+            if st.name == "switches":
+                raise ValueError("'switches' is reserved for the switch chips (a rack's content); rename the server type")
             if st.name in seen:
                 raise ValueError(f"server type '{st.name}' is listed twice")
             seen.add(st.name)
@@ -125,10 +144,22 @@ class Fabric:
     max_oversubscription: Fraction
     second_tier_power_kw: float
     one_tier_max_gpus: int
+    switch_power_kw: float = 0.0
+    switch_rack_units: int = 0
 
     @property
     def second_tier_power_w(self) -> int:
         return kw_to_w_up(self.second_tier_power_kw)
+
+    @property
+    def switch_power_w(self) -> int:
+        """Power of one switch chip, whole watts rounded up."""
+        return kw_to_w_up(self.switch_power_kw)
+
+    @property
+    def switches_in_racks(self) -> bool:
+        """True when switch chips take rack space or rack power (they are then placed in racks)."""
+        return self.switch_power_kw > 0 or self.switch_rack_units > 0
 
 
 @dataclass(frozen=True)
@@ -147,6 +178,34 @@ class Problem:
     rack_units: int
     fabric: Fabric | None
     cost_unit: str
+    feed_kw: float | None = None
+    max_utilization: float | None = None
+    feeds_per_rack: int = 1
+    redundant_feeds: bool = False
+
+    @property
+    def feed_usable_kw(self) -> float | None:
+        """Usable power of one rack's feeds, kW (None without feeds):
+        ``feed_kw x max_utilization x (feeds_per_rack / 2 if redundant_feeds else feeds_per_rack)``."""
+        if self.feed_kw is None:
+            return None
+        feeds = self.feeds_per_rack // 2 if self.redundant_feeds else self.feeds_per_rack
+        return self.feed_kw * self.max_utilization * feeds
+
+    @property
+    def feed_limit_w(self) -> int | None:
+        """:attr:`feed_usable_kw` in whole watts, rounded down."""
+        kw = self.feed_usable_kw
+        return None if kw is None else kw_to_w_down(kw)
+
+    def cooling_only_w(self) -> dict[str, int]:
+        """Per-rack cooling limit by cooling kind, watts (without the feed limit)."""
+        out = {}
+        if self.air_cooled_kw is not None:
+            out["air"] = kw_to_w_down(self.air_cooled_kw)
+        if self.liquid_cooled_kw is not None:
+            out["liquid"] = kw_to_w_down(self.liquid_cooled_kw)
+        return out
 
     @property
     def budget_w(self) -> int:
@@ -157,13 +216,10 @@ class Problem:
         return kw_to_w_up(self.fixed_power_kw)
 
     def cooling_limits_w(self) -> dict[str, int]:
-        """Per-rack power limit by cooling kind, watts, for the kinds that are available."""
-        out = {}
-        if self.air_cooled_kw is not None:
-            out["air"] = kw_to_w_down(self.air_cooled_kw)
-        if self.liquid_cooled_kw is not None:
-            out["liquid"] = kw_to_w_down(self.liquid_cooled_kw)
-        return out
+        """Per-rack power limit by cooling kind, watts, for the kinds that are available: the
+        cooling limit, or the usable feed power when that is lower."""
+        feed = self.feed_limit_w
+        return {c: (w if feed is None else min(w, feed)) for c, w in self.cooling_only_w().items()}
 
     def type(self, name: str) -> ServerType:
         for t in self.types:
@@ -219,8 +275,9 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str,
 
     Raises:
         InputError: unknown server name, missing inline figure, no cooling available, a
-            missing ``target_gpus`` for the cost/racks objectives, or a missing cost for the
-            cost objective.
+            missing ``target_gpus`` for the cost/racks objectives, a missing cost for the
+            cost objective, feed fields without ``feed_kw``, ``feed_kw`` without
+            ``max_utilization``, or an odd ``feeds_per_rack`` with ``redundant_feeds``.
     """
     b = inst.buildout
     data, cost_unit = load_server_data(servers_file)
@@ -257,19 +314,34 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str,
         raise InputError(path, "buildout.racks", "no cooling available: give air_cooled_kw or liquid_cooled_kw")
     if objective in ("cost", "racks") and b.target_gpus is None:
         raise InputError(path, "buildout.target_gpus", f"the {objective} objective needs a target_gpus")
+    r = b.racks
+    feed_extras = [k for k in ("max_utilization", "redundant_feeds", "feeds_per_rack") if getattr(r, k) is not None]
+    if r.feed_kw is None and feed_extras:
+        raise InputError(path, f"buildout.racks.{feed_extras[0]}", "needs buildout.racks.feed_kw (the rating of one rack feed)")
+    redundant = bool(r.redundant_feeds)
+    feeds = r.feeds_per_rack if r.feeds_per_rack is not None else (2 if redundant else 1)
+    if r.feed_kw is not None:
+        if r.max_utilization is None:
+            raise InputError(path, "buildout.racks.max_utilization",
+                             "required with feed_kw: the fraction of a feed's rating the load may use "
+                             "(e.g. 0.8 for continuous load), within (0, 1]")
+        if redundant and feeds % 2:
+            raise InputError(path, "buildout.racks.feeds_per_rack",
+                             f"redundant_feeds pairs A and B feeds, so feeds_per_rack must be even (got {feeds})")
     fab = None
     if b.fabric is not None:
         f = b.fabric
         fab = Fabric(f.switch_radix, f.port_bandwidth_gb_s, f.gpu_links,
                      Fraction(str(f.max_oversubscription)).limit_denominator(10**6),
-                     f.second_tier_power_kw, f.one_tier_max_gpus)
+                     f.second_tier_power_kw, f.one_tier_max_gpus, f.switch_power_kw, f.switch_rack_units)
     return Problem(
         name=inst.name or Path(path).stem, file=str(path),
         power_budget_kw=b.power_budget_kw, fixed_power_kw=b.fixed_power_kw, types=tuple(types),
         install_unit_servers=b.install_unit_servers, target_gpus=b.target_gpus,
         air_cooled_kw=b.racks.air_cooled_kw, liquid_cooled_kw=b.racks.liquid_cooled_kw,
         rack_units=b.racks.rack_units, fabric=fab,
-        cost_unit=cost_unit if costs_from_file else "cost unit")
+        cost_unit=cost_unit if costs_from_file else "cost unit",
+        feed_kw=r.feed_kw, max_utilization=r.max_utilization, feeds_per_rack=feeds, redundant_feeds=redundant)
 
 
 def load(raw: dict[str, Any], path: str | Path, objective: str | None) -> tuple[Problem, str]:
