@@ -46,3 +46,13 @@ def write_instance(tmp_path: Path, raw: dict, name: str = "inst.yaml") -> Path:
     p = tmp_path / name
     p.write_text(yaml.safe_dump(raw, sort_keys=False))
     return p
+
+
+def conflict_constraints(d: dict) -> set[str]:
+    """Every constraint named in the envelope's grouped ``conflicts``."""
+    return {c for g in d["conflicts"] for c in g["constraints"]}
+
+
+def conflict_texts(d: dict) -> list[str]:
+    """The detail sentence of each conflict group."""
+    return [g["detail"] for g in d["conflicts"]]

@@ -7,15 +7,24 @@ from constraints.buildout.fabric import leaf_bandwidth, leaf_splits
 from optimizer.buildout.evaluate import power_kw
 from optimizer.buildout.patterns import rack_patterns
 from optimizer.buildout.schema import load
-
-from tests.buildout_helpers import EXAMPLE, SECOND_TIER, UNITS4, raw_of, report_of, run_json
+from tests.buildout_helpers import (
+    EXAMPLE,
+    SECOND_TIER,
+    UNITS4,
+    conflict_constraints,
+    conflict_texts,
+    raw_of,
+    report_of,
+    run_json,
+)
 
 
 def test_120kw_gives_11_servers_88_gpus():
     code, d = run_json(EXAMPLE)
     assert code == 0
     assert d["status"] == "optimal"
-    assert d["objective"] == {"name": "gpus", "sense": "max", "value": 88, "unit": "GPUs", "bound": 88}
+    assert {k: d["objective"][k] for k in ("name", "sense", "value", "unit", "bound", "gap")} == \
+        {"name": "gpus", "sense": "max", "value": 88, "unit": "GPUs", "bound": 88, "gap": 0.0}
     assert d["plan"]["servers"] == {"hgx-h100": 11}
     assert d["plan"]["gpus"] == 88
     assert d["plan"]["power_kw"] == pytest.approx(112.2)
@@ -43,8 +52,8 @@ def test_96_gpus_do_not_fit_120kw(objective):
     assert code == 3
     assert d["status"] == "infeasible"
     assert d["plan"] is None
-    assert set(d["conflict"]["constraints"]) == {"power[budget]", "target[gpus]"}
-    assert any("122.4 kW > 120 kW" in line for line in d["conflict"]["details"])
+    assert conflict_constraints(d) == {"power[budget]", "target[gpus]"}
+    assert any("122.4 kW > 120 kW" in line for line in conflict_texts(d))
 
 
 def test_air_40kw_holds_at_most_3_servers():
@@ -145,3 +154,10 @@ def test_other_budgets_types_units(changes, servers):
     """Eq. 6-11 by hand: floor((P - P0) / P_server), rounded down to whole install units."""
     d = report_of(raw_of(**changes)).to_dict()
     assert d["plan"]["servers"] == servers
+
+
+def test_infeasible_target_says_the_most_gpus_that_fit():
+    code, d = run_json(EXAMPLE, "--set", "buildout.target_gpus=96")
+    assert code == 3
+    assert d["achievable"] == {"requirement": "target_gpus", "best": 88, "required": 96,
+                               "detail": "at most 88 GPUs fit these limits; 96 required"}

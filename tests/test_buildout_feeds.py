@@ -7,8 +7,17 @@ import math
 import pytest
 
 from optimizer.buildout.schema import load
-
-from tests.buildout_helpers import EXAMPLE, INSTANCES, raw_of, report_of, run_cli, run_json, write_instance
+from tests.buildout_helpers import (
+    EXAMPLE,
+    INSTANCES,
+    conflict_constraints,
+    conflict_texts,
+    raw_of,
+    report_of,
+    run_cli,
+    run_json,
+    write_instance,
+)
 
 FEEDS = INSTANCES / "hgx_h100_feeds_208v.yaml"
 
@@ -68,8 +77,8 @@ def test_server_above_feed_with_target_is_infeasible(objective):
     code, d = run_json(FEEDS, "--objective", objective, "--set", "buildout.target_gpus=8",
                        "--set", "buildout.racks.max_utilization=0.4")
     assert code == 3
-    assert set(d["conflict"]["constraints"]) == {"rack_feed[hgx-h100]", "target[gpus]"}
-    assert any("8.64 kW usable" in x for x in d["conflict"]["details"])
+    assert conflict_constraints(d) == {"rack_feed[hgx-h100]", "target[gpus]"}
+    assert any("8.64 kW usable" in x for x in conflict_texts(d))
 
 
 @pytest.mark.parametrize("override,field,words", [
@@ -166,8 +175,8 @@ def test_switch_taller_than_rack_with_target_is_infeasible():
     raw = raw_of(EXAMPLE, buildout__fabric=dict(ONE_TIER, switch_rack_units=50), buildout__target_gpus=8)
     code, d = run_json(write_instance_tmp(raw), "--objective", "racks")
     assert code == 3
-    assert set(d["conflict"]["constraints"]) == {"rack_units[switches]", "target[gpus]", "fabric_ports[leaf downlinks]"}
-    assert any("one switch chip is 50U, taller than a 42U rack" in x for x in d["conflict"]["details"])
+    assert conflict_constraints(d) == {"rack_units[switches]", "target[gpus]", "fabric_ports[leaf downlinks]"}
+    assert any("one switch chip is 50U, taller than a 42U rack" in x for x in conflict_texts(d))
 
 
 def test_switches_is_a_reserved_server_name():

@@ -68,7 +68,7 @@ def test_inline_override_of_catalog_figure():
     import json
     d = json.loads(out)
     assert code == 0 and d["plan"]["servers"] == {"hgx-h100": 10}  # floor(120 / 12)
-    assert "overridden inline: power_kw" in d["sources"]["hgx-h100"]
+    assert "overridden inline: power_kw" in d["plan"]["sources"]["hgx-h100"]
 
 
 @pytest.mark.parametrize("override,field,words", [

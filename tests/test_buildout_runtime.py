@@ -17,10 +17,8 @@ import optimizer.buildout as buildout
 from optimizer.buildout.model import installed_racks
 from optimizer.buildout.patterns import RackPattern
 from optimizer.buildout.schema import load
-
 from tests.buildout_helpers import EXAMPLE, MIXED, REPO, SECOND_TIER, raw_of
 from tests.test_buildout_cli import _doc_commands
-
 
 _BATCH = """
 import json, sys, yaml

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.buildout_helpers import EXAMPLE, MIXED, SECOND_TIER, raw_of, run_cli, run_json, write_instance
+from tests.buildout_helpers import (
+    EXAMPLE,
+    MIXED,
+    SECOND_TIER,
+    conflict_constraints,
+    conflict_texts,
+    raw_of,
+    run_cli,
+    run_json,
+    write_instance,
+)
 
 AIR5 = ["--set", "buildout.racks.air_cooled_kw=5", "--set", "buildout.racks.liquid_cooled_kw=null"]
 FIT_FAMILIES = {"rack_power", "rack_feed", "rack_units"}
@@ -35,8 +45,8 @@ def test_5kw_racks_table_says_why_before_the_plan():
 def test_5kw_racks_with_a_target_is_infeasible_naming_the_server(objective):
     code, d = run_json(EXAMPLE, *AIR5, "--objective", objective, "--set", "buildout.target_gpus=8")
     assert code == 3 and d["status"] == "infeasible"
-    assert set(d["conflict"]["constraints"]) == {"rack_power[hgx-h100]", "target[gpus]"}
-    assert any("10.2 kW" in x and "fits no rack" in x for x in d["conflict"]["details"])
+    assert conflict_constraints(d) == {"rack_power[hgx-h100]", "target[gpus]"}
+    assert any("10.2 kW" in x and "fits no rack" in x for x in conflict_texts(d))
 
 
 @pytest.mark.parametrize("objective,target", [("gpus", None), ("gpus", 8), ("cost", 8), ("racks", 8)])
@@ -47,8 +57,8 @@ def test_server_taller_than_rack(objective, target):
     code, d = run_json(EXAMPLE, *args)
     if target:
         assert code == 3
-        assert set(d["conflict"]["constraints"]) == {"rack_units[hgx-h100]", "target[gpus]"}
-        assert any("8U, taller than a 6U rack" in x for x in d["conflict"]["details"])
+        assert conflict_constraints(d) == {"rack_units[hgx-h100]", "target[gpus]"}
+        assert any("8U, taller than a 6U rack" in x for x in conflict_texts(d))
     else:
         assert code == 0 and d["plan"]["gpus"] == 0
         assert d["binding"][0]["constraint"] == "rack_units[hgx-h100]"

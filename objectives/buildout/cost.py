@@ -7,6 +7,8 @@ from __future__ import annotations
 
 NAME = "cost"
 SENSE = "min"
+UNIT = "cost unit of the server catalog (see objective.unit of a result)"
+DEFINITION = "the lowest purchase cost of the servers of a build-out with at least target_gpus GPUs, in the catalog's cost unit"
 
 
 def unit(problem) -> str:

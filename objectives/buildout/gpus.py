@@ -4,6 +4,8 @@ from __future__ import annotations
 NAME = "gpus"
 SENSE = "max"
 UNIT = "GPUs"
+DEFINITION = "the most GPUs the power budget, racks, fabric and install units allow, GPUs"
+DEFAULT = True
 
 
 def expr(ctx):

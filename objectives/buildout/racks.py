@@ -11,6 +11,7 @@ from __future__ import annotations
 NAME = "racks"
 SENSE = "min"
 UNIT = "racks"
+DEFINITION = "the fewest racks (then liquid racks) that hold at least target_gpus GPUs, racks"
 
 
 def expr(ctx):

@@ -12,6 +12,7 @@ objectives from ``objectives/buildout/*.py``) -> :mod:`.evaluate` (independent c
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +43,31 @@ def solve_instance(p: Problem, objective: str, time_limit_s: float | None = None
     res = solve(p, objective, time_limit_s)
     if res.plan is None:
         conflict = None
+        achievable = None
         if res.status == Status.INFEASIBLE:
             keys = res.conflict or []
             conflict = Conflict(keys, conflict_details(p, keys) or ["the limits cannot all hold"])
-        return BuildoutReport(p, res, conflict=conflict)
+            achievable = most_gpus_without_target(p, time_limit_s)
+        return BuildoutReport(p, res, conflict=conflict, achievable=achievable)
     ev = evaluate_plan(p, res)
     if ev.violations:
         raise RuntimeError(f"build-out plan fails the independent check: {ev.violations}")
     binding = bindings(p, objective, res.value, res.plan, ev)
     return BuildoutReport(p, res, ev, binding)
+
+
+def most_gpus_without_target(p: Problem, time_limit_s: float | None) -> dict | None:
+    """For an infeasible ``target_gpus``: the most GPUs any plan fits within the other limits
+    (the ``gpus`` objective without the target), or None when there is no target or no plan."""
+    if p.target_gpus is None:
+        return None
+    best = solve(replace(p, target_gpus=None), "gpus", time_limit_s)
+    if best.plan is None or best.value is None:
+        return {"requirement": "target_gpus", "best": 0, "required": p.target_gpus,
+                "detail": f"no plan holds any GPU within these limits; {p.target_gpus} required"}
+    proven = "" if best.status == Status.OPTIMAL else " (not proven: time limit)"
+    return {"requirement": "target_gpus", "best": int(best.value), "required": p.target_gpus,
+            "detail": f"at most {int(best.value)} GPUs fit these limits{proven}; {p.target_gpus} required"}
 
 
 def run(raw: dict[str, Any], path: Path, objective: str | None, time_limit_s: float | None,

@@ -8,7 +8,16 @@ from optimizer.buildout.evaluate import Evaluation
 from optimizer.buildout.explain import kw, leaf_groups, num, rack_content
 from optimizer.buildout.schema import Problem
 from optimizer.buildout.solve import OBJECTIVE_MODULES, SolveResult, objective_unit
-from optimizer.result import Binding, Conflict, Status
+from optimizer.result import Binding, Conflict, Status, envelope, group_conflicts
+
+DEFINITIONS = {
+    "plan.servers": "servers installed per type (whole install units)",
+    "plan.racks": "racks per layout (cooling, servers and switch chips per rack) and their count",
+    "plan.power_kw": "IT power of servers, switch chips, second tier and fixed load, kW, within the budget",
+    "binding[].slack": "how far the plan is from the limit, in its unit (0 = tight); negative for a server type that fits no rack",
+    "solver.cp_sat_time_s": "wall time of the CP-SAT calls alone, seconds",
+    "achievable": "for an infeasible target: the most GPUs any plan fits within the limits",
+}
 
 
 @dataclass
@@ -20,6 +29,7 @@ class BuildoutReport:
     evaluation: Evaluation | None = None
     binding: list[Binding] = field(default_factory=list)
     conflict: Conflict | None = None
+    achievable: dict | None = None  # infeasible target: the most GPUs that fit the limits
     total_time_s: float | None = None
     """Wall time of the whole build-out run (validation, model, every solve, explanation),
     set by :func:`optimizer.buildout.run`; None when the report was built another way."""
@@ -80,6 +90,9 @@ class BuildoutReport:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        """The result envelope (:func:`optimizer.result.envelope`) of this build-out."""
+        from objectives.buildout import registry
+
         res, p = self.result, self.problem
         mod = OBJECTIVE_MODULES[res.objective]
         solver = res.stats.to_dict()
@@ -89,18 +102,26 @@ class BuildoutReport:
         if self.total_time_s is not None:
             solver["time_s"] = self.total_time_s
         solver["stages"] = [{"name": s.name, "status": s.status.value, "time_s": s.time_s} for s in res.stages]
-        return {
-            "problem": "buildout",
-            "instance": p.name,
-            "status": res.status.value,
-            "objective": {"name": res.objective, "sense": mod.SENSE, "value": res.value,
-                          "unit": objective_unit(p, res.objective), "bound": res.bound},
-            "plan": self.plan_dict(),
-            "binding": [b.to_dict() for b in self.binding],
-            "conflict": self.conflict.to_dict() if self.conflict is not None else None,
-            "solver": solver,
-            "sources": {t.name: t.source for t in p.types},
-        }
+        plan = self.plan_dict()
+        if plan is not None:
+            plan["sources"] = {t.name: t.source for t in p.types}
+        conflicts = []
+        if self.conflict is not None:
+            keyed = {k: next((d for d in self.conflict.details if d.startswith(f"{k}: ")), "") for k in self.conflict.keys}
+            conflicts = group_conflicts(self.conflict.keys, {k: v[len(str(k)) + 2:] for k, v in keyed.items() if v})
+            general = [d for d in self.conflict.details if d not in keyed.values()]
+            if general and conflicts:
+                conflicts[0]["detail"] = "; ".join(general + ([conflicts[0]["detail"]] if conflicts[0]["detail"] else []))
+        return envelope(
+            "buildout", p.name, res.status,
+            {"name": res.objective, "sense": mod.SENSE, "value": res.value, "unit": objective_unit(p, res.objective),
+             "bound": res.bound, "gap": res.stats.gap, "definition": registry()[res.objective].definition},
+            plan, solver,
+            binding=[b.to_dict() for b in self.binding],
+            conflicts=conflicts,
+            definitions=DEFINITIONS,
+            achievable=self.achievable,
+        )
 
     # ------------------------------------------------------------------ tables
     def render(self, console) -> None:
@@ -114,7 +135,10 @@ class BuildoutReport:
                       f"status [bold]{d['status']}[/bold]")
         if self.conflict is not None or res.plan is None:
             if self.conflict is not None:
-                console.print("[red]No plan meets all limits.[/red] Conflicting constraints:")
+                console.print("[red]No plan meets all limits.[/red]")
+                if self.achievable:
+                    console.print(f"[bold]best achievable[/bold]: {escape(self.achievable['detail'])}")
+                console.print("Conflicting constraints:")
                 for line in self.conflict.details:
                     console.print(f"  - {escape(line)}")
             else:
