@@ -339,6 +339,13 @@ class ServingModel:
         t_mean, f_mean, tm = tbar(1 + b)
         if not math.isfinite(tq) or fq >= 1:
             return bad
+        # TPOT quantile: the decode step with B_q decodes plus the chunks of the prompts that arrive
+        # during the request's own decode (Poisson, mean m = λ·(OSL-1)·t̄, quantile m + z·sqrt(m)),
+        # each adding E[ISL]/(C·dp) mixed steps of extra (t_mix - t_dec), spread over its OSL-1 tokens
+        td_q = self._step(w.pool, w.layout, 0.0, 0.0, bq, 1)
+        m = lam * self.decode_steps * t_mean
+        extra = (m + self.z * math.sqrt(m)) * self.mean_isl / (C * dp) * (tmq - td_q) / self.decode_steps
+        tq = max(tq, td_q + extra)
         mean_s = self.mean_isl / C * tm
         wq = wait_quantile_s(lam, mean_s, p.traffic.scv_isl, dp, p.quantile)
         prefill = sum(self._step(w.pool, w.layout, k, c_before, b, dp) for k, c_before in self._chunks(self.isl_q))
