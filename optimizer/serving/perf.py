@@ -170,8 +170,20 @@ class ServingModel:
         return prefill_s(self.p.pools[pool].perf, lay, int(n), self.p.eff)
 
     @lru_cache(maxsize=None)
+    def _table(self, pool: int, lay: Layout, chunk: float, c0: float, ranks: int) -> tuple[np.ndarray, np.ndarray]:
+        """Step time over a grid of decode batch sizes: every integer to 16, then 64 geometric points (about 10%
+        apart) to well past the memory cap; between grid points the time is interpolated linearly."""
+        perf = self.p.pools[pool].perf
+        top = 8.0 * max(perf.max_sessions(lay, int(math.ceil(self.mean_isl)), int(math.ceil(self.mean_osl))), 64)
+        grid = np.unique(np.concatenate([np.arange(0, 17, dtype=float), np.geomspace(16, top, 64)]))
+        t = np.array([mixed_step_s(perf, lay, chunk, c0, float(b), self.decode_ctx, self.p.eff, ranks) for b in grid])
+        return grid, t
+
     def _step(self, pool: int, lay: Layout, chunk: float, c0: float, batch: float, ranks: int) -> float:
-        return mixed_step_s(self.p.pools[pool].perf, lay, chunk, c0, batch, self.decode_ctx, self.p.eff, ranks)
+        grid, t = self._table(pool, lay, float(chunk), float(c0), int(ranks))
+        if batch > grid[-1]:
+            return mixed_step_s(self.p.pools[pool].perf, lay, chunk, c0, batch, self.decode_ctx, self.p.eff, ranks)
+        return float(np.interp(batch, grid, t))
 
     def decode_step_s(self, w: Worker, batch: float) -> float:
         """Decode step (s) with ``batch`` running decodes at the mean context."""

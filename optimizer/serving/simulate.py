@@ -56,7 +56,7 @@ class SimResult:
     tokens_per_s: float
     tokens_per_s_per_gpu: float
     tokens_per_s_per_user: float
-    mean_batch: dict = field(default_factory=dict)  # worker label -> time-average decodes
+    mean_batch: dict = field(default_factory=dict)  # worker label -> time-average decodes per worker in the window
 
     def to_dict(self) -> dict:
         return {"requests": self.requests, "completed": self.completed,
@@ -139,7 +139,15 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         return t
 
     inst: list[Worker] = [workers[j] for j, c in sorted(counts.items()) for _ in range(c)]
-    batches: dict[str, list] = {}
+    batches: dict[str, list] = {}  # worker label -> [decode-seconds, seconds] inside the window
+    win0, win1 = reqs[len(reqs) // 10].arrival, reqs[-1].arrival
+
+    def record(w: Worker, batch: int, t: float) -> None:
+        lo, hi = max(env.now, win0), min(env.now + t, win1)
+        if hi > lo:
+            acc = batches.setdefault(w.label(p), [0.0, 0.0])
+            acc[0] += batch * (hi - lo)
+            acc[1] += hi - lo
 
     if mode == "aggregated":
         router = _Router([w.rate for w in inst])
@@ -150,7 +158,6 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
             dec = _Decoder()
             q = queues[k]
             prefilling: list[Req] = []
-            area = 0.0
             C = p.chunk_tokens
             dp = w.layout.attention_dp
             while True:
@@ -172,7 +179,7 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                 ranks = min(dp, max(1, math.ceil(chunk / C))) if chunk else 1
                 c0 = (taken[0][0].isl - taken[0][0].left) if taken else 0
                 t = step_s(w, chunk / ranks if chunk else 0.0, c0, dec.n, dec.ctx, ranks)
-                area += dec.n * t
+                record(w, dec.n, t)
                 yield env.timeout(t)
                 dec.advance(env.now)
                 for r, c in taken:
@@ -181,7 +188,6 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                         r.first = env.now
                         prefilling.remove(r)
                         dec.add(r, r.osl - 1, r.isl + 1)
-                batches.setdefault(w.label(p), []).append((area, env.now))
 
         def source():
             for r in reqs:
@@ -233,7 +239,6 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
 
         def decode_proc(j: int, w: Worker):
             dec = _Decoder()
-            area = 0.0
             while True:
                 while pending[j] and dec.n < w.max_batch:
                     r = pending[j].popleft()
@@ -243,10 +248,9 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                     yield wake[j]
                     continue
                 t = step_s(w, 0.0, 0.0, dec.n, dec.ctx, 1)
-                area += dec.n * t
+                record(w, dec.n, t)
                 yield env.timeout(t)
                 dec.advance(env.now)
-                batches.setdefault(w.label(p), []).append((area, env.now))
 
         def source():
             for r in reqs:
@@ -268,9 +272,19 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     tpot = np.array([(r.done - r.first) / (r.osl - 1) if not math.isnan(r.done) else math.inf for r in measured])
     ok = (ttft <= p.ttft_s + 1e-12) & (tpot <= p.tpot_s + 1e-12)
     done = [r for r in measured if not math.isnan(r.done)]
-    t0 = measured[0].arrival
-    t1 = max((r.done for r in done), default=t0 + 1e-9)
-    tokens = sum(r.osl for r in done)
+    # throughput over the measurement window (first measured arrival .. last arrival), each
+    # request's decode tokens spread evenly between its first and last token
+    t0, t1 = measured[0].arrival, reqs[-1].arrival
+    tokens = 0.0
+    for r in reqs:
+        if math.isnan(r.first):
+            continue
+        if t0 <= r.first <= t1:
+            tokens += 1
+        end = r.done if not math.isnan(r.done) else horizon
+        span = end - r.first
+        if span > 0:
+            tokens += (r.osl - 1) * max(0.0, min(end, t1) - max(r.first, t0)) / span
     gpus = sum(w.gpus for w in inst)
     finite = np.isfinite(tpot)
 
@@ -279,8 +293,7 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
 
     tps = tokens / max(t1 - t0, 1e-9)
     mean_batch = {}
-    for label, series in batches.items():
-        if series:
-            mean_batch[label] = series[-1][0] / max(series[-1][1], 1e-9)
+    for label, (area, span) in batches.items():
+        mean_batch[label] = area / max(span, 1e-12)
     return SimResult(len(measured), len(done), pct(ttft), pct(tpot), float(ok.mean()), tps, tps / max(gpus, 1),
                      float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch)
