@@ -21,8 +21,10 @@ Queueing assumptions (stated in the README):
   ``1 + B + z_q·sqrt(B)`` decodes; that many must fit the KV memory and ``max_batch``.
 * Aggregated (continuous batching with chunked prefill, ``chunk_tokens`` C per rank): a share
   ``f = λ·E[ISL]·t̄/(C·dp)`` of the steps carries a chunk; the mean step ``t̄ = f·t_mix + (1-f)·t_dec``
-  is the TPOT (chunks included); the prompt queue is served at ``C`` tokens per ``t_mix``; TTFT =
-  wait + the prompt's chunks, each a mixed step with the running decodes.
+  is the mean TPOT (chunks included); the TPOT quantile adds to the decode step with ``B_q`` decodes
+  the chunks of the q-quantile (Poisson) number of prompts arriving during the request's decode;
+  the prompt queue is served at ``C`` tokens per ``t_mix``; TTFT = wait + the prompt's chunks,
+  each a mixed step with the running decodes.
 """
 from __future__ import annotations
 
@@ -98,6 +100,21 @@ def wait_quantile_s(lam: float, mean_s: float, scv: float, c: int, q: float) -> 
     if cw <= 1 - q:
         return 0.0
     return math.log(cw / (1 - q)) * (1 + scv) / (2 * (c / mean_s - lam))
+
+
+def poisson_quantile(m: float, q: float) -> int:
+    """Smallest k with P(N <= k) >= q for N ~ Poisson(m) (summed term by term; 0 for m = 0)."""
+    if m <= 0:
+        return 0
+    term = cdf = math.exp(-m) if m < 700 else 0.0
+    if term == 0.0:  # far in the normal regime
+        return int(math.ceil(m + NormalDist().inv_cdf(q) * math.sqrt(m)))
+    k = 0
+    while cdf < q:
+        k += 1
+        term *= m / k
+        cdf += term
+    return k
 
 
 def _bisect_max(ok, hi: float, iters: int = 40) -> float:
@@ -352,11 +369,11 @@ class ServingModel:
         if not math.isfinite(tq) or fq >= 1:
             return bad
         # TPOT quantile: the decode step with B_q decodes plus the chunks of the prompts that arrive
-        # during the request's own decode (Poisson, mean m = λ·(OSL-1)·t̄, quantile m + z·sqrt(m)),
+        # during the request's own decode (Poisson with mean m = λ·(OSL-1)·t̄, its q-quantile),
         # each adding E[ISL]/(C·dp) mixed steps of extra (t_mix - t_dec), spread over its OSL-1 tokens
         td_q = self._step(w.pool, w.layout, 0.0, 0.0, bq, 1)
         m = lam * self.decode_steps * t_mean
-        extra = (m + self.z * math.sqrt(m)) * self.mean_isl / (C * dp) * (tmq - td_q) / self.decode_steps
+        extra = poisson_quantile(m, p.quantile) * self.mean_isl / (C * dp) * (tmq - td_q) / self.decode_steps
         tq = max(tq, td_q + extra)
         mean_s = self.mean_isl / C * tm
         wq = wait_quantile_s(lam, mean_s, p.traffic.scv_isl, dp, p.quantile)

@@ -109,7 +109,7 @@ class RoleIn(_In):
 
 class SimulationIn(_In):
     enabled: bool = True
-    requests: Annotated[int, Field(strict=True, ge=50, le=200_000)] = 1000
+    requests: Annotated[int, Field(strict=True, ge=50, le=200_000)] = 1500
     seed: int = 1
 
 

@@ -15,8 +15,8 @@ the simulation rather than from the analytic formulas of :mod:`optimizer.serving
   excess); the first token counts at arrival on the decode worker (smooth weighted round robin),
   which admits up to ``max_batch`` decodes and runs a step per token.
 
-TPOT of a request = (last token - first token) / (OSL - 1). The first 10% of arrivals are
-warm-up and not counted; requests still unfinished at the end count as missing the SLO.
+TPOT of a request = (last token - first token) / (OSL - 1). Arrivals during the warm-up
+(:func:`warm_up`) are not counted; requests still unfinished at the end count as missing the SLO.
 """
 from __future__ import annotations
 
@@ -64,6 +64,15 @@ class SimResult:
                 "tpot_ms": {k: v * 1e3 for k, v in self.tpot_s.items()}, "attainment": self.attainment,
                 "tokens_per_s": self.tokens_per_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "tokens_per_s_per_user": self.tokens_per_s_per_user, "mean_batch": self.mean_batch}
+
+
+def warm_up(p: Problem, reqs: list[Req]) -> int:
+    """Requests not counted: those arriving in the first ``min(30% of the arrivals' span, mean OSL x
+    TPOT target)`` seconds (the time for the running batch to fill), and at least the first 10%."""
+    span = reqs[-1].arrival
+    t = min(0.3 * span, p.traffic.mean_osl * p.tpot_s)
+    k = next((i for i, r in enumerate(reqs) if r.arrival >= t), len(reqs) - 1)
+    return min(max(k, len(reqs) // 10), len(reqs) - 1)
 
 
 def arrivals(p: Problem, rate: float, n: int, seed: int) -> list[Req]:
@@ -140,7 +149,8 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
 
     inst: list[Worker] = [workers[j] for j, c in sorted(counts.items()) for _ in range(c)]
     batches: dict[str, list] = {}  # worker label -> [decode-seconds, seconds] inside the window
-    win0, win1 = reqs[len(reqs) // 10].arrival, reqs[-1].arrival
+    warm = warm_up(p, reqs)
+    win0, win1 = reqs[warm].arrival, reqs[-1].arrival
 
     def record(w: Worker, batch: int, t: float) -> None:
         lo, hi = max(env.now, win0), min(env.now + t, win1)
@@ -266,7 +276,6 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
 
     horizon = reqs[-1].arrival * 3 + 600.0
     env.run(until=horizon)
-    warm = len(reqs) // 10
     measured = reqs[warm:]
     ttft = np.array([r.first - r.arrival if not math.isnan(r.first) else math.inf for r in measured])
     tpot = np.array([(r.done - r.first) / (r.osl - 1) if not math.isnan(r.done) else math.inf for r in measured])
