@@ -313,7 +313,7 @@ class ServingReport:
                           (f"{s['tokens_per_s_per_user']:.0f}" if s else "-"))
         console.print(t)
         for r in rates:
-            for w in r["why_other_mode_lost"]:
+            for w in r["why_other_mode_lost"] if len(r["modes"]) > 1 else []:
                 console.print(escape(f"why not {w['why']}"))
         if d["status"] == Status.INFEASIBLE.value:
             console.print("[red]No plan meets the SLOs.[/red] Conflicting constraints:")
