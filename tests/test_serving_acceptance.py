@@ -151,3 +151,42 @@ def test_more_pool_gpus_never_lower_goodput():
         from objectives.serving import registry
         vals.append(solve_mode(p, ws, "aggregated", registry()["goodput"], 0.0).value)
     assert vals[1] >= vals[0] * 2 - 1e-9
+
+
+def test_too_few_pool_gpus_names_the_pool_and_the_capacity(cli, tmp_path):
+    raw = llama70b_raw(simulation={"enabled": False})
+    raw["hardware"]["servers"] = 1
+    raw["serving"]["traffic"]["rate_rps"] = 200
+    r = cli(write(tmp_path, raw), "--format", "json")
+    assert r.exit_code == 3, r.output
+    d = json.loads(r.stdout)
+    cons = {c for x in d["conflicts"] for c in x["constraints"]}
+    assert "gpus[pool h100-sxm]" in cons and "capacity[aggregated]" in cons
+    details = " ".join(x for c in d["conflicts"] for x in c["details"])
+    assert "8 h100-sxm GPUs in the pool" in details
+
+
+def test_efficiency_scales_compute_bound_prefill():
+    from optimizer.model.prefill import Efficiency, prefill_s
+
+    p = problem(qwen32b_raw())
+    perf = p.pools[0].perf
+    peak = prefill_s(perf, Layout.tp(1), 32768)
+    half = prefill_s(perf, Layout.tp(1), 32768, Efficiency(compute=0.5))
+    assert half == pytest.approx(2 * peak, rel=1e-9)  # compute bound: FLOP / (0.5 x peak)
+    raw = qwen32b_raw(ttft_ms=60_000, mode="disaggregated")
+    raw["serving"]["efficiency"] = {"compute": 0.5}
+    pre, _ = _group(solve_instance(problem(raw)), "disaggregated", "prefill")
+    assert pre["analytic"]["prefill_ms"] == pytest.approx(half * 1e3, rel=1e-9)
+
+
+def test_layerwise_transfer_hides_behind_the_prefill():
+    out = {}
+    for mode in ("request", "layerwise"):
+        raw = qwen32b_raw(5.0, ttft_ms=60_000, mode="disaggregated")
+        raw["serving"]["kv_transfer"] = mode
+        pre, _ = _group(solve_instance(problem(raw)), "disaggregated", "prefill")
+        out[mode] = pre["analytic"]["kv_transfer_ms"]
+    # 8.59 GB at 5 GB/s = 1,718 ms after the prefill; layerwise: 1718 - 3257 x 63/64 < 0, so one layer's share
+    assert out["request"] == pytest.approx(1717.99, abs=0.05)
+    assert out["layerwise"] == pytest.approx(1717.99 / 64, abs=0.05)

@@ -71,13 +71,12 @@ class ServingReport:
 
     @property
     def status(self) -> Status:
+        """Optimal when every rate's best plan is proven; infeasible when a rate has no plan
+        (time_limit when a solve ran out of time without one)."""
         bests = [self.best(rr) for rr in self.results]
         if any(b is None for b in bests):
-            if any(m.result.status == Status.TIME_LIMIT for rr in self.results for m in rr.plans.values()) and \
-                    all(m.result.status != Status.INFEASIBLE or m.sim_failed is False for rr in self.results
-                        for m in rr.plans.values() if m.result.status == Status.TIME_LIMIT):
-                return Status.TIME_LIMIT
-            return Status.INFEASIBLE
+            timed_out = any(m.result.status == Status.TIME_LIMIT for rr in self.results for m in rr.plans.values())
+            return Status.TIME_LIMIT if timed_out else Status.INFEASIBLE
         return Status.OPTIMAL if all(b.result.status == Status.OPTIMAL for b in bests) else Status.FEASIBLE
 
     # ------------------------------------------------------------------ figures
