@@ -32,6 +32,15 @@ def load_problem(raw: dict[str, Any], path: str | Path, objective: str | None = 
     return load(raw, path, objective, objective_registry())
 
 
+def _with_margin(res, first, margin: float):
+    """A plan accepted only with extra capacity is no longer proven optimal for the rate asked:
+    status feasible, bound = the analytic optimum at margin 1 (a bound under the analytic model)."""
+    if margin > 1.0:
+        res.status = Status.FEASIBLE
+        res.bound = first.bound if first is not None and first.bound is not None else res.bound
+    return res
+
+
 def _plan_mode(p: Problem, sm: ServingModel, workers, mode: str, objective, rate: float, limit_s: float,
                do_sim: bool) -> ModePlan:
     """Solve one mode, then check it in simulation; on a miss re-solve with ``MARGINS`` more capacity
@@ -53,7 +62,7 @@ def _plan_mode(p: Problem, sm: ServingModel, workers, mode: str, objective, rate
             return ModePlan(mode, res, rate=served, margin=margin)
         sim = simulate(p, workers, res.counts, mode, served)
         if sim.attainment >= p.attainment:
-            return ModePlan(mode, res, sim, served, margin)
+            return ModePlan(mode, _with_margin(res, first, margin), sim, served, margin)
         last = (res, sim, served, margin)
         if goodput:  # same plan, lower rate
             for m2 in MARGINS[1:]:
@@ -61,7 +70,7 @@ def _plan_mode(p: Problem, sm: ServingModel, workers, mode: str, objective, rate
                 sim = simulate(p, workers, res.counts, mode, served)
                 if sim.attainment >= p.attainment:
                     res.value = served
-                    return ModePlan(mode, res, sim, served, m2)
+                    return ModePlan(mode, _with_margin(res, first, m2), sim, served, m2)
             break
     res, sim, served, margin = last
     failed = ModePlan(mode, res, sim, served, margin)

@@ -66,6 +66,17 @@ class SimResult:
                 "tokens_per_s_per_user": self.tokens_per_s_per_user, "mean_batch": self.mean_batch}
 
 
+MAX_REQUESTS = 60_000
+
+
+def sim_requests(p: Problem, rate: float) -> int:
+    """Requests to simulate at ``rate``: ``simulation.requests``, or more so that the arrivals span
+    three request lifetimes (``mean OSL x TPOT target + TTFT target``: one to fill the batches,
+    two measured), at most 60,000. A trace is replayed up to its length."""
+    life = p.traffic.mean_osl * p.tpot_s + p.ttft_s
+    return int(max(p.simulation.requests, min(MAX_REQUESTS, math.ceil(rate * 3 * life))))
+
+
 def warm_up(p: Problem, reqs: list[Req]) -> int:
     """Requests not counted: those arriving in the first ``min(30% of the arrivals' span, mean OSL x
     TPOT target)`` seconds (the time for the running batch to fill), and at least the first 10%."""
@@ -131,7 +142,7 @@ class _Decoder:
 def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: str, rate: float,
              requests: int | None = None, seed: int | None = None) -> SimResult:
     """Simulate the plan ``counts`` ({worker index: n}) at ``rate`` requests/s (see module docstring)."""
-    n = requests or p.simulation.requests
+    n = requests or sim_requests(p, rate)
     seed = p.simulation.seed if seed is None else seed
     reqs = arrivals(p, rate, n, seed)
     env = simpy.Environment()

@@ -140,6 +140,8 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
         if n:
             counts[j] = n
     value_out = float(r.value()) if goodput else value
+    if goodput and bound is not None and bound < 0:
+        bound = -bound  # PuLP hands HiGHS the negated objective of a maximisation
     if bound is None or not math.isfinite(bound):
         bound = value_out
     return ModeResult(mode, Status.OPTIMAL if proven else Status.FEASIBLE, counts, value_out, bound,
