@@ -9,7 +9,7 @@ from typing import Any
 from optimizer.result import Binding, ConstraintKey, Conflict, Status, envelope, group_conflicts
 from optimizer.serving.launch import commands
 from optimizer.serving.perf import LIMITS, ServingModel, Worker
-from optimizer.serving.schema import Problem
+from optimizer.serving.schema import HF_ID_PLACEHOLDER, Problem
 from optimizer.serving.simulate import SimResult
 from optimizer.serving.solve import ModeResult
 
@@ -229,7 +229,7 @@ class ServingReport:
                          "mode": best.mode}
         plan = None
         if best is not None:
-            plan = {"model": p.hf_id, "traffic": p.traffic.source, "slo": self.slo_dict(), "mode_asked": p.mode,
+            plan = {"model": p.model.name, "hf_id": p.hf_id, "traffic": p.traffic.source, "slo": self.slo_dict(), "mode_asked": p.mode,
                     "kv_link": {"bandwidth_gb_s": p.kv_link.bandwidth_bytes_per_s / 1e9,
                                 "latency_us": p.kv_link.alpha_s * 1e6, "default": p.kv_link_default,
                                 "kv_transfer": p.kv_transfer},
@@ -337,6 +337,8 @@ class ServingReport:
             b.add_row(escape(x["constraint"]), f"{x['slack']:.4g} {x['unit']}", escape(x["detail"]))
         console.print(b)
         console.print("[bold]Launch commands[/bold] (one per worker; --output DIR writes them as scripts)")
+        if p.hf_id == HF_ID_PLACEHOLDER:
+            console.print("  (no model.hf_id in the instance: replace MODEL with the model's name or folder)")
         for x in best["workers"]:
             for engine, cmd in x["launch"].items():
                 console.print(escape(f"  [{x['role']} x{x['count']}] {cmd}"), soft_wrap=True)

@@ -33,6 +33,7 @@ GB = 1e9
 GIB = 2 ** 30
 MAX_TOKENS = 10_000_000
 DEFAULT_KV_LINK_GB_S = 50.0  # one 400 Gbit/s NIC per GPU
+HF_ID_PLACEHOLDER = "MODEL"  # launch commands without model.hf_id
 
 PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -393,7 +394,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         link = LinkSpec(kl.bandwidth_gb_s * GB, kl.latency_us * 1e-6)
     e = s.efficiency
     return Problem(
-        name=inst.name or path.stem, path=path, model=spec, hf_id=inst.model.hf_id or spec.name,
+        name=inst.name or path.stem, path=path, model=spec, hf_id=inst.model.hf_id or HF_ID_PLACEHOLDER,
         pools=pools, kv_link=link, kv_link_default=kl is None, traffic=traffic, rates=rates,
         ttft_s=s.slo.ttft_ms * 1e-3, tpot_s=s.slo.tpot_ms * 1e-3, percentile=s.slo.percentile,
         attainment=s.slo.attainment, mode=s.mode, objective=obj, chunk_tokens=s.chunk_tokens,
