@@ -78,7 +78,7 @@ def test_slow_link_makes_disaggregation_infeasible_and_both_falls_back(cli, tmp_
     assert r.exit_code == 3, r.output
     d = json.loads(r.stdout)
     assert d["status"] == "infeasible"
-    fams = {fam for c in d["conflicts"] for fam in c["families"]}
+    fams = {c["family"] for c in d["conflicts"]}
     assert "kv_link" in fams
     assert any("kv_link[prefill TP1 on h100-sxm]" in c["constraints"] for c in d["conflicts"])
     f2 = write(tmp_path, qwen32b_raw(5.0, ttft_ms=4300, mode="both", simulate=True), "both.yaml")
@@ -87,7 +87,8 @@ def test_slow_link_makes_disaggregation_infeasible_and_both_falls_back(cli, tmp_
     d2 = json.loads(r2.stdout)
     assert d2["plan"]["best_mode"] == "aggregated"
     why = d2["plan"]["rates"][0]["why_other_mode_lost"]
-    assert why and "kv_link" in why[0]["why"] and "KV transfer" in why[0]["why"]
+    assert why and "kv_link" in why[0]["detail"] and "KV transfer" in why[0]["detail"]
+    assert {"option", "reason", "detail"} <= set(d2["alternatives"][0])
     # at 50 GB/s the same target is met by disaggregation too
     f3 = write(tmp_path, qwen32b_raw(50.0, ttft_ms=4300, mode="disaggregated"), "fast.yaml")
     assert cli(f3, "--format", "json").exit_code == 0

@@ -144,6 +144,27 @@ class ServingReport:
                              f"even with {m.margin:g}x the capacity"])
         return None
 
+    def conflict_groups(self) -> list[dict[str, Any]]:
+        """Conflicting keys of every rate without a plan, grouped by family (envelope ``conflicts``),
+        each group with its first detail and all of them."""
+        keys, details = [], {}
+        for rr in self.results:
+            if self.best(rr) is not None:
+                continue
+            for m in rr.plans.values():
+                c = self._conflict(m)
+                if c is None:
+                    continue
+                for i, k in enumerate(c.keys):
+                    line = c.details[i] if i < len(c.details) else "; ".join(c.details)
+                    if k not in details:
+                        keys.append(k)
+                        details[k] = f"{m.mode} at {rr.rate:g} req/s: {line}"
+        groups = group_conflicts(keys, details)
+        for g in groups:
+            g["details"] = [details[k] for k in keys if k.family == g["family"]]
+        return groups
+
     def mode_dict(self, m: ModePlan) -> dict[str, Any]:
         d: dict[str, Any] = {"mode": m.mode, "status": "ok" if m.ok else m.result.status.value}
         c = self._conflict(m)
@@ -161,21 +182,25 @@ class ServingReport:
         return d
 
     def why_lost(self, rr: RateResult, best: ModePlan | None) -> list[dict[str, Any]]:
+        """The other modes at this rate: ``{option, reason, detail}`` (envelope ``alternatives``)."""
         out = []
         for m in rr.plans.values():
             if best is not None and m is best:
                 continue
             c = self._conflict(m)
+            option = f"{m.mode} at {rr.rate:g} req/s"
             if c is not None:
                 fams = sorted({k.family for k in c.keys})
+                reason = f"infeasible ({', '.join(fams)})"
                 why = f"{m.mode}: no plan ({', '.join(fams)}): " + "; ".join(c.details[:3])
             elif best is not None:
                 gp = "" if self.objective.name == "gpus" else f" ({self.gpus(m)} GPUs vs {self.gpus(best)})"
+                reason = f"worse {self.objective.name}"
                 why = (f"{m.mode}: {self.objective.name} {m.result.value:.4g} {self.objective.unit} vs "
                        f"{best.result.value:.4g} for {best.mode}{gp}")
             else:
-                why = f"{m.mode}: no plan"
-            out.append({"mode": m.mode, "rate_rps": rr.rate, "why": why})
+                reason, why = "no plan", f"{m.mode}: no plan"
+            out.append({"option": option, "reason": reason, "detail": why, "mode": m.mode, "rate_rps": rr.rate})
         return out
 
     def bindings(self, m: ModePlan) -> list[Binding]:
@@ -198,28 +223,26 @@ class ServingReport:
         return sorted(out, key=lambda b: b.slack)
 
     # ------------------------------------------------------------------ envelope
+    def rates(self) -> list[dict[str, Any]]:
+        """Per rate: best mode, every mode's plan (or conflict) and why the other mode lost."""
+        if "rates" not in self._cache:
+            out = []
+            for rr in self.results:
+                b = self.best(rr)
+                out.append({"rate_rps": rr.rate, "best_mode": b.mode if b else None,
+                            "modes": {k: self.mode_dict(m) for k, m in rr.plans.items()},
+                            "why_other_mode_lost": self.why_lost(rr, b)})
+            self._cache["rates"] = out
+        return self._cache["rates"]
+
     def to_dict(self) -> dict[str, Any]:
         if "dict" in self._cache:
             return self._cache["dict"]
         p, obj = self.problem, self.objective
-        rates = []
-        for rr in self.results:
-            b = self.best(rr)
-            rates.append({"rate_rps": rr.rate, "best_mode": b.mode if b else None,
-                          "modes": {k: self.mode_dict(m) for k, m in rr.plans.items()},
-                          "why_other_mode_lost": self.why_lost(rr, b)})
+        rates = self.rates()
         last = self.results[-1]
         best = self.best(last)
         status = self.status
-        conflicts = []
-        if status == Status.INFEASIBLE:
-            for rr in self.results:
-                if self.best(rr) is None:
-                    for m in rr.plans.values():
-                        c = self._conflict(m)
-                        if c is not None:
-                            conflicts.append({"mode": m.mode, "rate_rps": rr.rate, **c.to_dict(),
-                                              "groups": group_conflicts(c.keys)})
         objective = None
         if best is not None:
             val = best.result.value
@@ -229,22 +252,27 @@ class ServingReport:
                          "mode": best.mode}
         plan = None
         if best is not None:
-            plan = {"model": p.model.name, "hf_id": p.hf_id, "traffic": p.traffic.source, "slo": self.slo_dict(), "mode_asked": p.mode,
+            plan = {"model": p.model.name, "hf_id": p.hf_id, "traffic": p.traffic.source, "slo": self.slo_dict(),
+                    "mode_asked": p.mode,
                     "kv_link": {"bandwidth_gb_s": p.kv_link.bandwidth_bytes_per_s / 1e9,
                                 "latency_us": p.kv_link.alpha_s * 1e6, "default": p.kv_link_default,
                                 "kv_transfer": p.kv_transfer},
-                    "chunk_tokens": p.chunk_tokens, "best_mode": best.mode, "rates": rates}
+                    "chunk_tokens": p.chunk_tokens, "best_mode": best.mode, "rates": rates,
+                    "configurations": [{"label": w.label(p), "gpus": w.gpus, "max_batch": w.max_batch,
+                                        "rate_per_worker_rps": w.rate, "limited_by": w.limit, "detail": w.detail}
+                                       for w in self.workers]}
         alternatives = [a for r in rates for a in r["why_other_mode_lost"]]
         solves = sum(m.result.solves for rr in self.results for m in rr.plans.values())
+        notes = None
+        if p.hf_id == HF_ID_PLACEHOLDER:
+            notes = ["no model.hf_id: the launch commands say MODEL; replace it with the model's name or folder"]
         out = envelope("serving", p.name, status, objective, plan,
                        {"name": "highs (pulp)", "status": status.value, "time_s": self.time_s,
                         "gap": objective["gap"] if objective else None, "solves": solves},
                        binding=[b.to_dict() for b in self.bindings(best)] if best else [],
-                       alternatives=alternatives, conflicts=conflicts, definitions=DEFINITIONS,
-                       rates=rates if plan is None else None,
-                       configurations=[{"label": w.label(p), "gpus": w.gpus, "max_batch": w.max_batch,
-                                        "rate_per_worker_rps": w.rate, "limited_by": w.limit, "detail": w.detail}
-                                       for w in self.workers])
+                       alternatives=alternatives,
+                       conflicts=self.conflict_groups() if status in (Status.INFEASIBLE, Status.TIME_LIMIT) else [],
+                       definitions=DEFINITIONS, notes=notes)
         self._cache["dict"] = out
         return out
 
@@ -288,7 +316,7 @@ class ServingReport:
                              f"p{p.percentile:g}, attainment {p.attainment:.0%} (analytic checks each at the "
                              f"{p.quantile:.0%} quantile); kv_link {p.kv_link.bandwidth_bytes_per_s / 1e9:g} GB/s per GPU, "
                              f"kv_transfer {p.kv_transfer}"))
-        rates = d["plan"]["rates"] if d["plan"] else d.get("rates", [])
+        rates = self.rates()
         t = Table(title="Plans (analytic | simulated)")
         for col in ("rate/s", "mode", "GPUs", "$/h", "workers", "TTFT ms a|p90", "TPOT ms a|p90", "attain",
                     "tok/s/GPU", "tok/s/user"):
@@ -313,11 +341,11 @@ class ServingReport:
         console.print(t)
         for r in rates:
             for w in r["why_other_mode_lost"] if len(r["modes"]) > 1 else []:
-                console.print(escape(f"why not {w['why']}"))
+                console.print(escape(f"why not {w['detail']}"))
         if d["status"] == Status.INFEASIBLE.value:
             console.print("[red]No plan meets the SLOs.[/red] Conflicting constraints:")
             for c in d["conflicts"]:
-                console.print(escape(f"  {c['mode']} at {c['rate_rps']:g} req/s: {', '.join(c['constraints'][:6])}"))
+                console.print(escape(f"  {c['family']} ({c['count']}): {', '.join(c['constraints'][:6])}"))
                 for line in c["details"][:6]:
                     console.print(escape(f"    - {line}"))
             console.print(f"solver highs: {d['solver']['status']}, {d['solver']['time_s']:.2f} s")
