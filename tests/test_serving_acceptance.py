@@ -9,7 +9,7 @@ import pytest
 from optimizer.deployment.perf import PerfModel as DeploymentPerf
 from optimizer.deployment.schema import build_problem
 from optimizer.model.layout import Layout
-from optimizer.model.prefill import kv_bytes_per_request
+from optimizer.model.prefill import kv_bytes_per_request, prefill_s
 from optimizer.serving import solve_instance
 from optimizer.serving.perf import ServingModel
 from optimizer.serving.simulate import simulate
@@ -46,15 +46,12 @@ def test_near_zero_rate_tpot_is_the_deployment_batch1_step_and_ttft_is_prefill_p
     pre, _ = _group(rep, "disaggregated", "prefill")
     an = pre["analytic"]
     assert an["wait_ms"] == 0.0
-    sm = ServingModel(p)
     lay = Layout.tp(pre["layout_detail"]["attention"]["tp"])
     perf = p.pools[0].perf
-    from optimizer.model.prefill import prefill_s
     pf = prefill_s(perf, lay, 2048)
     xfer = p.kv_link.alpha_s + kv_bytes_per_request(perf, 2048) / (lay.gpus * 50e9)
     assert an["prefill_ms"] == pytest.approx(pf * 1e3, rel=1e-12)
     assert an["ttft_ms"] == pytest.approx((pf + xfer) * 1e3, rel=1e-6)
-    del sm
 
 
 def test_kv_link_bandwidth_adds_to_disaggregated_ttft():

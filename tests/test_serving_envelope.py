@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.serving_helpers import INSTANCES, REPO, qwen32b_raw, write
+from tests.serving_helpers import INSTANCES, REPO
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMA = json.loads((REPO / "optimizer" / "schemas" / "result.schema.json").read_text())

@@ -61,7 +61,7 @@ def test_a_plan_below_the_attainment_is_resolved_with_more_capacity(monkeypatch)
     assert m["gpus"] >= base["plan"]["rates"][0]["modes"]["aggregated"]["gpus"]
 
 
-def test_no_plan_is_returned_when_the_simulation_always_misses(monkeypatch, cli):
+def test_no_plan_is_returned_when_the_simulation_always_misses(monkeypatch):
     raw = llama70b_raw(mode="aggregated", simulation={"requests": 200})
     fake, _ = _low_attainment(serving.simulate, 10 ** 6)
     monkeypatch.setattr(serving, "simulate", fake)

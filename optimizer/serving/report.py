@@ -1,7 +1,6 @@
 """The serving report: result envelope (``to_dict``), tables (``render``) and launch scripts."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -110,12 +110,10 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
         if status == pulp.LpSolutionNoSolutionFound and prob.status != pulp.LpStatusInfeasible:
             return ModeResult(mode, Status.TIME_LIMIT, None, None, None, dt, rate, solves=solves)
         keys = [c_gpus.key(pl.name) for pl in p.pools] + [c_capacity.key(role) for role in roles]
-        need = {role: min((p.pools[w.pool].count // w.gpus) * w.rate for w in sub if w.role == role) for role in roles}
         details = [f"{c_gpus.describe(c_gpus.key(pl.name), ctx)}" for pl in p.pools]
         details += [f"{role} capacity needed {rate:g} req/s; the best configuration on a whole pool carries at most "
                     f"{max((p.pools[w.pool].count // w.gpus) * w.rate for w in sub if w.role == role):.3g} req/s"
                     for role in roles]
-        del need
         return ModeResult(mode, Status.INFEASIBLE, None, None, None, dt, rate, keys, details, solves)
     proven = status == pulp.LpSolutionOptimal
     value = float(pulp.value(expr))
