@@ -132,6 +132,12 @@ def bench_experts_text() -> str:
             f"({100 * r['max_gap']:.2f} %) | {b['trivial']:.3f} / {b['greedy']:.3f} / {b['optimized']:.3f} |")
 
 
+def bench_serving_text() -> str:
+    from benchmarks import bench_serving
+
+    return _stdout_of(bench_serving.main, ["bench_serving.py", "--repeats", "3"])
+
+
 def bench_esft_text() -> Optional[str]:
     from benchmarks.bench_experts import ESFT, bench_esft
     from optimizer.experts.traces import read_trace
@@ -169,6 +175,10 @@ BLOCKS: list[Block] = [
     Block("buildout-benchmark", bench=bench_buildout_text, volatile="buildout-benchmark"),
     Block("buildout-cli-benchmark", bench=bench_buildout_cli_text, volatile="buildout-cli-benchmark"),
     Block("cli-benchmark", bench=bench_cli_text, volatile="cli-benchmark"),
+    Block("serving-example", command="optimize instances/serving_llama70b_h100.yaml"),
+    Block("serving-infeasible-example", command="optimize instances/serving_qwen3_32b_slow_link.yaml "
+                                                "--set serving.mode=disaggregated"),
+    Block("serving-benchmark", bench=bench_serving_text, volatile="serving-benchmark"),
 ]
 BY_NAME = {b.name: b for b in BLOCKS}
 
@@ -257,6 +267,8 @@ VOLATILE: dict[str, Callable[[str], str]] = {
     "buildout-benchmark": lambda t: _mask_table_columns(t, {7: None, 8: None}),
     "cli-benchmark": lambda t: _mask_table_columns(t, {3: None, 4: None, 5: None}),
     "buildout-cli-benchmark": lambda t: _mask_table_columns(t, {2: None, 3: None, 4: None, 5: None}),
+    # | case | configurations | model s | solve + simulate s | end to end s | ...
+    "serving-benchmark": lambda t: _mask_table_columns(t, {2: None, 3: None, 4: None}),
 }
 
 

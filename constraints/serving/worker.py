@@ -1,0 +1,17 @@
+"""Serving family ``worker`` (and the per-configuration limits ``ttft``, ``tpot``, ``kv_memory``,
+``kv_link``, ``weights``): a configuration that cannot meet the SLOs even alone at a rate near
+zero gets no variable (``n_j = 0``); its key names the limit, e.g.
+``kv_link[prefill TP1 on h100-sxm]``. These keys make up the conflict when a role has no
+usable configuration."""
+from __future__ import annotations
+
+from optimizer.result import ConstraintKey
+
+
+def key(w, problem) -> ConstraintKey:
+    return ConstraintKey(w.limit or "worker", w.label(problem))
+
+
+def unusable(workers, role: str) -> list:
+    """Configurations of ``role`` with no rate, and their keys."""
+    return [w for w in workers if w.role == role and w.rate <= 0]

@@ -1,0 +1,10 @@
+"""Serving objective ``dollars``: lowest hourly price, ``Σ_j price_j·g_j·n_j`` (price per GPU-hour of the pool)."""
+from objectives.serving import ServingObjective
+
+
+def _expr(ctx):
+    return ctx.dollars_expr
+
+
+OBJECTIVE = ServingObjective("dollars", "$/hour", "price of the plan's GPUs for one hour at each pool's "
+                             "dollars_per_gpu_hour, $/hour", "min", False, _expr)

@@ -1,0 +1,112 @@
+"""Serving capacity planning: requests at R per second with ISL/OSL tokens, TTFT/TPOT targets at a
+percentile and an attainment; the cheapest set of workers, aggregated (continuous batching with
+chunked prefill) or disaggregated (prefill and decode pools with the KV moved between them).
+
+Pipeline: :mod:`.schema` (strict input, traffic, units) -> :mod:`.perf` (every worker
+configuration's largest rate within the SLOs, on the shared model :mod:`optimizer.model`) ->
+:mod:`.solve` (one MILP per mode, PuLP + HiGHS, families in ``constraints/serving/``,
+objectives in ``objectives/serving/``) -> :mod:`.simulate` (independent SimPy evaluator; a plan
+below the attainment target is re-solved with more capacity, never returned) -> :mod:`.report`
+(result envelope, tables, launch commands from :mod:`.launch`).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from objectives.serving import registry as objective_registry
+from optimizer.result import Status
+from optimizer.serving.perf import ServingModel
+from optimizer.serving.report import ModePlan, RateResult, ServingReport
+from optimizer.serving.schema import Problem, load
+from optimizer.serving.simulate import simulate
+from optimizer.serving.solve import MODE_ROLES, solve_mode
+
+__all__ = ["run", "load_problem", "solve_instance", "ServingReport"]
+
+MARGINS = (1.0, 1.1, 1.25, 1.5, 2.0)
+
+
+def load_problem(raw: dict[str, Any], path: str | Path, objective: str | None = None) -> Problem:
+    return load(raw, path, objective, objective_registry())
+
+
+def _with_margin(res, first, margin: float):
+    """A plan accepted only with extra capacity is no longer proven optimal for the rate asked:
+    status feasible, bound = the analytic optimum at margin 1 (a bound under the analytic model)."""
+    if margin > 1.0:
+        res.status = Status.FEASIBLE
+        res.bound = first.bound if first is not None and first.bound is not None else res.bound
+    return res
+
+
+def _plan_mode(p: Problem, sm: ServingModel, workers, mode: str, objective, rate: float, limit_s: float,
+               do_sim: bool) -> ModePlan:
+    """Solve one mode, then check it in simulation; on a miss re-solve with ``MARGINS`` more capacity
+    (goodput: report a lower rate for the same plan) until the simulated attainment meets the target."""
+    goodput = objective.sense == "max"
+    first = None
+    for margin in MARGINS:
+        res = solve_mode(p, workers, mode, objective, rate * margin, limit_s)
+        if first is None:
+            first = res
+        if res.counts is None:
+            if margin == 1.0:
+                return ModePlan(mode, res)
+            break
+        served = res.rate / margin if goodput else rate
+        if goodput:
+            res.value = served
+        if not do_sim:
+            return ModePlan(mode, res, rate=served, margin=margin)
+        sim = simulate(p, workers, res.counts, mode, served)
+        if sim.attainment >= p.attainment:
+            return ModePlan(mode, _with_margin(res, first, margin), sim, served, margin)
+        last = (res, sim, served, margin)
+        if goodput:  # same plan, lower rate
+            for m2 in MARGINS[1:]:
+                served = res.rate / m2
+                sim = simulate(p, workers, res.counts, mode, served)
+                if sim.attainment >= p.attainment:
+                    res.value = served
+                    return ModePlan(mode, _with_margin(res, first, m2), sim, served, m2)
+            break
+    res, sim, served, margin = last
+    failed = ModePlan(mode, res, sim, served, margin)
+    failed.sim_failed = True
+    return failed
+
+
+def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans: bool | None = None) -> ServingReport:
+    """Every rate of the sweep, every mode asked; best plan per rate. Never returns a plan whose
+    simulated attainment is below the target (such a mode is reported infeasible)."""
+    t0 = time.perf_counter()
+    objectives = objective_registry()
+    objective = objectives[p.objective]
+    sm = ServingModel(p)
+    modes = ("aggregated", "disaggregated") if p.mode == "both" else (p.mode,)
+    roles = tuple(r for m in modes for r in MODE_ROLES[m])
+    workers = sm.workers(roles)
+    do_sim = p.simulation.enabled if simulate_plans is None else simulate_plans
+    limit = 20.0 if time_limit_s is None else time_limit_s
+    rates = (p.rates[0],) if objective.sense == "max" else p.rates
+    results = []
+    for rate in rates:
+        plans = {m: _plan_mode(p, sm, workers, m, objective, rate, limit, do_sim) for m in modes}
+        results.append(RateResult(rate, plans))
+    return ServingReport(p, sm, workers, objective, results, time.perf_counter() - t0)
+
+
+def run(raw: dict[str, Any], path: Path, objective: str | None, time_limit_s: float | None,
+        output_dir: Path | None) -> ServingReport:
+    """CLI entry point (see optimizer/problems.py); ``--output DIR`` also gets the launch scripts.
+
+    Raises:
+        InputError: bad input (one line naming file, field and problem).
+    """
+    p = load_problem(raw, path, objective)
+    rep = solve_instance(p, time_limit_s)
+    if output_dir is not None:
+        rep.write_scripts(Path(output_dir))
+    return rep

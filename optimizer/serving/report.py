@@ -1,0 +1,374 @@
+"""The serving report: result envelope (``to_dict``), tables (``render``) and launch scripts."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optimizer.result import Binding, ConstraintKey, Conflict, Status, envelope, group_conflicts
+from optimizer.serving.launch import commands
+from optimizer.serving.perf import LIMITS, ServingModel, Worker
+from optimizer.serving.schema import HF_ID_PLACEHOLDER, Problem
+from optimizer.serving.simulate import SimResult
+from optimizer.serving.solve import ModeResult
+
+DEFINITIONS = {
+    "ttft_ms": "time to first token: queue wait + prefill (+ KV transfer when disaggregated), ms; analytic at the "
+               "checked quantile (max(percentile, 1-(1-attainment)/2)), simulated p50/p90/p99",
+    "tpot_ms": "time per output token after the first: (last token - first token)/(OSL-1), ms",
+    "attainment": "share of requests meeting both TTFT and TPOT targets (DistServe's SLO attainment), simulated",
+    "tokens_per_s": "output tokens per second of the plan at the rate served, tokens/s",
+    "tokens_per_s_per_gpu": "output tokens/s divided by the plan's GPUs (aiconfigurator's tokens/s/GPU)",
+    "tokens_per_s_per_user": "1 / mean TPOT: tokens/s one request sees while decoding (aiconfigurator's tokens/s/user)",
+    "rate_per_worker_rps": "largest request rate one worker of the configuration sustains within the SLOs (analytic), req/s",
+    "load_rps": "request rate each worker of the group gets in the plan (the rate split in proportion to rate_per_worker_rps)",
+    "max_batch": "decodes a worker admits (--max-num-seqs / --max-running-requests): KV memory at the mean request "
+                 "length (eq 6-1) capped by serving.max_batch; prompts in flight (one per DP rank) for prefill",
+    "capacity_margin": "extra capacity the plan was solved for after a simulation below target (1 = none)",
+    "binding": "what caps each chosen configuration's rate (ttft, tpot, kv_memory, kv_link, max_batch), pool GPUs "
+               "and role capacity, with slack",
+}
+
+
+@dataclass
+class ModePlan:
+    mode: str
+    result: ModeResult
+    sim: SimResult | None = None
+    rate: float = 0.0
+    margin: float = 1.0
+    sim_failed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.result.counts is not None and not self.sim_failed
+
+
+@dataclass
+class RateResult:
+    rate: float
+    plans: dict[str, ModePlan]
+
+
+@dataclass
+class ServingReport:
+    problem: Problem
+    model: ServingModel
+    workers: list[Worker]
+    objective: Any
+    results: list[RateResult]
+    time_s: float
+    _cache: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ selection
+    def best(self, rr: RateResult) -> ModePlan | None:
+        ok = [m for m in rr.plans.values() if m.ok]
+        if not ok:
+            return None
+        sign = -1 if self.objective.sense == "max" else 1
+        return min(ok, key=lambda m: (sign * m.result.value, self.gpus(m), m.mode))
+
+    @property
+    def status(self) -> Status:
+        """Optimal when every rate's best plan is proven; infeasible when a rate has no plan
+        (time_limit when a solve ran out of time without one)."""
+        bests = [self.best(rr) for rr in self.results]
+        if any(b is None for b in bests):
+            timed_out = any(m.result.status == Status.TIME_LIMIT for rr in self.results for m in rr.plans.values())
+            return Status.TIME_LIMIT if timed_out else Status.INFEASIBLE
+        return Status.OPTIMAL if all(b.result.status == Status.OPTIMAL for b in bests) else Status.FEASIBLE
+
+    # ------------------------------------------------------------------ figures
+    def gpus(self, m: ModePlan) -> int:
+        return sum(self.workers[j].gpus * n for j, n in (m.result.counts or {}).items())
+
+    def dollars(self, m: ModePlan) -> float | None:
+        p = self.problem
+        tot = 0.0
+        for j, n in (m.result.counts or {}).items():
+            w = self.workers[j]
+            price = p.pools[w.pool].price
+            if price is None:
+                return None
+            tot += price * w.gpus * n
+        return tot
+
+    def _groups(self, m: ModePlan) -> list[dict[str, Any]]:
+        p, sm = self.problem, self.model
+        counts = m.result.counts or {}
+        cap = {}
+        for j, n in counts.items():
+            w = self.workers[j]
+            cap[w.role] = cap.get(w.role, 0.0) + w.rate * n
+        out = []
+        for j, n in sorted(counts.items()):
+            w = self.workers[j]
+            lam = m.rate * w.rate / cap[w.role]
+            if w.role == "prefill":
+                f = sm.prefill_figures(w, lam)
+                an = {"ttft_ms": f["ttft_s"] * 1e3, "wait_ms": f["wait_s"] * 1e3, "prefill_ms": f["prefill_s"] * 1e3,
+                      "kv_transfer_ms": (f["transfer_s"] + f["link_wait_s"]) * 1e3, "utilisation": f["utilisation"],
+                      "link_utilisation": f["link_utilisation"]}
+            elif w.role == "decode":
+                f = sm.decode_figures(w, lam)
+                an = {"tpot_ms": f["tpot_s"] * 1e3, "mean_tpot_ms": f["mean_tpot_s"] * 1e3, "batch": f["batch"],
+                      "batch_at_quantile": f["batch_q"]}
+            else:
+                f = sm.aggregated_figures(w, lam)
+                an = {"ttft_ms": f["ttft_s"] * 1e3, "tpot_ms": f["tpot_s"] * 1e3, "mean_tpot_ms": f["mean_tpot_s"] * 1e3,
+                      "batch": f["batch"], "batch_at_quantile": f["batch_q"], "chunk_share": f["chunk_share"]}
+            pool = p.pools[w.pool]
+            out.append({"role": w.role, "pool": pool.name, "gpu": pool.gpu, "layout": w.layout.label(),
+                        "layout_detail": w.layout.as_dict(), "count": n, "gpus_per_worker": w.gpus,
+                        "gpus": w.gpus * n, "max_batch": w.max_batch, "rate_per_worker_rps": w.rate,
+                        "load_rps": lam, "limited_by": w.limit, "limit_detail": w.detail, "analytic": an,
+                        "launch": commands(p, w)})
+        return out
+
+    def _analytic(self, groups: list[dict], m: ModePlan) -> dict[str, Any]:
+        ttft = max((g["analytic"].get("ttft_ms", 0.0) for g in groups), default=0.0)
+        tpot = max((g["analytic"].get("tpot_ms", 0.0) for g in groups), default=0.0)
+        mean_tpot = max((g["analytic"].get("mean_tpot_ms", 0.0) for g in groups), default=0.0)
+        tps = m.rate * self.problem.traffic.mean_osl
+        return {"quantile": self.problem.quantile, "ttft_ms": ttft, "tpot_ms": tpot, "tokens_per_s": tps,
+                "tokens_per_s_per_gpu": tps / max(self.gpus(m), 1),
+                "tokens_per_s_per_user": 1e3 / mean_tpot if mean_tpot else None}
+
+    def _conflict(self, m: ModePlan) -> Conflict | None:
+        if m.result.counts is None:
+            return Conflict(m.result.conflict, m.result.details)
+        if m.sim_failed:
+            return Conflict([ConstraintKey("simulation", f"{m.mode} at {m.rate:g} req/s")],
+                            [f"the plan's simulated attainment {m.sim.attainment:.1%} stays below {self.problem.attainment:.0%} "
+                             f"even with {m.margin:g}x the capacity"])
+        return None
+
+    def conflict_groups(self) -> list[dict[str, Any]]:
+        """Conflicting keys of every rate without a plan, grouped by family (envelope ``conflicts``),
+        each group with its first detail and all of them."""
+        keys, details = [], {}
+        for rr in self.results:
+            if self.best(rr) is not None:
+                continue
+            for m in rr.plans.values():
+                c = self._conflict(m)
+                if c is None:
+                    continue
+                for i, k in enumerate(c.keys):
+                    line = c.details[i] if i < len(c.details) else "; ".join(c.details)
+                    if k not in details:
+                        keys.append(k)
+                        details[k] = f"{m.mode} at {rr.rate:g} req/s: {line}"
+        groups = group_conflicts(keys, details)
+        for g in groups:
+            g["details"] = [details[k] for k in keys if k.family == g["family"]]
+        return groups
+
+    def mode_dict(self, m: ModePlan) -> dict[str, Any]:
+        d: dict[str, Any] = {"mode": m.mode, "status": "ok" if m.ok else m.result.status.value}
+        c = self._conflict(m)
+        if c is not None:
+            d["conflict"] = c.to_dict()
+            d["status"] = Status.INFEASIBLE.value if m.result.status != Status.TIME_LIMIT else m.result.status.value
+            if m.result.counts is None:
+                return d
+        groups = self._groups(m)
+        d.update({"objective": m.result.value, "bound": m.result.bound, "gpus": self.gpus(m),
+                  "dollars_per_hour": self.dollars(m), "rate_rps": m.rate, "capacity_margin": m.margin,
+                  "workers": groups, "analytic": self._analytic(groups, m),
+                  "simulated": m.sim.to_dict() if m.sim is not None else None,
+                  "solver": {"status": m.result.status.value, "time_s": m.result.time_s, "solves": m.result.solves}})
+        return d
+
+    def why_lost(self, rr: RateResult, best: ModePlan | None) -> list[dict[str, Any]]:
+        """The other modes at this rate: ``{option, reason, detail}`` (envelope ``alternatives``)."""
+        out = []
+        for m in rr.plans.values():
+            if best is not None and m is best:
+                continue
+            c = self._conflict(m)
+            option = f"{m.mode} at {rr.rate:g} req/s"
+            if c is not None:
+                fams = sorted({k.family for k in c.keys})
+                reason = f"infeasible ({', '.join(fams)})"
+                why = f"{m.mode}: no plan ({', '.join(fams)}): " + "; ".join(c.details[:3])
+            elif best is not None:
+                gp = "" if self.objective.name == "gpus" else f" ({self.gpus(m)} GPUs vs {self.gpus(best)})"
+                reason = f"worse {self.objective.name}"
+                why = (f"{m.mode}: {self.objective.name} {m.result.value:.4g} {self.objective.unit} vs "
+                       f"{best.result.value:.4g} for {best.mode}{gp}")
+            else:
+                reason, why = "no plan", f"{m.mode}: no plan"
+            out.append({"option": option, "reason": reason, "detail": why, "mode": m.mode, "rate_rps": rr.rate})
+        return out
+
+    def bindings(self, m: ModePlan) -> list[Binding]:
+        if m is None or m.result.counts is None:
+            return []
+        p = self.problem
+        out = []
+        cap: dict[str, float] = {}
+        for j, n in sorted(m.result.counts.items()):
+            w = self.workers[j]
+            cap[w.role] = cap.get(w.role, 0.0) + w.rate * n
+            out.append(Binding(ConstraintKey(w.limit, w.label(p)), 0.0, "", f"{LIMITS.get(w.limit, w.limit)}: {w.detail}"))
+        for role, c in cap.items():
+            out.append(Binding(ConstraintKey("capacity", role), c - m.rate, "requests/s",
+                               f"{role} workers carry up to {c:.4g} req/s for {m.rate:g} req/s"))
+        for i, pool in enumerate(p.pools):
+            used = sum(self.workers[j].gpus * n for j, n in m.result.counts.items() if self.workers[j].pool == i)
+            out.append(Binding(ConstraintKey("gpus", f"pool {pool.name}"), pool.count - used, "GPUs",
+                               f"{used} of {pool.count} {pool.gpu} GPUs used"))
+        return sorted(out, key=lambda b: b.slack)
+
+    # ------------------------------------------------------------------ envelope
+    def rates(self) -> list[dict[str, Any]]:
+        """Per rate: best mode, every mode's plan (or conflict) and why the other mode lost."""
+        if "rates" not in self._cache:
+            out = []
+            for rr in self.results:
+                b = self.best(rr)
+                out.append({"rate_rps": rr.rate, "best_mode": b.mode if b else None,
+                            "modes": {k: self.mode_dict(m) for k, m in rr.plans.items()},
+                            "why_other_mode_lost": self.why_lost(rr, b)})
+            self._cache["rates"] = out
+        return self._cache["rates"]
+
+    def to_dict(self) -> dict[str, Any]:
+        if "dict" in self._cache:
+            return self._cache["dict"]
+        p, obj = self.problem, self.objective
+        rates = self.rates()
+        last = self.results[-1]
+        best = self.best(last)
+        status = self.status
+        objective = None
+        if best is not None:
+            val = best.result.value
+            bound = best.result.bound
+            gap = abs(val - bound) / max(abs(val), 1e-12) if bound is not None else None
+            objective = {**obj.describe(), "value": val, "bound": bound, "gap": gap, "rate_rps": last.rate,
+                         "mode": best.mode}
+        plan = None
+        if best is not None:
+            plan = {"model": p.model.name, "hf_id": p.hf_id, "traffic": p.traffic.source, "slo": self.slo_dict(),
+                    "mode_asked": p.mode,
+                    "kv_link": {"bandwidth_gb_s": p.kv_link.bandwidth_bytes_per_s / 1e9,
+                                "latency_us": p.kv_link.alpha_s * 1e6, "default": p.kv_link_default,
+                                "kv_transfer": p.kv_transfer},
+                    "chunk_tokens": p.chunk_tokens, "best_mode": best.mode, "rates": rates,
+                    "configurations": [{"label": w.label(p), "gpus": w.gpus, "max_batch": w.max_batch,
+                                        "rate_per_worker_rps": w.rate, "limited_by": w.limit, "detail": w.detail}
+                                       for w in self.workers]}
+        alternatives = [a for r in rates for a in r["why_other_mode_lost"]]
+        solves = sum(m.result.solves for rr in self.results for m in rr.plans.values())
+        notes = None
+        if p.hf_id == HF_ID_PLACEHOLDER:
+            notes = ["no model.hf_id: the launch commands say MODEL; replace it with the model's name or folder"]
+        out = envelope("serving", p.name, status, objective, plan,
+                       {"name": "highs (pulp)", "status": status.value, "time_s": self.time_s,
+                        "gap": objective["gap"] if objective else None, "solves": solves},
+                       binding=[b.to_dict() for b in self.bindings(best)] if best else [],
+                       alternatives=alternatives,
+                       conflicts=self.conflict_groups() if status in (Status.INFEASIBLE, Status.TIME_LIMIT) else [],
+                       definitions=DEFINITIONS, notes=notes)
+        self._cache["dict"] = out
+        return out
+
+    def slo_dict(self) -> dict[str, Any]:
+        p = self.problem
+        return {"ttft_ms": p.ttft_s * 1e3, "tpot_ms": p.tpot_s * 1e3, "percentile": p.percentile,
+                "attainment": p.attainment, "checked_quantile": p.quantile}
+
+    # ------------------------------------------------------------------ scripts
+    def write_scripts(self, out: Path) -> list[Path]:
+        """``launch_<mode>_<role>_<layout>_<engine>.sh`` for each worker group of each rate's best plan."""
+        out.mkdir(parents=True, exist_ok=True)
+        files = []
+        d = self.to_dict()
+        for r in d["plan"]["rates"] if d["plan"] else []:
+            if r["best_mode"] is None:
+                continue
+            m = r["modes"][r["best_mode"]]
+            for g in m["workers"]:
+                for engine, cmd in g["launch"].items():
+                    tag = f"{r['best_mode']}_{g['role']}_{g['layout'].replace(' ', '').replace('/', '-')}_{g['pool']}"
+                    suffix = f"_{r['rate_rps']:g}rps" if len(d["plan"]["rates"]) > 1 else ""
+                    f = out / f"launch_{tag}{suffix}_{engine}.sh"
+                    f.write_text(f"#!/bin/sh\n# {g['count']} worker(s) of {g['gpus_per_worker']} {g['gpu']} GPUs each; "
+                                 f"run once per worker\n{cmd}\n")
+                    f.chmod(0o755)
+                    files.append(f)
+        return files
+
+    # ------------------------------------------------------------------ tables
+    def render(self, console) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        d = self.to_dict()
+        p = self.problem
+        o = d["objective"]
+        console.print(f"[bold]{escape(p.name)}[/bold]  serving, objective {self.objective.name} "
+                      f"({self.objective.sense}), mode {p.mode}  status [bold]{d['status']}[/bold]")
+        console.print(escape(f"traffic {p.traffic.source}; SLO TTFT {p.ttft_s * 1e3:g} ms, TPOT {p.tpot_s * 1e3:g} ms, "
+                             f"p{p.percentile:g}, attainment {p.attainment:.0%} (analytic checks each at the "
+                             f"{p.quantile:.0%} quantile); kv_link {p.kv_link.bandwidth_bytes_per_s / 1e9:g} GB/s per GPU, "
+                             f"kv_transfer {p.kv_transfer}"))
+        rates = self.rates()
+        t = Table(title="Plans (analytic | simulated)")
+        for col in ("rate/s", "mode", "GPUs", "$/h", "workers", "TTFT ms a|p90", "TPOT ms a|p90", "attain",
+                    "tok/s/GPU", "tok/s/user"):
+            t.add_column(col)
+        for r in rates:
+            for mode, m in r["modes"].items():
+                star = "*" if mode == r["best_mode"] else ""
+                if "workers" not in m:
+                    t.add_row(f"{r['rate_rps']:g}", mode, "-", "-", escape(m["status"]), "-", "-", "-", "-", "-")
+                    continue
+                a, s = m["analytic"], m["simulated"]
+                ws = ", ".join(f"{g['count']}x {g['role'][0].upper()} {g['layout']} {g['gpu']}" for g in m["workers"])
+                sim = (lambda k, q: f"{s[k][q]:.0f}" if s else "-")
+                t.add_row(f"{m['rate_rps']:.4g}", mode + star, str(m["gpus"]),
+                          "-" if m["dollars_per_hour"] is None else f"{m['dollars_per_hour']:.1f}", escape(ws),
+                          f"{a['ttft_ms']:.0f} | {sim('ttft_ms', 'p90')}",
+                          f"{a['tpot_ms']:.1f} | " + (f"{s['tpot_ms']['p90']:.1f}" if s else "-"),
+                          f"{s['attainment']:.1%}" if s else "-",
+                          f"{a['tokens_per_s_per_gpu']:.0f} | " + (f"{s['tokens_per_s_per_gpu']:.0f}" if s else "-"),
+                          (f"{a['tokens_per_s_per_user']:.0f}" if a["tokens_per_s_per_user"] else "-") + " | " +
+                          (f"{s['tokens_per_s_per_user']:.0f}" if s else "-"))
+        console.print(t)
+        for r in rates:
+            for w in r["why_other_mode_lost"] if len(r["modes"]) > 1 else []:
+                console.print(escape(f"why not {w['detail']}"))
+        if d["status"] == Status.INFEASIBLE.value:
+            console.print("[red]No plan meets the SLOs.[/red] Conflicting constraints:")
+            for c in d["conflicts"]:
+                console.print(escape(f"  {c['family']} ({c['count']}): {', '.join(c['constraints'][:6])}"))
+                for line in c["details"][:6]:
+                    console.print(escape(f"    - {line}"))
+            console.print(f"solver highs: {d['solver']['status']}, {d['solver']['time_s']:.2f} s")
+            return
+        best = rates[-1]["modes"][rates[-1]["best_mode"]]
+        g = Table(title=f"Workers of the best plan ({rates[-1]['best_mode']}, {rates[-1]['rate_rps']:g} req/s)")
+        for col in ("role", "count", "layout", "GPU", "max batch", "req/s max", "load", "limited by"):
+            g.add_column(col)
+        for x in best["workers"]:
+            g.add_row(x["role"], str(x["count"]), x["layout"], x["gpu"], str(x["max_batch"]),
+                      f"{x['rate_per_worker_rps']:.3g}", f"{x['load_rps']:.3g}", escape(x["limited_by"]))
+        console.print(g)
+        b = Table(title="Binding limits")
+        for col in ("constraint", "slack", "detail"):
+            b.add_column(col)
+        for x in d["binding"]:
+            b.add_row(escape(x["constraint"]), f"{x['slack']:.4g} {x['unit']}", escape(x["detail"]))
+        console.print(b)
+        console.print("[bold]Launch commands[/bold] (one per worker; --output DIR writes them as scripts)")
+        if p.hf_id == HF_ID_PLACEHOLDER:
+            console.print("  (no model.hf_id in the instance: replace MODEL with the model's name or folder)")
+        for x in best["workers"]:
+            for engine, cmd in x["launch"].items():
+                console.print(escape(f"  [{x['role']} x{x['count']}] {cmd}"), soft_wrap=True)
+        console.print(f"solver highs: {d['solver']['status']}, {d['solver']['solves']} solves, "
+                      f"{d['solver']['time_s']:.2f} s, {o['name']} = {o['value']:.4g} {o['unit']} "
+                      f"(bound {o['bound']:.4g}, gap {(o['gap'] or 0):.2%})")

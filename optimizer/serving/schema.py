@@ -1,0 +1,405 @@
+"""The ``serving:`` instance: strict input schema, traffic (fixed, classes, trace) and the resolved problem.
+
+Input units are in the field names (``rate_rps``, ``ttft_ms``, ``bandwidth_gb_s``, ``latency_us``,
+``reserve_gib_per_gpu``); :func:`load` converts them once to SI units (seconds, bytes, bytes/s)
+held by :class:`Problem`. GB is 1e9 bytes, GiB 2^30 bytes.
+
+Traces: a CSV with a header; either ``arrival_s, input_tokens, output_tokens`` (arrival in
+seconds) or the public Azure LLM inference trace columns ``TIMESTAMP, ContextTokens,
+GeneratedTokens`` (TIMESTAMP a date-time; arrivals are taken relative to the first row).
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+import numpy as np
+from pydantic import ConfigDict, Field, ValidationError
+
+from optimizer.catalog import lookup
+from optimizer.errors import InputError
+from optimizer.model.config import ModelSpec, read_hf_config
+from optimizer.model.decode import DTYPE_BYTES
+from optimizer.model.hardware import GpuSpec, Hardware, LinkSpec, ServerSpec
+from optimizer.model.perf import PerfModel
+from optimizer.model.prefill import Efficiency
+from optimizer.schema_base import StrictModel, validation_error_to_input_error
+
+GB = 1e9
+GIB = 2 ** 30
+MAX_TOKENS = 10_000_000
+DEFAULT_KV_LINK_GB_S = 50.0  # one 400 Gbit/s NIC per GPU
+HF_ID_PLACEHOLDER = "MODEL"  # launch commands without model.hf_id
+
+PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+PosInt = Annotated[int, Field(strict=True, ge=1)]
+Tokens = Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
+Share = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+
+
+class _In(StrictModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False, allow_inf_nan=False)
+
+
+class ModelIn(_In):
+    config: str = Field(min_length=1)
+    hf_id: Optional[str] = Field(default=None, min_length=1, description="model name in launch commands")
+    weight_dtype: str = "bf16"
+    kv_dtype: Optional[str] = None
+
+
+class LinkIn(_In):
+    bandwidth_gb_s: PosFloat
+    latency_us: NonNegFloat
+
+
+class PoolIn(_In):
+    gpu: str = Field(min_length=1)
+    server: str = Field(min_length=1)
+    count: PosInt
+    dollars_per_gpu_hour: Optional[PosFloat] = None
+
+
+class HardwareIn(_In):
+    gpu: Optional[str] = None
+    server: Optional[str] = None
+    servers: Optional[PosInt] = None
+    dollars_per_gpu_hour: Optional[PosFloat] = None
+    pools: Optional[list[PoolIn]] = Field(default=None, min_length=1)
+    kv_link: Optional[LinkIn] = None
+    allreduce: Literal["ring", "tree", "best"] = "ring"
+
+
+class ClassIn(_In):
+    isl: Tokens
+    osl: Annotated[int, Field(strict=True, ge=2, le=MAX_TOKENS)]
+    share: Share
+
+
+class TrafficIn(_In):
+    rate_rps: Union[float, list[float], None] = None
+    isl: Optional[Tokens] = None
+    osl: Optional[Annotated[int, Field(strict=True, ge=2, le=MAX_TOKENS)]] = None
+    classes: Optional[list[ClassIn]] = Field(default=None, min_length=1)
+    trace: Optional[str] = None
+    trace_requests: Optional[PosInt] = None
+
+
+class SloIn(_In):
+    ttft_ms: PosFloat
+    tpot_ms: PosFloat
+    percentile: Annotated[float, Field(gt=0, lt=100)] = 90.0
+    attainment: Annotated[float, Field(gt=0, lt=1)] = 0.9
+
+
+class EfficiencyIn(_In):
+    compute: Annotated[float, Field(gt=0, le=1)] = 1.0
+    memory: Annotated[float, Field(gt=0, le=1)] = 1.0
+    network: Annotated[float, Field(gt=0, le=1)] = 1.0
+
+
+class RoleIn(_In):
+    tp: Optional[list[PosInt]] = Field(default=None, min_length=1)
+    max_gpus: Optional[PosInt] = None
+
+
+class SimulationIn(_In):
+    enabled: bool = True
+    requests: Annotated[int, Field(strict=True, ge=50, le=200_000)] = 1500
+    seed: int = 1
+
+
+class ServingIn(_In):
+    traffic: TrafficIn
+    slo: SloIn
+    mode: Literal["aggregated", "disaggregated", "both"] = "both"
+    objective: Optional[str] = None
+    chunk_tokens: Annotated[int, Field(strict=True, ge=16, le=MAX_TOKENS)] = 2048
+    kv_transfer: Literal["request", "layerwise"] = "request"
+    reserve_gib_per_gpu: NonNegFloat = 2.0
+    max_batch: Annotated[int, Field(strict=True, ge=1, le=100_000)] = 1024
+    efficiency: EfficiencyIn = EfficiencyIn()
+    prefill: RoleIn = RoleIn()
+    decode: RoleIn = RoleIn()
+    aggregated: RoleIn = RoleIn()
+    simulation: SimulationIn = SimulationIn()
+    engine: Literal["vllm", "sglang", "both"] = "both"
+
+
+class InstanceIn(_In):
+    name: Optional[str] = None
+    model: ModelIn
+    hardware: HardwareIn
+    serving: ServingIn
+
+
+# ----------------------------------------------------------------------------- resolved
+@dataclass(frozen=True)
+class Pool:
+    """One GPU type: ``count`` GPUs in servers of ``hw.server.gpus``; ``price`` $/GPU-hour (None unknown)."""
+
+    name: str
+    gpu: str
+    server: str
+    count: int
+    price: Optional[float]
+    hw: Hardware
+    perf: PerfModel
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Request lengths as weighted points ``(isl[i], osl[i], weight[i])`` (weights sum to 1) and,
+    for a trace, the arrival times (s) and lengths of every request."""
+
+    isl: np.ndarray
+    osl: np.ndarray
+    weight: np.ndarray
+    source: str
+    arrivals: Optional[np.ndarray] = None
+    trace_isl: Optional[np.ndarray] = None
+    trace_osl: Optional[np.ndarray] = None
+
+    @property
+    def mean_isl(self) -> float:
+        return float(np.dot(self.isl, self.weight))
+
+    @property
+    def mean_osl(self) -> float:
+        return float(np.dot(self.osl, self.weight))
+
+    @property
+    def scv_isl(self) -> float:
+        """Squared coefficient of variation of the prompt length."""
+        m = self.mean_isl
+        return float(np.dot(self.weight, (self.isl - m) ** 2)) / m ** 2
+
+    def isl_quantile(self, q: float) -> float:
+        order = np.argsort(self.isl)
+        cum = np.cumsum(self.weight[order])
+        i = int(np.searchsorted(cum, q - 1e-12))
+        return float(self.isl[order][min(i, len(order) - 1)])
+
+    @property
+    def max_len(self) -> int:
+        return int((self.isl + self.osl).max())
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    path: Path
+    model: ModelSpec
+    hf_id: str
+    pools: tuple[Pool, ...]
+    kv_link: LinkSpec
+    kv_link_default: bool
+    traffic: Traffic
+    rates: tuple[float, ...]
+    ttft_s: float
+    tpot_s: float
+    percentile: float
+    attainment: float
+    mode: str
+    objective: str
+    chunk_tokens: int
+    kv_transfer: str
+    reserve_bytes: float
+    max_batch: int
+    eff: Efficiency
+    roles: dict = field(default_factory=dict)  # role -> RoleIn
+    simulation: SimulationIn = SimulationIn()
+    engine: str = "both"
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+
+    @property
+    def quantile(self) -> float:
+        """Quantile each SLO is checked at analytically: ``max(percentile/100, 1-(1-attainment)/2)``
+        (union bound: missing TTFT or TPOT each at most half of the allowed misses)."""
+        return max(self.percentile / 100.0, 1.0 - (1.0 - self.attainment) / 2.0)
+
+
+def _validate(raw: dict, path: Path) -> InstanceIn:
+    try:
+        return InstanceIn.model_validate(raw)
+    except ValidationError as err:
+        raise validation_error_to_input_error(err, path) from None
+
+
+def read_trace(path: Path, field_name: str, instance: Path, limit: Optional[int] = None):
+    """Arrival times (s, from 0), input and output tokens of a trace CSV (see module docstring).
+
+    Raises:
+        InputError: missing file, missing columns, a bad number or time on a line.
+    """
+    if not path.is_file():
+        raise InputError(instance, field_name, f"trace file not found: {path}")
+    with path.open(newline="") as fh:
+        reader = csv.reader(fh)
+        try:
+            header = [h.strip() for h in next(reader)]
+        except StopIteration:
+            raise InputError(path, "", "empty trace (expected a header line)") from None
+        cols = None
+        for names, kind in ((("arrival_s", "input_tokens", "output_tokens"), "seconds"),
+                            (("TIMESTAMP", "ContextTokens", "GeneratedTokens"), "datetime")):
+            if all(n in header for n in names):
+                cols = [header.index(n) for n in names], kind
+                break
+        if cols is None:
+            raise InputError(path, "header", "missing columns: expected arrival_s, input_tokens, output_tokens "
+                                             f"or TIMESTAMP, ContextTokens, GeneratedTokens (got {', '.join(header)})")
+        (ia, ii, io), kind = cols
+        t, isl, osl = [], [], []
+        for n, row in enumerate(reader, start=2):
+            if not row or all(not c.strip() for c in row):
+                continue
+            try:
+                a = row[ia].strip()
+                t.append(float(a) if kind == "seconds" else datetime.fromisoformat(a[:26]).timestamp())
+                isl.append(int(row[ii]))
+                osl.append(int(row[io]))
+            except (ValueError, IndexError):
+                raise InputError(path, f"line {n}", f"cannot read arrival time and token counts from {row!r}") from None
+            if limit is not None and len(t) >= limit:
+                break
+    if len(t) < 2:
+        raise InputError(path, "", "a trace needs at least two requests")
+    t = np.asarray(t) - t[0]
+    if np.any(np.diff(t) < 0):
+        order = np.argsort(t, kind="stable")
+        t, isl, osl = t[order], np.asarray(isl)[order], np.asarray(osl)[order]
+    isl, osl = np.maximum(np.asarray(isl), 1), np.asarray(osl)
+    # a request with one output token has no TPOT: counted with two (first token + one decode)
+    osl = np.maximum(osl, 2)
+    return t, isl, osl
+
+
+def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
+    given = [k for k in ("isl", "classes", "trace") if getattr(tr, k) is not None]
+    if len(given) != 1:
+        raise InputError(path, "serving.traffic", "give exactly one of isl/osl, classes or trace")
+    rates = tr.rate_rps
+    rate_list = None if rates is None else ([rates] if isinstance(rates, (int, float)) else list(rates))
+    if rate_list is not None:
+        if not rate_list:
+            raise InputError(path, "serving.traffic.rate_rps", "empty list")
+        for i, r in enumerate(rate_list):
+            if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+                raise InputError(path, "serving.traffic.rate_rps", f"must be a positive number of requests/s (got {r!r})")
+    if tr.trace_requests is not None and tr.trace is None:
+        raise InputError(path, "serving.traffic.trace_requests", "applies to a trace only")
+    if tr.isl is not None:
+        if tr.osl is None:
+            raise InputError(path, "serving.traffic.osl", "required field is missing (with isl)")
+        t = Traffic(np.array([float(tr.isl)]), np.array([float(tr.osl)]), np.array([1.0]), f"isl {tr.isl}, osl {tr.osl}")
+    elif tr.osl is not None:
+        raise InputError(path, "serving.traffic.osl", "osl goes with isl (classes carry their own)")
+    elif tr.classes is not None:
+        w = np.array([c.share for c in tr.classes])
+        if abs(w.sum() - 1.0) > 1e-6:
+            raise InputError(path, "serving.traffic.classes", f"shares must add up to 1 (got {w.sum():g})")
+        t = Traffic(np.array([float(c.isl) for c in tr.classes]), np.array([float(c.osl) for c in tr.classes]), w,
+                    f"{len(w)} classes")
+    else:
+        p = Path(tr.trace)
+        p = p if p.is_absolute() else path.parent / p
+        arr, isl, osl = read_trace(p, "serving.traffic.trace", path, tr.trace_requests)
+        # the analytic model uses the length distribution as at most 64 weighted quantile points
+        qs = (np.arange(64) + 0.5) / 64
+        isl_q = np.quantile(isl, qs, method="inverted_cdf").astype(float)
+        osl_q = np.quantile(osl, qs, method="inverted_cdf").astype(float)
+        # marginals only: the analytic model treats ISL and OSL as independent (the simulation replays pairs)
+        t = Traffic(isl_q, osl_q, np.full(64, 1 / 64), f"trace {p.name} ({len(arr)} requests)", arr, isl, osl)
+        if rate_list is None:
+            span = float(arr[-1] - arr[0])
+            if span <= 0:
+                raise InputError(p, "", "all arrivals at the same time: give serving.traffic.rate_rps")
+            rate_list = [(len(arr) - 1) / span]
+    if rate_list is None:
+        raise InputError(path, "serving.traffic.rate_rps", "required field is missing (only a trace has its own rate)")
+    return t, tuple(float(r) for r in rate_list)
+
+
+def _pools(hw: HardwareIn, model: ModelSpec, wb: float, kvb: float, reserve: float, path: Path) -> tuple[Pool, ...]:
+    if hw.pools is not None:
+        if any(v is not None for v in (hw.gpu, hw.server, hw.servers, hw.dollars_per_gpu_hour)):
+            raise InputError(path, "hardware", "give either hardware.pools or hardware.gpu/server/servers, not both")
+        items = [(f"hardware.pools[{i}]", p.gpu, p.server, p.count, p.dollars_per_gpu_hour) for i, p in enumerate(hw.pools)]
+    else:
+        if hw.gpu is None or hw.server is None:
+            raise InputError(path, "hardware", "give hardware.gpu and hardware.server (catalog names), or hardware.pools")
+        s = lookup("servers", hw.server, path, "hardware.server")
+        items = [("hardware", hw.gpu, hw.server, (hw.servers or 1) * int(s["gpus"]), hw.dollars_per_gpu_hour)]
+    out = []
+    seen = set()
+    for where, gpu, server, count, price in items:
+        g = lookup("gpus", gpu, path, f"{where}.gpu")
+        s = lookup("servers", server, path, f"{where}.server")
+        name = gpu if gpu not in seen else f"{gpu}#{len(out)}"
+        seen.add(gpu)
+        link = lambda d: LinkSpec(d["bandwidth_gb_s"] * GB, d["latency_us"] * 1e-6)  # noqa: E731
+        h = Hardware(GpuSpec(gpu, g["memory_gb"] * GB, g["memory_bandwidth_gb_s"] * GB, g["bf16_tflops"] * 1e12),
+                     ServerSpec(server, int(s["gpus"]), link(s["scale_up"]), link(s["scale_out"])), hw.allreduce)
+        out.append(Pool(name, gpu, server, count, price if price is not None else g.get("dollars_per_gpu_hour"), h,
+                        PerfModel(model, h, wb, kvb, reserve)))
+    return tuple(out)
+
+
+def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], objectives: dict) -> Problem:
+    """Validate and resolve a ``serving:`` instance.
+
+    Raises:
+        InputError: any bad field (file, dotted field, problem), an unknown objective, a trace with
+            missing columns, an unknown pool GPU, a request longer than the model's context.
+    """
+    path = Path(path)
+    inst = _validate(raw, path)
+    s = inst.serving
+    obj = objective or s.objective or next(o.name for o in objectives.values() if o.default)
+    if obj not in objectives:
+        raise InputError(path, "--objective", f"unknown objective '{obj}' for serving (one of {', '.join(objectives)})")
+    for f, d in (("model.weight_dtype", inst.model.weight_dtype), ("model.kv_dtype", inst.model.kv_dtype)):
+        if d is not None and d not in DTYPE_BYTES:
+            raise InputError(path, f, f"unknown dtype {d!r} (one of {', '.join(DTYPE_BYTES)})")
+    cfg = Path(inst.model.config)
+    cfg = cfg if cfg.is_absolute() else path.parent / cfg
+    if not cfg.is_file():
+        raise InputError(path, "model.config", f"file not found: {cfg}")
+    spec = read_hf_config(cfg)
+    wd = inst.model.weight_dtype
+    kd = inst.model.kv_dtype or wd
+    reserve = s.reserve_gib_per_gpu * GIB
+    pools = _pools(inst.hardware, spec, DTYPE_BYTES[wd], DTYPE_BYTES[kd], reserve, path)
+    traffic, rates = _traffic(s.traffic, path)
+    if spec.max_context is not None and traffic.max_len > spec.max_context:
+        raise InputError(path, "serving.traffic", f"a request of {traffic.max_len} tokens (isl + osl) exceeds the model's "
+                                                  f"maximum length {spec.max_context}")
+    if obj == "dollars":
+        for i, p in enumerate(pools):
+            if p.price is None:
+                raise InputError(path, f"hardware.pools[{i}].dollars_per_gpu_hour",
+                                 f"objective dollars needs a price for {p.gpu} (the catalog has none)")
+    kl = inst.hardware.kv_link
+    if kl is None:
+        lat = max(p.hw.server.scale_out.alpha_s for p in pools)
+        link = LinkSpec(DEFAULT_KV_LINK_GB_S * GB, lat)
+    else:
+        link = LinkSpec(kl.bandwidth_gb_s * GB, kl.latency_us * 1e-6)
+    e = s.efficiency
+    return Problem(
+        name=inst.name or path.stem, path=path, model=spec, hf_id=inst.model.hf_id or HF_ID_PLACEHOLDER,
+        pools=pools, kv_link=link, kv_link_default=kl is None, traffic=traffic, rates=rates,
+        ttft_s=s.slo.ttft_ms * 1e-3, tpot_s=s.slo.tpot_ms * 1e-3, percentile=s.slo.percentile,
+        attainment=s.slo.attainment, mode=s.mode, objective=obj, chunk_tokens=s.chunk_tokens,
+        kv_transfer=s.kv_transfer, reserve_bytes=reserve, max_batch=s.max_batch,
+        eff=Efficiency(e.compute, e.memory, e.network),
+        roles={"prefill": s.prefill, "decode": s.decode, "aggregated": s.aggregated},
+        simulation=s.simulation, engine=s.engine, weight_dtype=wd, kv_dtype=kd,
+    )

@@ -1,0 +1,319 @@
+"""Independent evaluator: a discrete-event simulation (SimPy) of the chosen workers.
+
+Requests arrive as a seeded Poisson process with lengths drawn from the classes (or replay a
+trace, its arrival times scaled to the rate asked). Every forward pass takes the shared model's
+time for what it actually carries (:func:`optimizer.model.prefill.mixed_step_s`,
+:func:`~optimizer.model.prefill.prefill_s`), so queues, batch sizes and chunk shares emerge from
+the simulation rather than from the analytic formulas of :mod:`optimizer.serving.perf`.
+
+* Aggregated: arrivals go to the worker with the least ``assigned / r_j`` (smooth weighted
+  round robin); a worker runs steps carrying up to ``chunk_tokens`` prompt tokens per rank
+  (FIFO, several prompts packed) plus every running decode; admission is capped at its
+  ``max_batch`` (prefilling + decoding). The first token comes at the end of a prompt's last chunk.
+* Disaggregated: one FIFO prompt queue for all prefill ranks (one prompt per rank at a time);
+  then the KV goes over the prefill worker's link (FIFO, ``α + bytes/(g·B)``, or the layerwise
+  excess); the first token counts at arrival on the decode worker (smooth weighted round robin),
+  which admits up to ``max_batch`` decodes and runs a step per token.
+
+TPOT of a request = (last token - first token) / (OSL - 1). Arrivals during the warm-up
+(:func:`warm_up`) are not counted; requests still unfinished at the end count as missing the SLO.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from optimizer.model.prefill import kv_bytes_per_request, kv_transfer_s, mixed_step_s, prefill_s
+from optimizer.serving.perf import Worker
+from optimizer.serving.schema import Problem
+
+
+@dataclass
+class Req:
+    i: int
+    arrival: float
+    isl: int
+    osl: int
+    first: float = math.nan
+    done: float = math.nan
+    left: int = 0  # prompt tokens still to prefill (aggregated)
+
+
+@dataclass
+class SimResult:
+    """Simulated figures over the measured requests (s, tokens/s)."""
+
+    requests: int
+    completed: int
+    ttft_s: dict
+    tpot_s: dict
+    attainment: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    tokens_per_s_per_user: float
+    mean_batch: dict = field(default_factory=dict)  # worker label -> time-average decodes per worker in the window
+
+    def to_dict(self) -> dict:
+        return {"requests": self.requests, "completed": self.completed,
+                "ttft_ms": {k: v * 1e3 for k, v in self.ttft_s.items()},
+                "tpot_ms": {k: v * 1e3 for k, v in self.tpot_s.items()}, "attainment": self.attainment,
+                "tokens_per_s": self.tokens_per_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "tokens_per_s_per_user": self.tokens_per_s_per_user, "mean_batch": self.mean_batch}
+
+
+MAX_REQUESTS = 60_000
+
+
+def sim_requests(p: Problem, rate: float) -> int:
+    """Requests to simulate at ``rate``: ``simulation.requests``, or more so that the arrivals span
+    three request lifetimes (``mean OSL x TPOT target + TTFT target``: one to fill the batches,
+    two measured), at most 60,000. A trace is replayed up to its length."""
+    life = p.traffic.mean_osl * p.tpot_s + p.ttft_s
+    return int(max(p.simulation.requests, min(MAX_REQUESTS, math.ceil(rate * 3 * life))))
+
+
+def warm_up(p: Problem, reqs: list[Req]) -> int:
+    """Requests not counted: those arriving in the first ``min(30% of the arrivals' span, mean OSL x
+    TPOT target)`` seconds (the time for the running batch to fill), and at least the first 10%."""
+    span = reqs[-1].arrival
+    t = min(0.3 * span, p.traffic.mean_osl * p.tpot_s)
+    k = next((i for i, r in enumerate(reqs) if r.arrival >= t), len(reqs) - 1)
+    return min(max(k, len(reqs) // 10), len(reqs) - 1)
+
+
+def arrivals(p: Problem, rate: float, n: int, seed: int) -> list[Req]:
+    """``n`` requests: the trace (arrivals scaled to ``rate``) or Poisson at ``rate`` with lengths
+    drawn from the classes."""
+    tr = p.traffic
+    rng = np.random.default_rng(seed)
+    if tr.arrivals is not None:
+        k = min(n, len(tr.arrivals))
+        t = tr.arrivals[:k]
+        own = (len(tr.arrivals) - 1) / max(tr.arrivals[-1], 1e-12)
+        t = t * (own / rate)
+        return [Req(i, float(t[i]), int(tr.trace_isl[i]), int(tr.trace_osl[i])) for i in range(k)]
+    t = np.cumsum(rng.exponential(1.0 / rate, n))
+    cls = rng.choice(len(tr.weight), size=n, p=tr.weight)
+    return [Req(i, float(t[i]), int(tr.isl[c]), int(tr.osl[c])) for i, c in enumerate(cls)]
+
+
+class _Router:
+    """Smooth weighted round robin: the next request goes to the least ``assigned / weight``."""
+
+    def __init__(self, weights):
+        self.w = list(weights)
+        self.n = [0] * len(self.w)
+
+    def pick(self) -> int:
+        j = min(range(len(self.w)), key=lambda k: (self.n[k] + 1) / self.w[k])
+        self.n[j] += 1
+        return j
+
+
+class _Decoder:
+    """Running decodes of one worker: finish heap by step index, KV tokens summed."""
+
+    def __init__(self):
+        self.step = 0
+        self.heap: list = []
+        self.ctx = 0.0  # Σ (position + 1) of running decodes
+        self.n = 0
+
+    def add(self, r: Req, steps: int, ctx0: float):
+        heapq.heappush(self.heap, (self.step + steps, r.i, r, ctx0, steps))
+        self.ctx += ctx0
+        self.n += 1
+
+    def advance(self, now: float) -> None:
+        self.step += 1
+        self.ctx += self.n
+        while self.heap and self.heap[0][0] <= self.step:
+            _, _, r, ctx0, steps = heapq.heappop(self.heap)
+            r.done = now
+            self.ctx -= ctx0 + steps
+            self.n -= 1
+
+
+def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: str, rate: float,
+             requests: int | None = None, seed: int | None = None) -> SimResult:
+    """Simulate the plan ``counts`` ({worker index: n}) at ``rate`` requests/s (see module docstring)."""
+    n = requests or sim_requests(p, rate)
+    seed = p.simulation.seed if seed is None else seed
+    reqs = arrivals(p, rate, n, seed)
+    env = simpy.Environment()
+    eff = p.eff
+    cache: dict = {}
+
+    def step_s(w: Worker, chunk: float, c0: float, batch: int, ctx_sum: float, ranks: int) -> float:
+        ctx = ctx_sum / batch if batch else 0.0
+        key = (id(w), round(chunk / 32), round(c0 / 512), batch, round(ctx / 128), ranks)
+        t = cache.get(key)
+        if t is None:
+            t = mixed_step_s(p.pools[w.pool].perf, w.layout, chunk, c0, batch, ctx, eff, ranks)
+            cache[key] = t
+        return t
+
+    inst: list[Worker] = [workers[j] for j, c in sorted(counts.items()) for _ in range(c)]
+    batches: dict[str, list] = {}  # worker label -> [decode-seconds, seconds] inside the window
+    warm = warm_up(p, reqs)
+    win0, win1 = reqs[warm].arrival, reqs[-1].arrival
+
+    def record(w: Worker, batch: int, t: float) -> None:
+        lo, hi = max(env.now, win0), min(env.now + t, win1)
+        if hi > lo:
+            acc = batches.setdefault(w.label(p), [0.0, 0.0])
+            acc[0] += batch * (hi - lo)
+            acc[1] += hi - lo
+
+    if mode == "aggregated":
+        router = _Router([w.rate for w in inst])
+        queues = [deque() for _ in inst]
+        wake = [env.event() for _ in inst]
+
+        def worker_proc(k: int, w: Worker):
+            dec = _Decoder()
+            q = queues[k]
+            prefilling: list[Req] = []
+            C = p.chunk_tokens
+            dp = w.layout.attention_dp
+            while True:
+                while q and dec.n + len(prefilling) < w.max_batch:
+                    prefilling.append(q.popleft())
+                if not prefilling and dec.n == 0:
+                    wake[k] = env.event()
+                    yield wake[k]
+                    continue
+                budget = C * dp
+                taken = []
+                for r in prefilling:
+                    if budget <= 0:
+                        break
+                    c = min(r.left, budget)
+                    taken.append((r, c))
+                    budget -= c
+                chunk = sum(c for _, c in taken)
+                ranks = min(dp, max(1, math.ceil(chunk / C))) if chunk else 1
+                c0 = (taken[0][0].isl - taken[0][0].left) if taken else 0
+                t = step_s(w, chunk / ranks if chunk else 0.0, c0, dec.n, dec.ctx, ranks)
+                record(w, dec.n, t)
+                yield env.timeout(t)
+                dec.advance(env.now)
+                for r, c in taken:
+                    r.left -= c
+                    if r.left <= 0:
+                        r.first = env.now
+                        prefilling.remove(r)
+                        dec.add(r, r.osl - 1, r.isl + 1)
+
+        def source():
+            for r in reqs:
+                yield env.timeout(max(0.0, r.arrival - env.now))
+                r.left = r.isl
+                k = router.pick()
+                queues[k].append(r)
+                if not wake[k].triggered:
+                    wake[k].succeed()
+
+        for k, w in enumerate(inst):
+            env.process(worker_proc(k, w))
+        env.process(source())
+    else:
+        pre = [w for w in inst if w.role == "prefill"]
+        dec_w = [w for w in inst if w.role == "decode"]
+        store = simpy.Store(env)
+        links = [simpy.Resource(env, capacity=1) for _ in pre]
+        router = _Router([w.rate for w in dec_w])
+        pending = [deque() for _ in dec_w]
+        wake = [env.event() for _ in dec_w]
+        pcache: dict = {}
+
+        def prefill_time(w: Worker, isl: int) -> float:
+            key = (id(w), isl)
+            if key not in pcache:
+                pcache[key] = prefill_s(p.pools[w.pool].perf, w.layout, isl, eff)
+            return pcache[key]
+
+        def rank_proc(k: int, w: Worker):
+            perf = p.pools[w.pool].perf
+            while True:
+                r = yield store.get()
+                t = prefill_time(w, r.isl)
+                yield env.timeout(t)
+                env.process(send(k, w, r, t, perf))
+
+        def send(k, w, r, t_pre, perf):
+            with links[k].request() as req:
+                yield req
+                x = kv_transfer_s(kv_bytes_per_request(perf, r.isl), w.gpus, p.kv_link.bandwidth_bytes_per_s,
+                                  p.kv_link.alpha_s, t_pre, p.model.layers, p.kv_transfer)
+                yield env.timeout(x)
+            r.first = env.now
+            j = router.pick()
+            pending[j].append(r)
+            if not wake[j].triggered:
+                wake[j].succeed()
+
+        def decode_proc(j: int, w: Worker):
+            dec = _Decoder()
+            while True:
+                while pending[j] and dec.n < w.max_batch:
+                    r = pending[j].popleft()
+                    dec.add(r, r.osl - 1, r.isl + 1)
+                if dec.n == 0:
+                    wake[j] = env.event()
+                    yield wake[j]
+                    continue
+                t = step_s(w, 0.0, 0.0, dec.n, dec.ctx, 1)
+                record(w, dec.n, t)
+                yield env.timeout(t)
+                dec.advance(env.now)
+
+        def source():
+            for r in reqs:
+                yield env.timeout(max(0.0, r.arrival - env.now))
+                yield store.put(r)
+
+        for k, w in enumerate(pre):
+            for _ in range(w.layout.attention_dp):
+                env.process(rank_proc(k, w))
+        for j, w in enumerate(dec_w):
+            env.process(decode_proc(j, w))
+        env.process(source())
+
+    horizon = reqs[-1].arrival * 3 + 600.0
+    env.run(until=horizon)
+    measured = reqs[warm:]
+    ttft = np.array([r.first - r.arrival if not math.isnan(r.first) else math.inf for r in measured])
+    tpot = np.array([(r.done - r.first) / (r.osl - 1) if not math.isnan(r.done) else math.inf for r in measured])
+    ok = (ttft <= p.ttft_s + 1e-12) & (tpot <= p.tpot_s + 1e-12)
+    done = [r for r in measured if not math.isnan(r.done)]
+    # throughput over the measurement window (first measured arrival .. last arrival), each
+    # request's decode tokens spread evenly between its first and last token
+    t0, t1 = measured[0].arrival, reqs[-1].arrival
+    tokens = 0.0
+    for r in reqs:
+        if math.isnan(r.first):
+            continue
+        if t0 <= r.first <= t1:
+            tokens += 1
+        end = r.done if not math.isnan(r.done) else horizon
+        span = end - r.first
+        if span > 0:
+            tokens += (r.osl - 1) * max(0.0, min(end, t1) - max(r.first, t0)) / span
+    gpus = sum(w.gpus for w in inst)
+    finite = np.isfinite(tpot)
+
+    def pct(a):
+        return {"p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)), "p99": float(np.percentile(a, 99))}
+
+    tps = tokens / max(t1 - t0, 1e-9)
+    mean_batch = {}
+    for label, (area, span) in batches.items():
+        mean_batch[label] = area / max(span, 1e-12)
+    return SimResult(len(measured), len(done), pct(ttft), pct(tpot), float(ok.mean()), tps, tps / max(gpus, 1),
+                     float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch)

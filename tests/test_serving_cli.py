@@ -1,0 +1,132 @@
+"""Serving CLI: bad input (one line, exit 2 or 3), traces (Azure columns load as they are), --output scripts."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optimizer.serving.schema import read_trace
+from tests.conftest import assert_one_line_error, shared
+from tests.serving_helpers import INSTANCES, llama70b_raw, llama8b_raw, write
+
+
+def test_negative_rate(cli, tmp_path):
+    raw = llama8b_raw(-1.0, 512, 128, 1000, 50)
+    assert_one_line_error(cli(write(tmp_path, raw)), "serving.traffic.rate_rps", "positive")
+
+
+def test_tpot_below_the_batch1_step_is_infeasible_with_that_reason(cli, tmp_path):
+    raw = llama70b_raw(simulation={"enabled": False})
+    raw["serving"]["slo"]["tpot_ms"] = 2.0
+    r = cli(write(tmp_path, raw), "--format", "json")
+    assert r.exit_code == 3, r.output
+    d = json.loads(r.stdout)
+    assert "tpot" in {c["family"] for c in d["conflicts"]}
+    details = " ".join(x for c in d["conflicts"] for x in c["details"])
+    assert "batch-1 step" in details and "> TPOT 2 ms" in details
+    r2 = cli(write(tmp_path, raw, "t.yaml"))
+    assert r2.exit_code == 3 and "tpot[" in r2.stdout
+
+
+def test_trace_with_missing_columns(cli, tmp_path):
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,374\n")
+    raw = llama8b_raw(1.0, 512, 128, 1000, 50)
+    raw["serving"]["traffic"] = {"trace": str(tmp_path / "t.csv")}
+    assert_one_line_error(cli(write(tmp_path, raw)), "t.csv", "missing columns")
+
+
+def test_trace_with_a_bad_line(cli, tmp_path):
+    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n0,100,10\n0.5,abc,10\n")
+    raw = llama8b_raw(1.0, 512, 128, 1000, 50)
+    raw["serving"]["traffic"] = {"trace": str(tmp_path / "t.csv")}
+    assert_one_line_error(cli(write(tmp_path, raw)), "t.csv", "line 3")
+
+
+def test_unknown_pool_gpu(cli, tmp_path):
+    raw = llama8b_raw(1.0, 512, 128, 1000, 50)
+    raw["hardware"] = {"pools": [{"gpu": "h100-sxm", "server": "hgx-h100", "count": 8},
+                                 {"gpu": "x999", "server": "hgx-h100", "count": 8}]}
+    assert_one_line_error(cli(write(tmp_path, raw)), "hardware.pools[1].gpu", "unknown catalog name 'x999'")
+
+
+@pytest.mark.parametrize("change,needles", [
+    (lambda r: r["serving"]["traffic"].pop("osl"), ("serving.traffic.osl", "missing")),
+    (lambda r: r["serving"]["traffic"].update(classes=[{"isl": 10, "osl": 5, "share": 1.0}]), ("serving.traffic", "exactly one")),
+    (lambda r: r["serving"]["slo"].update(attainment=1.5), ("serving.slo.attainment",)),
+    (lambda r: r["serving"].update(mode="split"), ("serving.mode",)),
+    (lambda r: r["serving"]["traffic"].update(isl=200_000), ("serving.traffic", "maximum length")),
+    (lambda r: r["serving"].update(bogus=1), ("serving.bogus", "unknown key")),
+])
+def test_bad_fields(cli, tmp_path, change, needles):
+    raw = llama8b_raw(1.0, 512, 128, 1000, 50)
+    change(raw)
+    assert_one_line_error(cli(write(tmp_path, raw)), *needles)
+
+
+def test_class_shares_must_add_up(cli, tmp_path):
+    raw = llama8b_raw(1.0, 512, 128, 1000, 50)
+    raw["serving"]["traffic"] = {"rate_rps": 1.0, "classes": [{"isl": 100, "osl": 10, "share": 0.5},
+                                                              {"isl": 200, "osl": 20, "share": 0.4}]}
+    assert_one_line_error(cli(write(tmp_path, raw)), "serving.traffic.classes", "add up to 1")
+
+
+def test_unknown_objective_and_dollars_without_price(cli, tmp_path):
+    raw = llama8b_raw(1.0, 512, 128, 1000, 50)
+    assert_one_line_error(cli(write(tmp_path, raw), "--objective", "speed"), "--objective", "unknown objective")
+    raw["hardware"] = {"gpu": "b200", "server": "dgx-b200", "servers": 1}
+    assert_one_line_error(cli(write(tmp_path, raw), "--objective", "dollars"), "dollars_per_gpu_hour")
+
+
+def test_own_trace_columns_and_rate_scaling(tmp_path):
+    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n0,100,10\n1.0,200,1\n2.0,300,30\n")
+    t, isl, osl = read_trace(tmp_path / "t.csv", "serving.traffic.trace", tmp_path / "i.yaml")
+    assert list(t) == [0.0, 1.0, 2.0] and list(isl) == [100, 200, 300] and list(osl) == [10, 2, 30]
+
+
+@pytest.mark.shared
+def test_azure_trace_loads_as_is(cli, tmp_path):
+    path = shared("serving", "azure-llm-2023", "AzureLLMInferenceTrace_conv.csv")
+    t, isl, osl = read_trace(path, "serving.traffic.trace", tmp_path / "i.yaml")
+    assert len(t) == 19366 and t[0] == 0.0 and (t[1:] >= t[:-1]).all()
+    assert isl[0] == 374 and osl[0] == 44
+    assert t[1] == pytest.approx(50.9951690 - 46.6805900, abs=1e-6)
+    raw = llama8b_raw(1.0, 512, 128, 2000, 60)
+    raw["serving"]["traffic"] = {"trace": str(path), "trace_requests": 2000}
+    raw["serving"]["simulation"] = {"requests": 500}
+    r = cli(write(tmp_path, raw), "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert "AzureLLMInferenceTrace_conv.csv" in d["plan"]["traffic"]
+    rate = d["plan"]["rates"][0]
+    best = rate["modes"][rate["best_mode"]]
+    assert best["simulated"]["attainment"] >= 0.9
+
+
+def test_output_writes_launch_scripts_and_result(cli, tmp_path):
+    out = tmp_path / "out"
+    r = cli(INSTANCES / "serving_deepseek_v3_disagg.yaml", "--output", out)
+    assert r.exit_code == 0, r.output
+    scripts = sorted(f.name for f in out.glob("launch_*.sh"))
+    assert any("prefill" in s and s.endswith("_sglang.sh") for s in scripts)
+    assert any("decode" in s and s.endswith("_vllm.sh") for s in scripts)
+    text = {f.name: f.read_text() for f in out.glob("launch_*.sh")}
+    sg = next(t for n, t in text.items() if "prefill" in n and n.endswith("_sglang.sh"))
+    assert "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --dp 8 --enable-dp-attention" in sg
+    assert "--ep-size 8" in sg and "--disaggregation-mode prefill" in sg
+    vl = next(t for n, t in text.items() if "decode" in n and n.endswith("_vllm.sh"))
+    assert "vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel" in vl
+    assert "--max-num-seqs" in vl
+    d = json.loads((out / "result.json").read_text())
+    assert d["problem"] == "serving" and d["solver"]["status"] == d["status"]
+    for k in ("problem", "name", "status", "objective", "plan", "binding", "alternatives", "conflicts",
+              "definitions", "solver"):
+        assert k in d
+    assert d["objective"]["bound"] is not None and d["objective"]["gap"] is not None
+
+
+def test_rate_sweep_table(cli, tmp_path):
+    raw = llama70b_raw(simulation={"enabled": True, "requests": 300})
+    raw["serving"]["traffic"]["rate_rps"] = [2, 8]
+    r = cli(write(tmp_path, raw))
+    assert r.exit_code == 0, r.output
+    assert "Plans (analytic | simulated)" in r.stdout and "why not" in r.stdout and "vllm serve" in r.stdout

@@ -1,0 +1,28 @@
+"""Serving results validate against the one result envelope (optimizer/schemas/result.schema.json)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.serving_helpers import INSTANCES, REPO
+
+jsonschema = pytest.importorskip("jsonschema")
+SCHEMA = json.loads((REPO / "optimizer" / "schemas" / "result.schema.json").read_text())
+
+
+@pytest.mark.parametrize("args", [
+    ("serving_llama70b_h100.yaml",),
+    ("serving_qwen3_32b_slow_link.yaml",),
+    ("serving_qwen3_32b_slow_link.yaml", "--set", "serving.mode=disaggregated"),
+    ("serving_llama70b_h100.yaml", "--set", "serving.slo.tpot_ms=2", "--set", "serving.mode=aggregated"),
+], ids=["plan", "both-with-infeasible-disagg", "infeasible-link", "infeasible-tpot"])
+def test_serving_envelope_validates(cli, args):
+    r = cli(INSTANCES / args[0], *args[1:], "--format", "json")
+    assert r.exit_code in (0, 3), r.output
+    d = json.loads(r.stdout)
+    jsonschema.validate(d, SCHEMA)
+    fams = [g["family"] for g in d["conflicts"]]
+    assert len(fams) == len(set(fams))
+    if d["status"] == "infeasible":
+        assert d["plan"] is None and d["conflicts"] and all(g["detail"] for g in d["conflicts"])
