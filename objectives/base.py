@@ -29,7 +29,7 @@ class Objective:
     definition: str
     sense: Literal["min", "max"] = "min"
     default: bool = False
-    module: Any = field(default=None, compare=False, repr=False)  # the module that defines it
+    module: Any = field(default=None, compare=False, repr=False, kw_only=True)  # the module that defines it
 
     def fmt(self, value: float) -> str:
         """``value`` with its unit for tables."""

@@ -17,7 +17,7 @@ from tests.supernode_helpers import small_instance
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EXPECTED = {"deployment": ["timeline.png", "memory.png"], "experts": ["expert_load.png"], "buildout": ["racks.png"],
-            "supernode": ["supernode_options.png"]}
+            "supernode": ["supernode_options.png"], "serving": ["serving_plan.png"]}
 
 
 def _kind(path: Path) -> str | None:
@@ -386,3 +386,23 @@ def test_supernode_infeasible_writes_nothing(cli, tmp_path):
     assert r.exit_code == 3, r.output
     assert list((tmp_path / "p").iterdir()) == []
     assert r.stderr.strip() == "no plot: supernode: no plan (infeasible), no options plot"
+
+
+def test_serving_plan_figure_data_match_the_result():
+    """The serving figure's GPUs per role and SLO figures are the result's own numbers."""
+    from optimizer.serving.plots import serving_plan_data
+
+    from optimizer.schema_base import read_yaml
+    from optimizer.serving import run
+
+    path = INSTANCES / "serving_llama70b_h100.yaml"
+    rep = run(read_yaml(path), path, None, None, None)
+    d = serving_plan_data(rep)
+    env = rep.to_dict()
+    rate = env["plan"]["rates"][0]
+    for m in d.modes:
+        mode = rate["modes"][m.mode]
+        if m.ok:
+            assert sum(m.gpus_by_role.values()) == mode["gpus"]
+            assert m.tpot_ms[1] == mode["simulated"]["tpot_ms"]["p90"]
+    assert d.best_mode == rate["best_mode"]

@@ -94,9 +94,9 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
     goodput = objective.sense == "max"
     sense = pulp.LpMaximize if goodput else pulp.LpMinimize
     prob = pulp.LpProblem(f"serving_{mode}", sense)
-    x = [pulp.LpVariable(f"n{j}", lowBound=0, cat="Integer") for j in idx]
+    x = [prob.add_variable(f"n{j}", lowBound=0, cat="Integer") for j in idx]
     sub = [workers[j] for j in idx]
-    r = pulp.LpVariable("rate", lowBound=0) if goodput else rate
+    r = prob.add_variable("rate", lowBound=0) if goodput else rate
     ctx = Ctx(p, sub, x, roles, r, rate)
     ctx.gpus_expr = pulp.lpSum(w.gpus * v for w, v in zip(sub, x))
     ctx.dollars_expr = pulp.lpSum((p.pools[w.pool].price or 0.0) * w.gpus * v for w, v in zip(sub, x))

@@ -6,4 +6,5 @@ SPEC = ProblemSpec(
     package="optimizer.serving",
     summary="request-rate serving: cheapest aggregated or disaggregated workers meeting TTFT/TPOT SLOs",
     objectives="objectives.serving",
+    plots="optimizer.serving.plots",
 )
