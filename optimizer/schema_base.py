@@ -78,6 +78,19 @@ _Loader.add_implicit_resolver(
 )
 
 
+def validate(cls, data: Any, file: str | Path, prefix: str = ""):
+    """``cls.model_validate(data)`` with pydantic's errors turned into one :class:`InputError`
+    line (file, dotted field under ``prefix``, problem).
+
+    Raises:
+        InputError: the first validation error.
+    """
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        raise validation_error_to_input_error(err, file, prefix) from None
+
+
 def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:

@@ -29,13 +29,10 @@ def excludes(p, power_w: int) -> bool:
 
 
 def add(nm, ctx) -> None:
-    p = ctx.problem
-    for t in p.types:
-        if excludes(p, t.power_w):
-            nm.add(ConstraintKey(FAMILY, t.name), ctx.n[t.name] == 0)
-    f = p.fabric
-    if f is not None and f.switches_in_racks and excludes(p, f.switch_power_w):
-        nm.add(ConstraintKey(FAMILY, SWITCHES), ctx.leaves + ctx.s == 0)
+    """Pin server types (and racked switch chips) above the usable feed power to zero."""
+    from constraints.buildout.rack_power import pin_unfit
+
+    pin_unfit(nm, ctx, FAMILY, excludes)
 
 
 def feed_text(p) -> str:

@@ -29,13 +29,19 @@ def excludes(p, power_w: int) -> bool:
 
 def add(nm, ctx) -> None:
     """Pin server types that no available cooling can hold to zero (key ``rack_power[<type>]``)."""
+    pin_unfit(nm, ctx, FAMILY, excludes)
+
+
+def pin_unfit(nm, ctx, family: str, excludes_fn) -> None:
+    """Pin to zero every server type, and the racked switch chips, that ``excludes_fn(p, watts)``
+    rules out of every rack (keys ``<family>[<type>]`` and ``<family>[switches]``)."""
     p = ctx.problem
     for t in p.types:
-        if excludes(p, t.power_w):
-            nm.add(ConstraintKey(FAMILY, t.name), ctx.n[t.name] == 0)
+        if excludes_fn(p, t.power_w):
+            nm.add(ConstraintKey(family, t.name), ctx.n[t.name] == 0)
     f = p.fabric
-    if f is not None and f.switches_in_racks and excludes(p, f.switch_power_w):
-        nm.add(ConstraintKey(FAMILY, SWITCHES), ctx.leaves + ctx.s == 0)
+    if f is not None and f.switches_in_racks and excludes_fn(p, f.switch_power_w):
+        nm.add(ConstraintKey(family, SWITCHES), ctx.leaves + ctx.s == 0)
 
 
 def limits_text(p) -> str:

@@ -20,10 +20,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from optimizer.errors import InputError
-from optimizer.schema_base import StrictModel, read_yaml, validation_error_to_input_error
+from optimizer.schema_base import StrictModel, read_yaml, validate
 
 PosFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
@@ -263,10 +263,7 @@ def parse(raw: dict[str, Any], path: str | Path) -> InstanceIn:
     Raises:
         InputError: unknown key, wrong type or out-of-range value (file, dotted field, problem).
     """
-    try:
-        return InstanceIn.model_validate(raw)
-    except ValidationError as err:
-        raise validation_error_to_input_error(err, path) from None
+    return validate(InstanceIn, raw, path)
 
 
 def resolve(inst: InstanceIn, path: str | Path, objective: str,

@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from optimizer.catalog import lookup
 from optimizer.deployment.collectives import ACTIVATION_BYTES, AllReduceTable, read_nccl_allreduce_log
 from optimizer.deployment.model_config import ModelShape, read_model_config
 from optimizer.errors import InputError
 from optimizer.model.layout import Layout, default_layouts, layout_problem
-from optimizer.schema_base import StrictModel, validation_error_to_input_error
+from optimizer.schema_base import StrictModel, validate
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
@@ -296,10 +296,7 @@ def _link(data: LinkIn, base: Path, field_name: str) -> Link:
 
 
 def _validate(cls, data: dict[str, Any], file: Path, prefix: str):
-    try:
-        return cls.model_validate(data)
-    except ValidationError as err:
-        raise validation_error_to_input_error(err, file, prefix) from None
+    return validate(cls, data, file, prefix)
 
 
 def build_problem(raw: dict[str, Any], path: Path) -> Problem:

@@ -20,11 +20,11 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from optimizer.errors import InputError
 from optimizer.experts.solve import DEFAULT_WORK_PER_LAYER
-from optimizer.schema_base import StrictModel, validation_error_to_input_error
+from optimizer.schema_base import StrictModel, validate
 
 _WINDOWS = re.compile(r"^(all|last:[1-9]\d*|first:[1-9]\d*)$")
 
@@ -103,10 +103,7 @@ def parse(raw: dict, path: Path) -> ExpertsInstance:
         InputError: unknown keys, wrong types or values, GPUs that do not split over nodes,
             a per-GPU slot list of the wrong length.
     """
-    try:
-        inst = ExpertsInstance.model_validate(raw)
-    except ValidationError as err:
-        raise validation_error_to_input_error(err, path) from None
+    inst = validate(ExpertsInstance, raw, path)
     ex = inst.experts
     if ex.num_gpus % ex.num_nodes:
         raise InputError(path, "experts.num_nodes", f"{ex.num_gpus} GPUs do not split evenly over {ex.num_nodes} nodes")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import numpy as np
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field
 
 from optimizer.catalog import lookup
 from optimizer.errors import InputError
@@ -27,7 +27,7 @@ from optimizer.model.decode import DTYPE_BYTES
 from optimizer.model.hardware import GpuSpec, Hardware, LinkSpec, ServerSpec
 from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
-from optimizer.schema_base import StrictModel, validation_error_to_input_error
+from optimizer.schema_base import StrictModel, validate
 
 GB = 1e9
 GIB = 2 ** 30
@@ -226,10 +226,7 @@ class Problem:
 
 
 def _validate(raw: dict, path: Path) -> InstanceIn:
-    try:
-        return InstanceIn.model_validate(raw)
-    except ValidationError as err:
-        raise validation_error_to_input_error(err, path) from None
+    return validate(InstanceIn, raw, path)
 
 
 def read_trace(path: Path, field_name: str, instance: Path, limit: Optional[int] = None):

@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError
 from optimizer.catalog import lookup
 from optimizer.errors import InputError
 from optimizer.model.decode import DecodeInventory
-from optimizer.schema_base import StrictModel, read_yaml, validation_error_to_input_error
+from optimizer.schema_base import StrictModel, read_yaml, validate, validation_error_to_input_error
 
 PosFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
@@ -283,10 +283,7 @@ def parse(raw: dict[str, Any], path: str | Path) -> InstanceIn:
     Raises:
         InputError: unknown key, wrong type or out-of-range value (file, dotted field, problem).
     """
-    try:
-        return InstanceIn.model_validate(raw)
-    except ValidationError as err:
-        raise validation_error_to_input_error(err, path) from None
+    return validate(InstanceIn, raw, path)
 
 
 def resolve(inst: InstanceIn, path: str | Path, objective: str) -> Problem:
