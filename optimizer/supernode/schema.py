@@ -273,8 +273,17 @@ def _inventory(m: ModelIn, path: Path) -> DecodeInventory:
         if m.weight_dtype is not None or m.kv_dtype is not None:
             raise InputError(path, "model.weight_dtype", "dtypes apply to model.config only (an inventory has bytes)")
         return read_inventory(Path(path).parent / m.inventory)
-    raise InputError(path, "model.config", "reading a HuggingFace config for supernode sizing is not wired yet "
-                                           "(needs optimizer.model's config reader): give model.inventory")
+    from optimizer.model.decode import decode_inventory
+
+    cfg = Path(path).parent / m.config
+    if not cfg.is_file():
+        raise InputError(path, "model.config", f"file not found: {cfg}")
+    try:
+        return decode_inventory(cfg, m.weight_dtype or "bf16", m.kv_dtype)
+    except InputError as exc:
+        if exc.file == "<input>":  # a dtype error: name the instance's field
+            raise InputError(path, f"model.{exc.field}", exc.problem) from None
+        raise
 
 
 def parse(raw: dict[str, Any], path: str | Path) -> InstanceIn:
