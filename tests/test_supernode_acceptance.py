@@ -3,9 +3,9 @@
 Tolerances: figures the chapter prints to 3 significant digits are checked to half a unit of
 the last printed digit (71.0 GB -> +-0.05 GB, 14.1 ms -> +-0.05 ms); integer figures exactly
 (37 and 335 sessions; 2,632 and 19,420 tokens/s per card rounded to the unit).
-The batch-1 token (2.76 ms, 362 tokens/s) is checked to 1.5 %: our eq 6-15 counts two
-All-to-Alls per MoE layer at batch 1 as in the batch step (2.798 ms); the chapter's figure
-matches one per layer (see the README, "Supernode sizing").
+The batch-1 token (2.76 ms, 362 tokens/s) and the first block's window (69 us) likewise, to half a
+unit of the last printed digit; eq 6-15 counts one All-to-All exchange per MoE layer at batch 1,
+as the chapter does (``single_user_all_to_all_per_moe_layer: 1``, the default; 2 gives 2.80 ms).
 """
 from __future__ import annotations
 
@@ -69,9 +69,9 @@ def test_batch1_every_size(chapter, size):
     assert chapter.inventory.replicated_read_bytes / GB == pytest.approx(8.2, abs=0.05)
     # the weight stream of eq 6-15 exactly: 8.2 GB / 3,350 GB/s / 0.9
     assert s.t_weight / 0.9 * 1e3 == pytest.approx(2.722, abs=0.0005)
-    assert s.token * 1e3 == pytest.approx(2.76, rel=0.015)
-    assert 1 / s.token == pytest.approx(362, rel=0.015)
-    assert s.window_first_block * 1e6 == pytest.approx(69, rel=0.015)
+    assert s.token * 1e3 == pytest.approx(2.76, abs=0.005)
+    assert 1 / s.token == pytest.approx(362, abs=0.5)
+    assert s.window_first_block * 1e6 == pytest.approx(69, abs=0.5)
 
 
 def test_engram_lookups_and_host_round_trip(chapter, report):
@@ -82,7 +82,7 @@ def test_engram_lookups_and_host_round_trip(chapter, report):
     check = report.to_dict()["plan"]["tiers"]["prefetch_check"]
     assert chapter.hw.tiers["host"].latency_s == pytest.approx(1.05e-6)
     assert check["host"]["fits"] and check["host"]["fetch_us"] >= 1.05
-    assert check["host"]["window_us"] == pytest.approx(69, rel=0.015)
+    assert check["host"]["window_us"] == pytest.approx(69, abs=0.5)
 
 
 def test_memory_pool_eq_6_12():
@@ -160,3 +160,15 @@ def test_rom_per_hop_flip_threshold_matches_window():
     (th,) = [t for t in rep.thresholds if t["tier"] == "rom"]
     assert th["threshold"] == pytest.approx(expect_us, rel=0.005)
     assert "tables rom,host" in th["detail"]  # the layer-14 table keeps its longer window in ROM
+
+
+def test_batch1_counting_dispatch_and_combine_separately(chapter):
+    """With two exchanges per MoE layer at batch 1 (as the batch step counts them) the token takes
+    2.722 + 2 x 40 x (0.822 us + 61,440 B / 450 GB/s) = 2.80 ms."""
+    from dataclasses import replace
+
+    p = replace(chapter, single_user_a2a=2)
+    s = single_user(p, Option(64, SCALE_UP, ("hbm", "hbm"), "hbm"))
+    expect = 8.2078775e9 / 3350e9 / 0.9 + 2 * 40 * (0.822e-6 + 61440 * 63 / 64 / 450e9)
+    assert s.token == pytest.approx(expect, rel=2e-3)
+    assert s.token * 1e3 == pytest.approx(2.80, abs=0.005)

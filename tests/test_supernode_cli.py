@@ -70,12 +70,12 @@ def test_unknown_objective_and_cards_without_target(tmp_path):
     one_line_error(*run_cli(p, "--objective", "cards"), "supernode.target_sessions", "needs a target_sessions")
 
 
-def test_model_config_not_wired_yet(tmp_path):
+def test_model_config_missing_file(tmp_path):
     p = small_instance(tmp_path)
     raw = yaml.safe_load(p.read_text())
     raw["model"] = {"config": "x.json", "weight_dtype": "fp8"}
     p.write_text(yaml.safe_dump(raw))
-    one_line_error(*run_cli(p), "model.config", "give model.inventory")
+    one_line_error(*run_cli(p), "model.config", "file not found")
 
 
 def test_infeasible_slo_names_conflict(tmp_path):

@@ -124,7 +124,7 @@ def evaluate(p: Problem, plan: list[tuple[int, str, tuple[str, ...], str, int, i
         # eq 6-15
         t_w = (inv.replicated_read_bytes + lookups / max(n, 1)) / hw.hbm_bandwidth
         b1 = max(t_w, kv_read / kv_bw, flop / hw.flops) / p.overlap_efficiency \
-            + 2 * inv.moe_layers * _a2a(p, size, fabric, 1) + p.fixed_s
+            + p.single_user_a2a * inv.moe_layers * _a2a(p, size, fabric, 1) + p.fixed_s
         t1 = b1 + max(0.0, _fetch_excess(p, tables, 1, b1))
         tps += count * size * n / step
         out.append(InstanceCheck(label, size, count, n, w, used, step, n / step, t1))

@@ -18,7 +18,9 @@ Sources (reference chapter, section 6.7.4 and exercise 6-11):
   over the NIC and ``(s-1)/S`` over NVLink, concurrently (the slower one counts).
 * single-user token, eq 6-15: ``max(T_weight, T_KV, T_compute) / eta + T_comm + T_fixed`` with
   ``T_weight`` = replicated read / B_HBM, ``T_KV`` = one session's KV read over the KV tier,
-  ``T_comm`` = 2 x MoE layers x T_A2A for one token.
+  ``T_comm`` = a x MoE layers x T_A2A for one token, with a =
+  ``single_user_all_to_all_per_moe_layer`` (1, the chapter's count: a single token's dispatch and
+  combine as one latency-bound exchange; 2 counts them separately as the batch step does).
 * lookup prefetch: a table consumed at block l (0-based) has ``l`` blocks of the step to arrive
   (``l x step / layers``; the first block for the Engram table at layer 1); a fetch longer than
   that adds the excess to the step. Fetch time per tier (rows of the card's N tokens):
@@ -250,7 +252,7 @@ def single_user(p: Problem, opt: Option) -> SingleUser:
     t_weight = (inv.replicated_read_bytes + lookups) / hw.hbm_bandwidth
     t_kv = inv.kv_read_bytes.at(ctx) / _kv_bandwidth(p, opt.kv)
     t_compute = inv.flops_per_token.at(ctx) / hw.flops
-    t_comm = float(2 * inv.moe_layers * a2a_time(p, opt, 1.0))
+    t_comm = float(p.single_user_a2a * inv.moe_layers * a2a_time(p, opt, 1.0))
     base = max(t_weight, t_kv, t_compute) / p.overlap_efficiency + t_comm + p.fixed_s
     one = np.array([1.0])
     excess, det = _prefetch(p, opt, one, np.array([base]))

@@ -110,6 +110,10 @@ class SupernodeIn(StrictModel):
     slo_ms_per_token: PosFloat
     overlap_efficiency: Annotated[float, Field(strict=True, gt=0, le=1, allow_inf_nan=False)]
     fixed_us_per_token: NonNegFloat
+    # eq 6-15's T_comm: All-to-All exchanges of one token per MoE layer at batch 1. The chapter
+    # counts one (dispatch and combine of a single token as one latency-bound exchange: 2.76 ms
+    # for V4.1 Flash); 2 counts dispatch and combine separately, as the batch step does (2.80 ms).
+    single_user_all_to_all_per_moe_layer: Annotated[int, Field(strict=True, ge=1, le=2)] = 1
     table_tiers: Union[list[Name], dict[str, list[Name]]] = Field(default_factory=lambda: ["hbm"])
     kv_tiers: list[Name] = Field(default_factory=lambda: ["hbm"])
     target_sessions: Optional[PosInt] = None
@@ -177,6 +181,7 @@ class Problem:
     slo_s: float
     overlap_efficiency: float
     fixed_s: float
+    single_user_a2a: int
     table_tiers: dict[str, tuple[str, ...]]
     kv_tiers: tuple[str, ...]
     target_sessions: int | None
@@ -378,7 +383,7 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str) -> Problem:
         allow_cross_server=s.allow_cross_server, context_tokens=s.context_tokens,
         reserve_bytes=s.reserve_gib_per_card * GIB, slo_s=s.slo_ms_per_token * 1e-3,
         overlap_efficiency=s.overlap_efficiency, fixed_s=s.fixed_us_per_token * 1e-6,
-        table_tiers=per_table, kv_tiers=tuple(dict.fromkeys(s.kv_tiers)), target_sessions=s.target_sessions,
+        single_user_a2a=s.single_user_all_to_all_per_moe_layer, table_tiers=per_table, kv_tiers=tuple(dict.fromkeys(s.kv_tiers)), target_sessions=s.target_sessions,
         objective=objective)
 
 
