@@ -175,6 +175,7 @@ BLOCKS: list[Block] = [
     Block("buildout-benchmark", bench=bench_buildout_text, volatile="buildout-benchmark"),
     Block("buildout-cli-benchmark", bench=bench_buildout_cli_text, volatile="buildout-cli-benchmark"),
     Block("cli-benchmark", bench=bench_cli_text, volatile="cli-benchmark"),
+    Block("supernode-example", command="optimize instances/supernode_v41_flash.yaml"),
     Block("serving-example", command="optimize instances/serving_llama70b_h100.yaml"),
     Block("serving-infeasible-example", command="optimize instances/serving_qwen3_32b_slow_link.yaml "
                                                 "--set serving.mode=disaggregated"),

@@ -30,6 +30,9 @@ def test_unpaired_markers_are_refused():
 
 @pytest.mark.parametrize("block", EXAMPLES, ids=lambda b: b.name)
 def test_example_block_matches_a_fresh_run(block):
+    instance = REPO / block.command.split()[1]
+    if "shared/data" in instance.read_text() and not (REPO.parent / "shared" / "data").exists():
+        pytest.skip(f"{instance.name} needs ../shared/data")
     documented = gen.blocks_in(README)[block.name]
     assert documented.splitlines()[1].startswith(f"$ {block.command}")
     fresh = gen.example_text(block.command)
