@@ -11,6 +11,21 @@ UNIT = "cost unit of the server catalog (see objective.unit of a result)"
 DEFINITION = "the lowest purchase cost of the servers of a build-out with at least target_gpus GPUs, in the catalog's cost unit"
 
 
+NEEDS_TARGET = True  # the cheapest plan of what size: target_gpus
+NEEDS_COST = True  # every server type needs a cost
+SHORT_UNIT = "cost"
+NEXT_UNIT_HINT = False
+
+
+def min_gpus_better_than(value: float) -> int:
+    """GPUs a plan strictly better than ``value`` must hold at least (a hint for the model build)."""
+    return 0
+
+
+def better_than(ctx, value: float):
+    """Constraint: a plan strictly cheaper than ``value`` (model units are hundredths)."""
+    return ctx.cost_c <= int(round(value * 100)) - 1
+
 def unit(problem) -> str:
     return problem.cost_unit
 

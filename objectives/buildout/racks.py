@@ -14,6 +14,21 @@ UNIT = "racks"
 DEFINITION = "the fewest racks (then liquid racks) that hold at least target_gpus GPUs, racks"
 
 
+NEEDS_TARGET = True  # the fewest racks for what size: target_gpus
+NEEDS_COST = False
+SHORT_UNIT = "racks"
+NEXT_UNIT_HINT = False
+
+
+def min_gpus_better_than(value: float) -> int:
+    """GPUs a plan strictly better than ``value`` must hold at least (a hint for the model build)."""
+    return 0
+
+
+def better_than(ctx, value: float):
+    """Constraint: a plan with fewer racks than ``value``."""
+    return ctx.racks() <= int(value) - 1
+
 def expr(ctx):
     return ctx.racks()
 

@@ -14,3 +14,12 @@ def expr(ctx):
 
 def to_unit(value: float, ctx) -> float:
     return int(round(value))
+
+
+def metric(p, r) -> float:
+    """This objective's figure for one option used alone (higher is better)."""
+    return float(r.sessions_per_card)
+
+
+def metric_text(p, r) -> str:
+    return f"{r.sessions_per_card} sessions per card"

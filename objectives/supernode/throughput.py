@@ -23,3 +23,17 @@ def expr(ctx):
 
 def to_unit(value: float, ctx) -> float:
     return value / 1000 / ctx.problem.cards
+
+
+def metric(p, r) -> float:
+    """This objective's figure for one option used alone (higher is better)."""
+    return r.figures.tokens_per_s_card
+
+
+def metric_text(p, r) -> str:
+    return f"{r.figures.tokens_per_s_card:,.0f} tokens/s per card"
+
+
+def evaluated(ev) -> float:
+    """The independent evaluation's value of a plan (same unit), or None when not re-computed."""
+    return ev.tokens_per_s_per_card

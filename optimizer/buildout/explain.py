@@ -66,16 +66,14 @@ def least_power_kw(p: Problem, objective: str | None = None, value: float | None
     """Least total power (kW) of any plan without the power budget that is strictly better than
     ``value`` in ``objective`` (or that holds ``min_gpus`` GPUs). None when no such plan exists."""
     need = min_gpus or 0
-    if objective == "gpus":
-        need = max(need, int(value) + 1)
+    if objective is not None:
+        need = max(need, OBJECTIVE_MODULES[objective].min_gpus_better_than(value))
     nm, ctx = build(p, omit=frozenset({"power"}), min_gpus=need)
     m = nm.model
     if need:
         m.add(ctx.gpus >= need)
-    if objective == "cost":
-        m.add(ctx.cost_c <= int(round(value * 100)) - 1)
-    elif objective == "racks":
-        m.add(ctx.racks() <= int(value) - 1)
+    if objective is not None:
+        m.add(OBJECTIVE_MODULES[objective].better_than(ctx, value))
     out = solve_primary(nm, ctx, ctx.power_w, "min", WHATIF_TIME_S)
     if out.status != Status.OPTIMAL:
         return None
@@ -177,12 +175,13 @@ def bindings(p: Problem, objective: str, value: float, plan: dict, ev: Evaluatio
     servers = plan["servers"]
     left = p.power_budget_kw - ev.power_kw
     nu = next_unit(p, servers, ev)
-    unit_name = objective if objective != "gpus" else "GPUs"
+    mod = OBJECTIVE_MODULES[objective]
+    unit_name = mod.SHORT_UNIT
     # power budget
     need = least_power_kw(p, objective, value)
     if need is not None:
         msg = (f"{kw(ev.power_kw)} of {kw(p.power_budget_kw)} kW used" +
-               (f"; {_need_phrase(nu, left)}" if nu and objective == "gpus" else "") +
+               (f"; {_need_phrase(nu, left)}" if nu and mod.NEXT_UNIT_HINT else "") +
                f"; a better plan ({unit_name}) needs at least {kw(need)} kW, {kw(need - p.power_budget_kw)} kW more budget")
         out.append(Binding(buildout_power.KEY, round(left, 6), "kW", msg))
     # second tier
@@ -218,7 +217,7 @@ def bindings(p: Problem, objective: str, value: float, plan: dict, ev: Evaluatio
                                    f"all {t.max_count} allowed {t.name} servers are used; without the cap the "
                                    f"optimum would be {num(alt)} {_unit(p, objective)}"))
     # target
-    if p.target_gpus is not None and objective in ("cost", "racks"):
+    if p.target_gpus is not None and OBJECTIVE_MODULES[objective].NEEDS_TARGET:
         out.append(Binding(buildout_target.KEY, ev.gpus - p.target_gpus, "GPUs",
                            f"the plan must hold at least {p.target_gpus} GPUs; it holds {ev.gpus}"))
     out.extend(rack_bindings(p, plan))

@@ -31,8 +31,6 @@ PosInt = Annotated[int, Field(strict=True, ge=1)]
 Utilization = Annotated[float, Field(strict=True, gt=0, le=1, allow_inf_nan=False)]
 NonNegInt = Annotated[int, Field(strict=True, ge=0)]
 
-OBJECTIVES = ("gpus", "cost", "racks")
-DEFAULT_OBJECTIVE = "gpus"
 SERVERS_FILE = Path(__file__).resolve().parents[2] / "instances" / "hardware" / "buildout_servers.yaml"
 
 
@@ -276,6 +274,10 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str,
             cost objective, feed fields without ``feed_kw``, ``feed_kw`` without
             ``max_utilization``, or an odd ``feeds_per_rack`` with ``redundant_feeds``.
     """
+    from objectives.buildout import registry
+
+    mod = registry()[objective].module
+    needs_cost, needs_target = mod.NEEDS_COST, mod.NEEDS_TARGET
     b = inst.buildout
     data, cost_unit = load_server_data(servers_file)
     types = []
@@ -295,7 +297,7 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str,
                     raise InputError(path, f"{where}.{key}" if inline else f"{where}.name",
                                      f"'{st.name}' is not in {servers_file.name} (known: {known}); "
                                      f"give gpus, power_kw and rack_units inline")
-        if objective == "cost" and fig["cost"] is None:
+        if needs_cost and fig["cost"] is None:
             raise InputError(path, f"{where}.cost", "the cost objective needs a cost for every server type")
         if st.cost is not None or not base:
             costs_from_file = False
@@ -309,7 +311,7 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str,
             max_count=st.max_count, source=source))
     if b.racks.air_cooled_kw is None and b.racks.liquid_cooled_kw is None:
         raise InputError(path, "buildout.racks", "no cooling available: give air_cooled_kw or liquid_cooled_kw")
-    if objective in ("cost", "racks") and b.target_gpus is None:
+    if needs_target and b.target_gpus is None:
         raise InputError(path, "buildout.target_gpus", f"the {objective} objective needs a target_gpus")
     r = b.racks
     feed_extras = [k for k in ("max_utilization", "redundant_feeds", "feeds_per_rack") if getattr(r, k) is not None]
@@ -347,7 +349,11 @@ def load(raw: dict[str, Any], path: str | Path, objective: str | None) -> tuple[
     Raises:
         InputError: bad input, including an unknown objective name.
     """
-    obj = objective or DEFAULT_OBJECTIVE
-    if obj not in OBJECTIVES:
-        raise InputError(path, "--objective", f"unknown objective '{obj}' for buildout (use one of: {', '.join(OBJECTIVES)})")
+    from objectives.base import default_of
+    from objectives.buildout import registry
+
+    objectives = registry()
+    obj = objective or default_of(objectives)
+    if obj not in objectives:
+        raise InputError(path, "--objective", f"unknown objective '{obj}' for buildout (use one of: {', '.join(objectives)})")
     return resolve(parse(raw, path), path, obj), obj

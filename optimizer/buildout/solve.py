@@ -35,13 +35,15 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from objectives.buildout import (cost as buildout_cost, gpus as buildout_gpus, racks as buildout_racks)
+from objectives.buildout import racks as buildout_racks
+from objectives.buildout import registry as objective_registry
 from optimizer.buildout.model import Ctx, build, values
 from optimizer.buildout.schema import Problem
 from optimizer.cpsat import CpSolveOutcome, NamedModel
 from optimizer.result import ConstraintKey, SolverStats, Status, relative_gap
 
-OBJECTIVE_MODULES = {"gpus": buildout_gpus, "cost": buildout_cost, "racks": buildout_racks}
+# {name: module}: one module per objective in objectives/buildout/ (found, not listed here)
+OBJECTIVE_MODULES = {name: o.module for name, o in objective_registry().items()}
 DEFAULT_TIME_LIMIT_S = 60.0
 SEARCH_WORKERS = 2
 FAST_TRY_S = 0.5
@@ -142,9 +144,11 @@ def _all_vars(ctx: Ctx) -> list:
 def _stages(p: Problem, objective: str, ctx: Ctx) -> list[tuple[str, Any, str]]:
     mod = OBJECTIVE_MODULES[objective]
     st = [(objective, mod.expr(ctx), mod.SENSE)]
-    st += [s for s in buildout_racks.secondary_stages(ctx) if s[0] != objective]
-    if objective != "cost" and all(t.cost is not None for t in p.types):
+    st += buildout_racks.secondary_stages(ctx)
+    if all(t.cost is not None for t in p.types):
         st.append(("cost", ctx.cost_c, "min"))
+    # the primary objective is not solved again as a secondary stage
+    st = st[:1] + [s for s in st[1:] if s[0] != st[0][0]]
     st.append(("power", ctx.power_w, "min"))
     if p.fabric is not None:
         st.append(("switch chips", ctx.leaves + ctx.s, "min"))

@@ -18,7 +18,7 @@ from optimizer.supernode.evaluate import evaluate
 from optimizer.supernode.explain import alternatives, bindings, conflict_details, flip_thresholds
 from optimizer.supernode.report import SupernodeReport
 from optimizer.supernode.schema import Problem, load
-from optimizer.supernode.solve import SolveResult, solve
+from optimizer.supernode.solve import OBJECTIVE_MODULES, SolveResult, solve
 
 __all__ = ["run", "load", "solve", "solve_instance", "evaluate_plan", "SupernodeReport"]
 
@@ -52,8 +52,9 @@ def solve_instance(p: Problem, objective: str | None = None, time_limit_s: float
     ev = evaluate_plan(p, res)
     if ev.violations:
         raise RuntimeError(f"supernode plan fails the independent check: {ev.violations}")
-    if objective == "throughput" and abs(ev.tokens_per_s_per_card - res.value) > 1e-3 * max(1.0, res.value):
-        raise RuntimeError(f"throughput {res.value} disagrees with the re-check {ev.tokens_per_s_per_card}")
+    recheck = getattr(OBJECTIVE_MODULES[objective], "evaluated", None)
+    if recheck is not None and abs(recheck(ev) - res.value) > 1e-3 * max(1.0, res.value):
+        raise RuntimeError(f"{objective} {res.value} disagrees with the re-check {recheck(ev)}")
     rep = SupernodeReport(p, res, ev, bindings(p, res, ev), alternatives(p, res))
     if thresholds:
         budget = 8.0 if time_limit_s is None else max(0.5, min(8.0, time_limit_s))

@@ -14,6 +14,7 @@ from constraints.supernode import option_limits as sn_option_limits
 from constraints.supernode import pool as sn_pool
 from constraints.supernode import target as sn_target
 from optimizer.result import Binding, ConstraintKey
+from optimizer.supernode.solve import OBJECTIVE_MODULES
 from optimizer.supernode.perf import SCALE_UP, OptionResult, evaluate_option
 from optimizer.supernode.schema import GB, Problem
 
@@ -22,26 +23,15 @@ LIMIT_NAMES = {"memory": "HBM capacity", "host_capacity": "host memory capacity"
 
 
 def metric(p: Problem, objective: str, r: OptionResult) -> float | None:
-    """The objective's figure for one option used alone (higher is better), None if it cannot be built."""
+    """The objective's figure for one option used alone (higher is better), None if it cannot be
+    built (each objective module defines its own ``metric``)."""
     if not r.feasible:
         return None
-    if objective == "throughput":
-        return r.figures.tokens_per_s_card
-    if objective == "sessions":
-        return float(r.sessions_per_card)
-    if objective == "cards":
-        return -r.option.size * math.ceil(p.target_sessions / r.sessions_instance)
-    return -r.single.token
+    return OBJECTIVE_MODULES[objective].metric(p, r)
 
 
 def metric_text(p: Problem, objective: str, r: OptionResult) -> str:
-    if objective == "throughput":
-        return f"{r.figures.tokens_per_s_card:,.0f} tokens/s per card"
-    if objective == "sessions":
-        return f"{r.sessions_per_card} sessions per card"
-    if objective == "cards":
-        return f"{-metric(p, objective, r):,.0f} cards for {p.target_sessions:,} sessions"
-    return f"{r.single.token * 1e3:.3f} ms per batch-1 token"
+    return OBJECTIVE_MODULES[objective].metric_text(p, r)
 
 
 def limit_text(p: Problem, r: OptionResult) -> str:

@@ -376,7 +376,9 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str) -> Problem:
             listed = ", ".join(f"{t} {c / GB:,.1f} GB" for t, c in caps.items())
             raise InputError(path, where_of[tab.name], f"table '{tab.name}' ({need / GB:,.1f} GB) is larger than every "
                                                        f"tier it may use at the largest size ({listed})")
-    if objective == "cards" and s.target_sessions is None:
+    from objectives.supernode import registry
+
+    if getattr(registry()[objective].module, "NEEDS_TARGET", False) and s.target_sessions is None:
         raise InputError(path, "supernode.target_sessions", "the cards objective needs a target_sessions")
     return Problem(
         name=inst.name or path.stem, file=str(path), inventory=inv, hw=hw, cards=s.cards, sizes=sizes,

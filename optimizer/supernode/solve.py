@@ -62,7 +62,8 @@ def solve(p: Problem, objective: str, time_limit_s: float | None = None,
     t0 = time.perf_counter()
     results = evaluate_all(p) if results is None else results
     limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
-    nm, ctx = build(p, results, with_single_user=(objective == "single_user"))
+    nm, ctx = build(p, results,
+                    with_single_user=getattr(OBJECTIVE_MODULES[objective], "NEEDS_SINGLE_USER_VARS", False))
     m = nm.model
     stages: list[tuple[str, Status, float]] = []
     sequence = [(objective, OBJECTIVE_MODULES[objective].SENSE), (OBJECTIVE_MODULES[objective].SECONDARY, "max"), ("tie-break", "min")]
