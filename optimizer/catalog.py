@@ -43,4 +43,19 @@ def lookup(kind: str, name: str, file: str | Path, field: str) -> dict[str, Any]
     if name not in cat:
         known = ", ".join(sorted(cat))
         raise InputError(file, field, f"unknown catalog name '{name}' (known: {known})")
-    return {k: v for k, v in cat[name].items() if not k.endswith("source")} | {"name": name}
+    return {k: v for k, v in cat[name].items() if not k.endswith("source") and k != "gpu_models"} | {"name": name}
+
+
+def check_gpu_in_server(gpu: str, server: str, file: str | Path, field: str) -> None:
+    """A catalog server lists the GPU models it holds (``gpu_models``); refuse another one.
+
+    Raises:
+        InputError: the server holds other GPUs (names both), or an unknown server name.
+    """
+    entry = load_catalog()["servers"].get(server)
+    if entry is None:
+        lookup("servers", server, file, field)  # raises the unknown-name error
+    models = entry.get("gpu_models")
+    if models and gpu not in models:
+        raise InputError(file, field, f"server '{server}' holds {', '.join(models)} GPUs, not '{gpu}' "
+                                      f"(pick a matching server, or give the server inline)")

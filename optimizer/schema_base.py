@@ -48,11 +48,13 @@ def validation_error_to_input_error(err: ValidationError, file: str | Path, pref
     def clean(loc):
         return tuple(p for p in loc if not (isinstance(p, str) and (
             p.startswith("function-") or p in {"str", "int", "float", "dict", "list", "bool", "none"}
-            or p[:1].isupper())))
+            or p[:1].isupper() or "[" in p or p.startswith(("constrained-", "lax-or-strict", "json-or-python")))))
 
     first = max(errors, key=lambda e: len(clean(e["loc"])))
     field = _loc_to_field(clean(first["loc"]), prefix)
-    msg = first["msg"]
+    # pydantic's wording names our classes ("a valid dictionary or instance of LinkIn"): say mapping
+    msg = re.sub(r"valid dictionary or instance of \w+", "mapping", first["msg"])
+    msg = re.sub(r" or instance of \w+", "", msg)
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
     elif first["type"] == "missing":

@@ -49,7 +49,7 @@ def test_dollars_recomputed_by_hand_from_the_plan():
 
 
 def test_dollars_without_a_price_is_one_line(cli):
-    r = cli(BOOK, "--objective", "dollars", "--set", "hardware.gpu=b200")
+    r = cli(BOOK, "--objective", "dollars", "--set", "hardware.gpu=b200", "--set", "hardware.server=dgx-b200")
     assert_one_line_error(r, "dollars_per_gpu_hour", "b200")
 
 
@@ -74,3 +74,9 @@ def test_every_figure_has_a_definition(objective, cli):
             "dollars_per_gpu_hour", "worst_scenario", "servers_in_use"), key
     table = cli(BOOK, "--objective", objective)
     assert f"{objective} = " in table.stdout.splitlines()[-2] + table.stdout.splitlines()[-1]
+
+
+def test_catalog_server_and_gpu_must_match(cli):
+    """A DGX A100 holds A100s: pairing it with an H100 is bad input, named in one line."""
+    assert_one_line_error(cli(BOOK, "--set", "hardware.server=dgx-a100"), "hardware.server", "dgx-a100",
+                          "a100-sxm-80gb", "h100-sxm")

@@ -79,6 +79,26 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
     return report
 
 
+def static_conflict(report: DeploymentReport, rows, what: str) -> bool:
+    """When every option (TP degree or layout) is ruled out without a solve (GPUs, heads, one
+    session's memory), those rules are the conflict; when one rule rules out all of them it is
+    named, with the closest option for memory (the smallest need per GPU). True when it applied."""
+    static = [a for a in rows if a.static]
+    if not rows or len(static) != len(rows):
+        return False
+    report.conflict_keys = [ConstraintKey(a.reason, a.option) for a in static]
+    report.conflict_details = [f"{a.reason}[{a.option}]: {a.detail}" for a in static]
+    reasons = sorted({a.reason for a in static})
+    if len(reasons) == 1:
+        closest = static[0]
+        if reasons[0] == "memory":
+            closest = min(static, key=lambda a: a.need_bytes if a.need_bytes is not None else float("inf"))
+        where = f" (closest: {closest.option})" if len(static) > 1 else ""
+        report.achievable = {"requirement": reasons[0], "best": None, "required": None,
+                             "detail": f"every {what} is ruled out by the {reasons[0]} rule{where}: {closest.detail}"}
+    return True
+
+
 def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfModel, obj, left) -> None:
     """Fill the report's conflicts and the best achievable value of the violated requirement.
 
@@ -91,14 +111,7 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
         explain_infeasible_batched(report, problem, perf, obj, left)
         return
     rows = report.alternatives
-    static = [a for a in rows if a.static]
-    if rows and len(static) == len(rows):
-        report.conflict_keys = [ConstraintKey(a.reason, a.option) for a in static]
-        report.conflict_details = [f"{a.reason}[{a.option}]: {a.detail}" for a in static]
-        reasons = sorted({a.reason for a in static})
-        if len(reasons) == 1:
-            report.achievable = {"requirement": reasons[0], "best": None, "required": None,
-                                 "detail": f"every TP degree is ruled out by the {reasons[0]} rule: {static[0].detail}"}
+    if static_conflict(report, rows, "TP degree"):
         return
     budget = left()
     if budget > 0.2:
@@ -134,10 +147,7 @@ def explain_infeasible_batched(report: DeploymentReport, problem: Problem, perf:
     from optimizer.deployment.batching import layout_options, max_on_time_batched
 
     rows = report.alternatives
-    static = [a for a in rows if a.static]
-    if rows and len(static) == len(rows):
-        report.conflict_keys = [ConstraintKey(a.reason, a.option) for a in static]
-        report.conflict_details = [f"{a.reason}[{a.option}]: {a.detail}" for a in static]
+    if static_conflict(report, rows, "layout"):
         return
     n = len(problem.sessions)
     need = max(problem.required_on_time, obj.min_on_time)

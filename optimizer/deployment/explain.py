@@ -35,6 +35,7 @@ class Alternative:
     on_time: Optional[int] = None
     makespan_ms: Optional[float] = None
     static: bool = False  # ruled out without a solve (GPUs, heads, one session's memory)
+    need_bytes: Optional[float] = None  # memory rows: bytes per GPU one session alone needs
     allreduce: Optional[AllReduceSource] = None  # where this degree's AllReduce time comes from
 
     def to_dict(self) -> dict:
@@ -90,7 +91,9 @@ def alternatives(problem: Problem, perf: PerfModel, objective, best_value: Optio
             continue
         mem = memory_rejection(problem, perf, p)
         if mem:
-            rows.append(Alternative(name, p, "memory", mem, static=True))
+            c = min(problem.classes, key=lambda c: c.context + c.new)
+            rows.append(Alternative(name, p, "memory", mem, static=True,
+                                    need_bytes=perf.memory_per_gpu(p, [(c.context, c.new)])))
             continue
         share = max(0.2, (t_end - time.perf_counter()) / max(1, len(degrees) - i))
         ev0 = getattr(incumbent, "evaluation", None)
@@ -164,7 +167,7 @@ def layout_alternatives(problem: Problem, perf: PerfModel, objective, best_value
             c = min(problem.classes, key=lambda c: c.context + c.new)
             need = m.memory_per_gpu(lay, [(c.context, c.new)])
             rows.append(Alternative(name, lay.gpus, "memory", f"needs {need / 1e9:.2f} GB per GPU > "
-                                    f"{problem.gpu.memory_bytes / 1e9:g} GB", static=True))
+                                    f"{problem.gpu.memory_bytes / 1e9:g} GB", static=True, need_bytes=need))
             continue
         ev0 = getattr(incumbent, "evaluation", None)
         if ev0 is not None and ev0.plan.instances and all(inst.lay == lay for inst in ev0.plan.instances) \

@@ -131,7 +131,9 @@ class DeploymentReport:
         console.print(f"model {p.model.name}: {p.model.layers} layers, H={p.model.hidden}, "
                       f"QH={p.model.q_heads}, KVH={p.model.kv_heads}; {p.servers} x {p.server.name} "
                       f"({p.server.gpus} x {p.gpu.name}); {len(p.sessions)} sessions, "
-                      f"{p.required_on_time} must be on time")
+                      f"{p.required_on_time} must be on time"
+                      + (f" (at least {o.objective.min_on_time} for the {o.objective.name} objective)"
+                         if o.objective.min_on_time > p.required_on_time else ""))
         obj = o.objective
         if o.status == Status.INFEASIBLE:
             console.print("[bold red]infeasible[/bold red]: no deployment meets every limit.")

@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import ConfigDict, Field, field_validator
 
-from optimizer.catalog import lookup
+from optimizer.catalog import check_gpu_in_server, lookup
 from optimizer.deployment.collectives import ACTIVATION_BYTES, AllReduceTable, read_nccl_allreduce_log
 from optimizer.deployment.model_config import ModelShape, read_model_config
 from optimizer.errors import InputError
@@ -316,6 +316,8 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         server_in = hw.server
     else:
         server_in = _validate(ServerIn, lookup("servers", hw.server, path, "hardware.server"), path, "hardware.server")
+        if isinstance(hw.gpu, str):
+            check_gpu_in_server(hw.gpu, hw.server, path, "hardware.server")
     price = hw.dollars_per_gpu_hour if hw.dollars_per_gpu_hour is not None else gpu_in.dollars_per_gpu_hour
     gpu = Gpu(gpu_in.name, gpu_in.memory_gb * GB, gpu_in.memory_bandwidth_gb_s * GB, gpu_in.bf16_tflops * 1e12,
               gpu_in.power_w, price)

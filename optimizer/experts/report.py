@@ -300,8 +300,7 @@ class ExpertsReport:
         if not s["reproducible"]:
             console.print("[yellow]wall-clock limit reached before the work limit on some layers: results may "
                           "differ between runs[/yellow]")
-        for o in self.outputs:
-            console.print(f"wrote {o}")
+        # the files written (self.outputs) are listed by the CLI, once, on stderr
 
 
 def _windows_label(ws: list[int]) -> str:

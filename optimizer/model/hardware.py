@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from optimizer.catalog import lookup
+from optimizer.catalog import check_gpu_in_server, lookup
 
 GB = 1e9
 
@@ -151,6 +151,7 @@ def hardware_from_catalog(gpu: str, server: str, allreduce: str = "ring", file: 
     """
     g = lookup("gpus", gpu, file or "catalog", "gpu")
     s = lookup("servers", server, file or "catalog", "server")
+    check_gpu_in_server(gpu, server, file or "catalog", "server")
 
     def _link(d: dict) -> LinkSpec:
         return LinkSpec(d["bandwidth_gb_s"] * GB, d["latency_us"] * 1e-6)

@@ -154,6 +154,8 @@ class ServingReport:
                 c = self._conflict(m)
                 if c is None:
                     continue
+                if not c.keys and c.details:  # no worker configuration at all for a role
+                    c = Conflict([ConstraintKey("layouts", m.mode)], ["; ".join(c.details)])
                 for i, k in enumerate(c.keys):
                     line = c.details[i] if i < len(c.details) else "; ".join(c.details)
                     if k not in details:
@@ -242,7 +244,7 @@ class ServingReport:
         last = self.results[-1]
         best = self.best(last)
         status = self.status
-        objective = None
+        objective = {**obj.describe(), "value": None, "bound": None, "gap": None}
         if best is not None:
             val = best.result.value
             bound = best.result.bound

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from optimizer.catalog import lookup
+from optimizer.catalog import check_gpu_in_server, lookup
 from optimizer.errors import InputError
 from optimizer.model.config import ModelSpec, read_hf_config
 from optimizer.model.decode import DTYPE_BYTES
@@ -237,7 +237,16 @@ def read_trace(path: Path, field_name: str, instance: Path, limit: Optional[int]
     """
     if not path.is_file():
         raise InputError(instance, field_name, f"trace file not found: {path}")
-    with path.open(newline="") as fh:
+    try:
+        return _read_trace_rows(path, limit)
+    except UnicodeDecodeError as exc:
+        raise InputError(path, "", f"not a text CSV file ({exc.reason} at byte {exc.start})") from None
+    except csv.Error as exc:
+        raise InputError(path, "", f"not a readable CSV file ({exc})") from None
+
+
+def _read_trace_rows(path: Path, limit: Optional[int]):
+    with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
         try:
             header = [h.strip() for h in next(reader)]
@@ -259,11 +268,17 @@ def read_trace(path: Path, field_name: str, instance: Path, limit: Optional[int]
                 continue
             try:
                 a = row[ia].strip()
-                t.append(float(a) if kind == "seconds" else datetime.fromisoformat(a[:26]).timestamp())
-                isl.append(int(row[ii]))
-                osl.append(int(row[io]))
+                when = float(a) if kind == "seconds" else datetime.fromisoformat(a[:26]).timestamp()
+                n_in, n_out = int(row[ii]), int(row[io])
             except (ValueError, IndexError):
                 raise InputError(path, f"line {n}", f"cannot read arrival time and token counts from {row!r}") from None
+            if not math.isfinite(when):
+                raise InputError(path, f"line {n}", f"arrival time must be a finite number of seconds (got {a!r})")
+            if n_in < 0 or n_out < 0:
+                raise InputError(path, f"line {n}", f"token counts must not be negative (got {n_in}, {n_out})")
+            t.append(when)
+            isl.append(n_in)
+            osl.append(n_out)
             if limit is not None and len(t) >= limit:
                 break
     if len(t) < 2:
@@ -339,6 +354,7 @@ def _pools(hw: HardwareIn, model: ModelSpec, wb: float, kvb: float, reserve: flo
     for where, gpu, server, count, price in items:
         g = lookup("gpus", gpu, path, f"{where}.gpu")
         s = lookup("servers", server, path, f"{where}.server")
+        check_gpu_in_server(gpu, server, path, f"{where}.server")
         name = gpu if gpu not in seen else f"{gpu}#{len(out)}"
         seen.add(gpu)
         link = lambda d: LinkSpec(d["bandwidth_gb_s"] * GB, d["latency_us"] * 1e-6)  # noqa: E731

@@ -89,7 +89,7 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
         if not any(workers[j].role == role for j in idx):
             bad = [w for w in workers if w.role == role]
             keys = [worker_key(w, p) for w in bad]
-            details = [f"{w.label(p)}: {w.detail}" for w in bad] or [f"no {role} layout fits the model on the pools"]
+            details = [f"{w.label(p)}: {w.detail}" for w in bad] or [_no_layout_reason(p, role)]
             return ModeResult(mode, Status.INFEASIBLE, None, None, None, time.perf_counter() - t0, rate, keys, details)
     goodput = objective.sense == "max"
     sense = pulp.LpMaximize if goodput else pulp.LpMinimize
@@ -144,3 +144,13 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
         bound = value_out
     return ModeResult(mode, Status.OPTIMAL if proven else Status.FEASIBLE, counts, value_out, bound,
                       dt + dt2, value_out if goodput else rate, solves=solves)
+
+
+def _no_layout_reason(p, role: str) -> str:
+    """Why a role has no worker configuration at all (the layout rules it fails)."""
+    r = p.roles[role]
+    m = p.model
+    asked = f"serving.{role}.tp allows {list(r.tp)}" if r.tp is not None else "every TP degree was tried"
+    cap = f", at most {r.max_gpus} GPUs" if r.max_gpus else ""
+    return (f"no valid {role} layout: {asked}{cap}; TP must split the {m.q_heads} attention heads and "
+            f"{m.kv_heads} KV heads evenly and fit one server of the pools")
