@@ -152,3 +152,27 @@ def test_readme_command_runs(tmp_path):
     assert code == 0
     assert "Busiest GPU per layer" in out and "balancedness" in out
     assert (tmp_path / "placement.json").exists()
+
+
+def test_migration_keeps_a_previous_placement_that_meets_the_cap(tmp_path):
+    """Large layers (LNS): rerunning with the placement just written as the previous one and the
+    migration objective moves nothing, since that placement already meets the max-load cap."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import INSTANCES, REPO
+
+    inst = INSTANCES / "deepseek_v3_ep32.yaml"
+    first = subprocess.run([sys.executable, "-m", "optimizer.cli", str(inst), "--output", str(tmp_path),
+                            "--format", "json"], capture_output=True, text=True, cwd=REPO)
+    assert first.returncode == 0, first.stderr
+    again = subprocess.run([sys.executable, "-m", "optimizer.cli", str(inst), "--objective", "migration",
+                            "--set", f"experts.previous_placement={tmp_path / 'placement.json'}", "--format", "json"],
+                           capture_output=True, text=True, cwd=REPO)
+    assert again.returncode == 0, again.stderr
+    d = json.loads(again.stdout)
+    layers = d["plan"]["layers"]
+    assert d["objective"]["value"] == 0 and all(lay["optimized"]["moves"] == 0 for lay in layers)
+    before = json.loads(first.stdout)["plan"]["layers"]
+    assert [lay["optimized"]["max_load"] for lay in layers] == [lay["optimized"]["max_load"] for lay in before]

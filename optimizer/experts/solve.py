@@ -330,7 +330,14 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
         t1 = float(st.load.max())
         cap = int(math.floor(min(t1 * (1 + t.tolerance), greedy_max * scale)))
         cap = max(cap, int(st.load.max()))
-        if mode == "exact":
+        prev_ok = (t.objective == "migration" and t.prev is not None and t.prev.max() <= 1
+                   and (t.prev.sum(1) >= 1).all() and (t.prev.sum(0) == np.asarray(t.slots)).all())
+        if prev_ok and float(LayerPlan.even(t.prev).loads(w).max()) * scale <= cap + 1e-9:
+            # the previous placement already meets the load cap: zero moves, which no plan beats
+            st = _State(t, LayerPlan.even(t.prev), scale, deadline)
+            phase2 = Status.OPTIMAL.value
+            notes.append("the previous placement meets the max-load cap: kept as it is (0 moves)")
+        elif mode == "exact":
             res = st.solve(_sub(st, list(range(G)), t.objective, cap, True, "all"), t.work_limit - st.work)
             if res.X:
                 _apply(st, list(range(G)), res)
