@@ -116,7 +116,8 @@ COMMON_DEFINITIONS = {
     "objective.value": "the objective of the returned plan, re-computed by the independent evaluator, in objective.unit",
     "objective.bound": "a proven bound on the best possible objective (lower for min, upper for max), same unit",
     "objective.gap": "relative gap |value - bound| / |value|; 0 when the plan is proven optimal",
-    "solver.time_s": "wall time of the whole command (solves, explanations, comparison rows), seconds",
+    "solver.time_s": "wall time of the run inside the command (solves, explanations, comparison rows), after "
+                     "Python start-up and imports, seconds",
     "binding": "limits that bind (or nearly) at the plan, tightest first, with their slack in its unit",
     "alternatives": "options the solver could have chosen and why each lost (a worse objective, or the limit that rules it out)",
     "conflicts": "when no plan exists: groups of named constraints (family[element]) that cannot hold together",
