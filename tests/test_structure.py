@@ -111,3 +111,13 @@ def test_objectives_are_objects_with_one_home():
                 if pat in text:
                     offenders.append(f"{path.relative_to(ROOT)}: {pat}")
     assert offenders == []
+
+
+def test_python_api_runs_any_problem():
+    from optimizer import load_instance, run_instance
+    from optimizer.errors import InputError
+
+    r = run_instance(ROOT / "instances" / "hgx_h100_120kw.yaml")
+    assert r.to_dict()["problem"] == "buildout" and r.to_dict()["objective"]["value"] == 88
+    with pytest.raises(InputError, match="run_instance"):
+        load_instance(ROOT / "instances" / "hgx_h100_120kw.yaml")
