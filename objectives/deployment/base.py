@@ -39,6 +39,7 @@ class DeploymentObjective(Objective):
     min_on_time: int = 0
     needs_sequence: bool = False
     decimals: int = 2
+    fault_note: str = ""  # why a plan under faults may stay unproven (said in the result's notes)
 
     # ----------------------------------------------------------------- reading a plan
     def scenario_value(self, problem, r) -> float:

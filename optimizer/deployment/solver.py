@@ -164,7 +164,10 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
     elif proven:
         bound = min(value, bound)  # exact arithmetic may shave the tick rounding
     status = Status.OPTIMAL if proven and bound >= value * (1 - 1e-9) else Status.FEASIBLE
-    return _finish(status, obj, value, bound, ev, stats, allowed, mode)
+    out = _finish(status, obj, value, bound, ev, stats, allowed, mode)
+    if out.status != Status.OPTIMAL and problem.faults and obj.fault_note:
+        out.notes.append(obj.fault_note)
+    return out
 
 
 def _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, seed_plan) -> SolveOutcome:
