@@ -50,3 +50,19 @@ def test_infeasible_result_validates_and_groups_conflicts(cli):
     assert len(fams) == len(set(fams))
     deadline = next(g for g in d["conflicts"] if g["family"] == "deadline")
     assert deadline["count"] == len(deadline["constraints"]) > 1
+
+
+@pytest.mark.parametrize("path,args,requirement", [
+    ("serving_llama70b_h100.yaml", ["--set", "serving.traffic.rate_rps=1e9"], "rate_rps"),
+    ("supernode_deepseek_v3.yaml", ["--set", "supernode.slo_ms_per_token=1"], "slo_ms_per_token"),
+    ("hgx_h100_120kw.yaml", ["--set", "buildout.target_gpus=96"], "target_gpus"),
+    ("qwen32b_128k.yaml", ["--set", "workload.sessions.0.deadline_ms=1"], "on_time"),
+])
+def test_every_infeasible_answer_leads_with_the_best_achievable(cli, path, args, requirement):
+    r = cli(INSTANCES / path, *args, "--format", "json")
+    assert r.exit_code == 3, r.output
+    d = json.loads(r.stdout)
+    jsonschema.validate(d, SCHEMA)
+    assert d["achievable"]["requirement"] == requirement and d["achievable"]["detail"]
+    assert d["objective"] is not None and d["objective"]["value"] is None
+    assert d["conflicts"]

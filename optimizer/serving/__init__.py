@@ -95,7 +95,27 @@ def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans
     for rate in rates:
         plans = {m: _plan_mode(p, sm, workers, m, objective, rate, limit, do_sim) for m in modes}
         results.append(RateResult(rate, plans))
-    return ServingReport(p, sm, workers, objective, results, time.perf_counter() - t0)
+    rep = ServingReport(p, sm, workers, objective, results, time.perf_counter() - t0)
+    if rep.status == Status.INFEASIBLE and objective.sense == "min" and "goodput" in objectives:
+        rep.achievable = _most_rate(p, sm, workers, objectives["goodput"], modes, limit)
+        rep.time_s = time.perf_counter() - t0
+    return rep
+
+
+def _most_rate(p: Problem, sm, workers, goodput, modes, limit: float) -> dict | None:
+    """For an infeasible rate: the highest rate any mode serves within the SLOs on the GPUs given
+    (the goodput objective, analytic model), or None when not even a small rate fits."""
+    best = None
+    for m in modes:
+        plan = _plan_mode(p, sm, workers, m, goodput, p.rates[0], limit, False)
+        if plan.result.counts is not None and plan.result.value and (best is None or plan.result.value > best[1]):
+            best = (m, float(plan.result.value))
+    if best is None:
+        return None
+    asked = max(p.rates)
+    return {"requirement": "rate_rps", "best": best[1], "required": asked,
+            "detail": f"at most {best[1]:.3g} req/s within the SLOs on the GPUs given ({best[0]}, analytic model); "
+                      f"{asked:g} req/s asked"}
 
 
 def run(raw: dict[str, Any], path: Path, objective: str | None, time_limit_s: float | None,

@@ -59,6 +59,7 @@ class ServingReport:
     results: list[RateResult]
     time_s: float
     _cache: dict = field(default_factory=dict)
+    achievable: dict | None = None  # infeasible: the highest rate the GPUs serve within the SLOs
 
     # ------------------------------------------------------------------ selection
     def best(self, rr: RateResult) -> ModePlan | None:
@@ -273,6 +274,7 @@ class ServingReport:
                        binding=[b.to_dict() for b in self.bindings(best)] if best else [],
                        alternatives=alternatives,
                        conflicts=self.conflict_groups() if status in (Status.INFEASIBLE, Status.TIME_LIMIT) else [],
+                       achievable=self.achievable,
                        definitions=DEFINITIONS, notes=notes)
         self._cache["dict"] = out
         return out
@@ -344,7 +346,10 @@ class ServingReport:
             for w in r["why_other_mode_lost"] if len(r["modes"]) > 1 else []:
                 console.print(escape(f"why not {w['detail']}"))
         if d["status"] == Status.INFEASIBLE.value:
-            console.print("[red]No plan meets the SLOs.[/red] Conflicting constraints:")
+            console.print("[red]No plan meets the SLOs.[/red]")
+            if self.achievable:
+                console.print(f"[bold]best achievable[/bold]: {escape(self.achievable['detail'])}")
+            console.print("Conflicting constraints:")
             for c in d["conflicts"]:
                 console.print(escape(f"  {c['family']} ({c['count']}): {', '.join(c['constraints'][:6])}"))
                 for line in c["details"][:6]:

@@ -33,6 +33,26 @@ def evaluate_plan(p: Problem, res: SolveResult):
     return evaluate(p, plan)
 
 
+def achievable(p: Problem, res) -> dict | None:
+    """For an infeasible run: the best any option reaches on what failed — the sessions all the
+    cards can hold within the per-token target (with ``target_sessions``), else the fastest batch-1
+    token any option has against the target."""
+    built = [r for r in res.results if r.feasible and r.sessions_per_card > 0]
+    if built and p.target_sessions is not None:
+        most = max(r.sessions_per_card * p.cards for r in built)
+        return {"requirement": "target_sessions", "best": most, "required": p.target_sessions,
+                "detail": f"at most {most:,} sessions fit the {p.cards} cards within the limits; "
+                          f"{p.target_sessions:,} required"}
+    if not res.results:
+        return None
+    fastest = min(res.results, key=lambda r: r.single.token)
+    t = fastest.single.token * 1e3
+    return {"requirement": "slo_ms_per_token", "best": t, "required": p.slo_s * 1e3,
+            "detail": f"the fastest option ({fastest.option.label(p)}) needs {t:.3f} ms per token even at batch 1"
+                      + (f" > {p.slo_s * 1e3:g} ms target" if t > p.slo_s * 1e3 else
+                         f"; no option fits memory and the {p.slo_s * 1e3:g} ms target with a session")}
+
+
 def solve_instance(p: Problem, objective: str | None = None, time_limit_s: float | None = None,
                    thresholds: bool = True) -> SupernodeReport:
     """Solve, re-check the plan independently, explain it; returns the report.
@@ -48,7 +68,7 @@ def solve_instance(p: Problem, objective: str | None = None, time_limit_s: float
         if res.status == Status.INFEASIBLE:
             keys = res.conflict or []
             conflict = Conflict(keys, conflict_details(p, keys, res.results) or ["the limits cannot all hold"])
-        return SupernodeReport(p, res, conflict=conflict)
+        return SupernodeReport(p, res, conflict=conflict, achievable=achievable(p, res))
     ev = evaluate_plan(p, res)
     if ev.violations:
         raise RuntimeError(f"supernode plan fails the independent check: {ev.violations}")

@@ -52,6 +52,7 @@ class SupernodeReport:
     alternatives: list[dict[str, Any]] = field(default_factory=list)
     thresholds: list[dict[str, Any]] = field(default_factory=list)
     conflict: Conflict | None = None
+    achievable: dict | None = None  # infeasible: the best any option reaches on what failed
 
     @property
     def status(self) -> Status:
@@ -166,6 +167,7 @@ class SupernodeReport:
             alternatives=alternatives,
             conflicts=conflicts,
             definitions=DEFINITIONS,
+            achievable=self.achievable,
         )
 
     # ------------------------------------------------------------------ tables
@@ -179,7 +181,10 @@ class SupernodeReport:
                       f"({o['sense']})  status [bold]{d['status']}[/bold]")
         if d["plan"] is None:
             if self.conflict is not None:
-                console.print("[red]No plan meets all limits.[/red] Conflicting constraints:")
+                console.print("[red]No plan meets all limits.[/red]")
+                if self.achievable:
+                    console.print(f"[bold]best achievable[/bold]: {escape(self.achievable['detail'])}")
+                console.print("Conflicting constraints:")
                 for line in self.conflict.details:
                     console.print(f"  - {escape(line)}")
             else:
