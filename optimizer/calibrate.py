@@ -238,7 +238,7 @@ def prepare(rows: list[Row], models: dict, hw: dict, csv_path: Path) -> None:
                 specs[r.model] = exc
         spec = specs[r.model]
         if isinstance(spec, InputError):
-            r.skipped = f"config not supported by the model: {spec.line()}"
+            r.skipped = f"{models[r.model].name}: {spec.field}: {spec.problem.split(' (')[0]}"
             continue
         g = lookup("gpus", h[0], csv_path, "--hardware")
         s = lookup("servers", h[1], csv_path, "--hardware")
