@@ -237,11 +237,11 @@ cli = _Optimize(name="optimize", commands={"solve": main, **SUBCOMMANDS},
                      "optimize calibrate MEASUREMENTS.csv ..., optimize sweep GRID.yaml ...")
 
 
-def run() -> None:
+def run(argv: list[str] | None = None) -> None:
     """Console entry point: like :func:`main`, but a command-line usage error is one line
-    (exit code 2) rather than click's usage block."""
+    (exit code 2) rather than click's usage block. ``argv``: the arguments (default ``sys.argv[1:]``)."""
     try:
-        code = cli(standalone_mode=False)  # returns only for --help (the commands exit)
+        code = cli(args=argv, prog_name="optimize", standalone_mode=False)  # returns only for --help (the commands exit)
     except click.UsageError as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(EXIT_BAD_INPUT)
