@@ -313,8 +313,13 @@ def run_sweep(grid: Grid, out_dir: Path, scheduler: Optional[str] = None, worker
                         record(futs[f], f.result())
                         bar()
             elif todo:
+                import multiprocessing as mp
+
                 n = workers or min(4, os.cpu_count() or 1)
-                with ProcessPoolExecutor(max_workers=n) as pool:
+                # fresh worker processes (forkserver/spawn), never fork: a process that has run HiGHS
+                # before (its thread pool) hangs in a forked child
+                method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+                with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context(method)) as pool:
                     futs = {pool.submit(run_point, *args, points[i], time_limit_s): i for i in todo}
                     for f in as_completed(futs):
                         record(futs[f], f.result())
