@@ -188,7 +188,8 @@ def write(res: ParetoResult, folder: Path) -> list[Path]:
 
 
 def plot(res: ParetoResult, path: Path) -> None:
-    """The fronts as step lines (tokens/s/user on x, tokens/s/GPU on y), each point labelled with its
+    """The fronts as step lines (tokens/s/user on x, tokens/s/GPU on y; between two front points the
+    line holds the right-hand point's tokens/s/GPU, what a plan that fast per user achieves), each point labelled with its
     plan; dominated optimal points as faint dots."""
     import matplotlib
 
@@ -210,7 +211,7 @@ def plot(res: ParetoResult, path: Path) -> None:
         if not f:
             continue
         lab = c.mode + (f", TTFT {c.ttft_ms:g} ms" if len(ttfts) > 1 else "")
-        ax.step([q.tokens_per_s_per_user for q in f], [q.tokens_per_s_per_gpu for q in f], where="post", ls=ls,
+        ax.step([q.tokens_per_s_per_user for q in f], [q.tokens_per_s_per_gpu for q in f], where="pre", ls=ls,
                 marker="o", ms=4, color=col, label=lab)
         if len(ttfts) == 1 or c.ttft_ms == ttfts[len(ttfts) // 2]:
             for q in f:
