@@ -59,6 +59,8 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
             raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
         raw = read_yaml(instance)
         raw = apply_overrides(raw, list(overrides), instance)
+        if isinstance(raw, dict) and "grid" in raw and "base" in raw:
+            raise InputError(instance, "grid", "this is a sweep grid: run `optimize sweep GRID.yaml --output DIR`")
         spec = problem_spec_for(raw, instance)
         if pareto is not None:
             _pareto(raw, instance, spec, objective, time_limit, output_dir, pareto, pareto_points, fmt)

@@ -128,6 +128,11 @@ def test_cli_sweep_runs_and_resumes(cli_any, tmp_path):
     assert r.exit_code == 0 and "0 solved now, 2 already done" in r.stderr
 
 
+def test_grid_given_to_the_instance_solve_says_so(cli_any):
+    assert_one_line_error(cli_any(INSTANCES / "sweep_llama70b_h100_h200.yaml"), "sweep_llama70b_h100_h200.yaml", "grid",
+                          "optimize sweep")
+
+
 def test_cli_sweep_bad_input(cli_any, tmp_path):
     g = _grid(tmp_path, {"serving.traffic.rate_rps": [1, -2]}, "neg.yaml")
     assert_one_line_error(cli_any("sweep", g, "--output", tmp_path / "o"), "neg.yaml", "grid.serving.traffic.rate_rps[1]",
