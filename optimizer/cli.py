@@ -162,7 +162,7 @@ def calibrate_cmd(measurements: Path, models, hardware, seed: int, starts: int, 
         mp, hw = cal.read_mapping(list(models), list(hardware))
         cal.prepare(rows, mp, hw, measurements)
         if not any(not r.skipped for r in rows):
-            raise InputError(measurements, "model", "no row can be predicted: " + rows[0].skipped)
+            raise InputError(measurements, "", "no row can be predicted: " + rows[0].skipped)
         res = cal.calibrate(rows, seed, starts)
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)

@@ -145,3 +145,16 @@ def test_cli_sweep_bad_input(cli_any, tmp_path):
     (tmp_path / "nobase.yaml").write_text("grid: {serving.mode: [aggregated]}\n")
     assert_one_line_error(cli_any("sweep", tmp_path / "nobase.yaml", "--output", tmp_path / "o"), "nobase.yaml", "base")
     assert_one_line_error(cli_any("sweep", g), "--output")
+
+
+def test_cli_sweep_on_a_scheduler_matches_local(cli_any, tmp_path):
+    from distributed import LocalCluster
+
+    g = _grid(tmp_path, {"serving.traffic.rate_rps": [1, 3], "serving.mode": ["aggregated", "disaggregated"],
+                         "serving.simulation.enabled": [False]})
+    r = cli_any("sweep", g, "--output", tmp_path / "local", "--workers", "1", "--no-progress")
+    assert r.exit_code == 0, r.output
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        r = cli_any("sweep", g, "--output", tmp_path / "dask", "--scheduler", cluster.scheduler_address, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "dask" / "sweep.csv").read_text() == (tmp_path / "local" / "sweep.csv").read_text()
