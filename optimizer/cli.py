@@ -1,8 +1,11 @@
-"""``optimize INSTANCE.yaml``: one command for the three problems.
+"""``optimize INSTANCE.yaml``: one command for every problem, plus ``optimize calibrate`` and
+``optimize sweep``.
 
 The instance's top-level section picks the problem: ``experts:`` (hot-expert placement),
-``buildout:`` (rack build-out sizing), otherwise a deployment (``model``/``hardware``/
-``workload``). Exit codes are listed in :mod:`optimizer.errors`.
+``buildout:`` (rack build-out sizing), ``serving:``, otherwise a deployment (``model``/``hardware``/
+``workload``). ``optimize calibrate MEASUREMENTS.csv`` fits efficiency factors to published
+throughput (:mod:`optimizer.calibrate`); ``optimize sweep GRID.yaml`` solves a grid of serving
+instances (:mod:`optimizer.sweep`). Exit codes are listed in :mod:`optimizer.errors`.
 """
 from __future__ import annotations
 
@@ -37,15 +40,30 @@ from optimizer.schema_base import apply_overrides, read_yaml
               help="Folder for PNG figures: timeline.png and memory.png (deployment), expert_load.png "
                    "(experts), racks.png (buildout), supernode_options.png (supernode). The files written are "
                    "listed on stderr (table) or under 'files' (json).")
+@click.option("--pareto", type=click.Choice(["tpot", "ttft"]), is_flag=False, flag_value="tpot", default=None,
+              help="serving: sweep the TPOT target (--pareto or --pareto tpot; --pareto ttft also sweeps TTFT) and "
+                   "write OUTPUT/pareto.json and pareto.png: tokens/s/GPU against tokens/s/user, one front per mode. "
+                   "Needs --output.")
+@click.option("--pareto-points", "pareto_points", type=click.IntRange(2, 200), default=20, show_default=True,
+              help="TPOT targets of --pareto (geometric, 1/4 to 4x the instance's target).")
 def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
-         overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None) -> None:
-    """Solve INSTANCE.yaml to a proven optimum and explain the result."""
+         overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None,
+         pareto: str | None = None, pareto_points: int = 20) -> None:
+    """Solve INSTANCE.yaml to a proven optimum and explain the result.
+
+    Also: optimize calibrate MEASUREMENTS.csv --model ... (fit efficiency factors to measured
+    throughput), optimize sweep GRID.yaml --output DIR (a grid of serving solves); see their --help.
+    """
     try:
         if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
             raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
         raw = read_yaml(instance)
         raw = apply_overrides(raw, list(overrides), instance)
+        if isinstance(raw, dict) and "grid" in raw and "base" in raw:
+            raise InputError(instance, "grid", "this is a sweep grid: run `optimize sweep GRID.yaml --output DIR`")
         spec = problem_spec_for(raw, instance)
+        if pareto is not None:
+            _pareto(raw, instance, spec, objective, time_limit, output_dir, pareto, pareto_points, fmt)
         report = spec.module().run(raw, instance, objective, time_limit, output_dir)
         files: list[str] = []
         if plot_dir is not None:
@@ -78,6 +96,33 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     sys.exit(exit_code_for(report.status))
 
 
+def _pareto(raw, instance: Path, spec, objective, time_limit, output_dir, sweep: str, points: int, fmt: str) -> None:
+    """``--pareto``: the fronts of a serving instance (:mod:`optimizer.serving.pareto`); exits."""
+    if spec.section != "serving":
+        raise InputError(instance, spec.section, "--pareto applies to serving instances only")
+    if output_dir is None:
+        raise InputError("--pareto", "", "needs --output DIR (for pareto.json and pareto.png)")
+    from optimizer.serving import load_problem
+    from optimizer.serving.pareto import pareto as run_pareto
+    from optimizer.serving.pareto import render, write
+
+    p = load_problem(raw, instance, objective)
+    res = run_pareto(p, sweep, points=points, time_limit_s=20.0 if time_limit is None else time_limit)
+    files = write(res, output_dir)
+    if fmt == "json":
+        click.echo(json.dumps(res.to_dict() | {"files": [str(f) for f in files]}, indent=2))
+    else:
+        for f in files:
+            click.echo(f"wrote {f}", err=True)
+        from rich.console import Console
+
+        render(res, Console() if sys.stdout.isatty() else Console(width=120))
+    ok = any(c.front for c in res.curves)
+    from optimizer.errors import EXIT_INFEASIBLE
+
+    sys.exit(0 if ok else EXIT_INFEASIBLE)
+
+
 def _result_dict(report, files: list[str]) -> dict:
     """The ``--format json`` object; ``files`` lists every file written (``--plot`` figures,
     ``--output`` files, ``result.json``), when any."""
@@ -94,11 +139,111 @@ def _write_result(report, output_dir: Path, files: list[str]) -> None:
     (output_dir / "result.json").write_text(json.dumps(_result_dict(report, files), indent=2, default=_json_default))
 
 
-def run() -> None:
-    """Console entry point: like :func:`main`, but a command-line usage error is one line
-    (exit code 2) rather than click's usage block."""
+@click.command("calibrate", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("measurements", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--model", "models", multiple=True, required=True, metavar="MAPPING.yaml|NAME=CONFIG.json",
+              help="How the CSV's model names map to config.json files: a mapping YAML (models:, hardware:) "
+                   "or NAME=CONFIG.json (repeatable).")
+@click.option("--hardware", "hardware", multiple=True, metavar="[NAME=]GPU:SERVER",
+              help="The CSV's GPU name to catalog GPU and server (repeatable; without NAME= for every row).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random fit starts.")
+@click.option("--starts", type=click.IntRange(1, 100), default=8, show_default=True,
+              help="Fit starts (all-ones plus seeded random ones); the lowest cost wins.")
+@click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the fitted factors as a YAML fragment (efficiency: ...) for serving instances.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def calibrate_cmd(measurements: Path, models, hardware, seed: int, starts: int, output: Path | None, fmt: str) -> None:
+    """Fit compute/memory/network efficiency factors to measured static-batch throughput
+    (MEASUREMENTS.csv columns: model, gpu, dtype, tp, batch, isl, osl, output_tokens_per_s)."""
+    from optimizer import calibrate as cal
+
     try:
-        code = main(standalone_mode=False)  # returns only for --help (main itself exits)
+        rows = cal.read_measurements(measurements)
+        mp, hw = cal.read_mapping(list(models), list(hardware))
+        cal.prepare(rows, mp, hw, measurements)
+        if not any(not r.skipped for r in rows):
+            raise InputError(measurements, "", "no row can be predicted: " + rows[0].skipped)
+        res = cal.calibrate(rows, seed, starts)
+        if output is not None:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(cal.yaml_fragment(res, measurements.name))
+    except InputError as exc:
+        click.echo(exc.line(), err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except OSError as exc:
+        click.echo(f"error: {exc.filename or output}: cannot write: {exc.strerror or exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    if fmt == "json":
+        click.echo(json.dumps(res.to_dict() | ({"files": [str(output)]} if output else {}), indent=2))
+    else:
+        from rich.console import Console
+
+        cal.render(res, Console() if sys.stdout.isatty() else Console(width=160))
+        if output is not None:
+            click.echo(f"wrote {output}", err=True)
+    sys.exit(0)
+
+
+@click.command("sweep", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("grid", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--output", "output_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for sweep.csv and sweep.json; points already in sweep.csv are skipped (resume).")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Run the points on a Dask cluster (tcp://host:8786); default: a local process pool.")
+@click.option("--workers", type=click.IntRange(1, 256), default=None,
+              help="Local processes (default: CPU count, at most 4).")
+@click.option("--time-limit", "time_limit", type=float, default=None, help="Solver limit per point, seconds.")
+@click.option("--no-progress", "no_progress", is_flag=True, help="No progress bar.")
+def sweep_cmd(grid: Path, output_dir: Path, scheduler: str | None, workers: int | None, time_limit: float | None,
+              no_progress: bool) -> None:
+    """Solve every point of GRID.yaml (base: a serving instance; grid: dotted fields -> values)."""
+    from optimizer.sweep import load_grid, run_sweep
+
+    try:
+        if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
+            raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
+        g = load_grid(grid)
+        res = run_sweep(g, output_dir, scheduler, workers, time_limit, progress=not no_progress)
+    except InputError as exc:
+        click.echo(exc.line(), err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except OSError as exc:
+        click.echo(f"error: {exc.filename or output_dir}: {exc.strerror or exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    counts: dict[str, int] = {}
+    for r in res.rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    click.echo(f"{len(res.rows)} points ({res.ran} solved now, {res.skipped} already done): "
+               + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), err=True)
+    for f in res.files:
+        click.echo(f"wrote {f}", err=True)
+    sys.exit(0)
+
+
+SUBCOMMANDS = {"calibrate": calibrate_cmd, "sweep": sweep_cmd}
+
+
+class _Optimize(click.Group):
+    """``optimize INSTANCE.yaml [options]`` as before; ``optimize calibrate|sweep ...`` for the
+    subcommands (a first argument that is not a subcommand goes to the instance solve)."""
+
+    def parse_args(self, ctx, args):
+        if not args or args[0] not in self.commands:  # --help too: the instance solve's help
+            args = ["solve", *args]
+        return super().parse_args(ctx, args)
+
+
+cli = _Optimize(name="optimize", commands={"solve": main, **SUBCOMMANDS},
+                context_settings={"help_option_names": ["-h", "--help"]},
+                help="optimize INSTANCE.yaml [options] (the 'solve' command: see optimize solve --help), "
+                     "optimize calibrate MEASUREMENTS.csv ..., optimize sweep GRID.yaml ...")
+
+
+def run(argv: list[str] | None = None) -> None:
+    """Console entry point: like :func:`main`, but a command-line usage error is one line
+    (exit code 2) rather than click's usage block. ``argv``: the arguments (default ``sys.argv[1:]``)."""
+    try:
+        code = cli(args=argv, prog_name="optimize", standalone_mode=False)  # returns only for --help (the commands exit)
     except click.UsageError as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(EXIT_BAD_INPUT)

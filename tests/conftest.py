@@ -52,3 +52,29 @@ def with_changes(raw: dict, **changes) -> dict:
             node = node[p]
         node[parts[-1]] = value
     return raw
+
+
+@pytest.fixture
+def cli_any():
+    """Run ``optimize`` with any first argument (``calibrate``, ``sweep`` or an instance) through the
+    console entry point :func:`optimizer.cli.run` (one-line usage errors); returns an object with
+    ``exit_code``, ``stdout``, ``stderr`` and ``output``."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    from optimizer.cli import run
+
+    runner = CliRunner()
+
+    def go(*args: str):
+        with runner.isolation() as (out, err, both):
+            code = 0
+            try:
+                run([str(a) for a in args])
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            so, se, bo = out.getvalue().decode(), err.getvalue().decode(), both.getvalue().decode()
+        return SimpleNamespace(exit_code=code, stdout=so, stderr=se, output=bo)
+
+    return go

@@ -15,9 +15,15 @@ SCHEMA = json.loads((REPO / "optimizer" / "schemas" / "result.schema.json").read
 
 
 def problem_instances() -> list[Path]:
-    """Every YAML in instances/ that is a problem instance (hardware catalogs excluded)."""
+    """Every YAML in instances/ that is a problem instance (hardware catalogs excluded; sweep grids,
+    ``base:`` + ``grid:``, run with ``optimize sweep`` and are tested in tests/test_sweep.py)."""
+    import yaml
+
     out = []
     for p in sorted(INSTANCES.glob("*.yaml")):
+        raw = yaml.safe_load(p.read_text())
+        if isinstance(raw, dict) and "grid" in raw and "base" in raw:
+            continue
         out.append(p)
     return out
 

@@ -78,13 +78,18 @@ def _plan_mode(p: Problem, sm: ServingModel, workers, mode: str, objective, rate
     return failed
 
 
-def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans: bool | None = None) -> ServingReport:
+def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans: bool | None = None,
+                   model: ServingModel | None = None) -> ServingReport:
     """Every rate of the sweep, every mode asked; best plan per rate. Never returns a plan whose
-    simulated attainment is below the target (such a mode is reported infeasible)."""
+    simulated attainment is below the target (such a mode is reported infeasible).
+
+    ``model``: a :class:`ServingModel` to reuse (its step-time caches), e.g. one
+    :meth:`~ServingModel.retarget`-ed to other SLO targets; its problem replaces ``p``."""
     t0 = time.perf_counter()
     objectives = objective_registry()
+    sm = ServingModel(p) if model is None else model
+    p = sm.p
     objective = objectives[p.objective]
-    sm = ServingModel(p)
     modes = ("aggregated", "disaggregated") if p.mode == "both" else (p.mode,)
     roles = tuple(r for m in modes for r in MODE_ROLES[m])
     workers = sm.workers(roles)

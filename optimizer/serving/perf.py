@@ -145,6 +145,26 @@ class ServingModel:
         # a decode token at position s reads s+1 tokens; positions isl .. isl+osl-2
         self.decode_ctx = self.mean_isl + self.mean_osl / 2.0
 
+    def retarget(self, ttft_s: float | None = None, tpot_s: float | None = None) -> "ServingModel":
+        """The same model at other TTFT/TPOT targets (s), keeping the step-time and prefill caches
+        (they depend on the model, hardware, traffic and efficiencies, not on the targets): the warm
+        start of a sweep over targets (:mod:`optimizer.serving.pareto`). Modifies and returns ``self``.
+
+        Raises:
+            ValueError: a target that is not a positive number of seconds.
+        """
+        from dataclasses import replace
+
+        changes = {}
+        for name, v in (("ttft_s", ttft_s), ("tpot_s", tpot_s)):
+            if v is not None:
+                if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                    raise ValueError(f"{name} must be a positive number of seconds (got {v!r})")
+                changes[name] = float(v)
+        if changes:
+            self.p = replace(self.p, **changes)
+        return self
+
     # ------------------------------------------------------------------ configurations
     def layouts(self, pool: Pool, role: str) -> list[Layout]:
         """pp = 1 layouts on one server that the engines launch: dense TP (DP attention only for
