@@ -21,15 +21,31 @@ from optimizer.problems import exit_code_for, problem_spec_for
 from optimizer.schema_base import apply_overrides, read_yaml
 
 
+def _objective_help() -> str:
+    """The --objective help, listed from the problem registry and each problem's objectives."""
+    from objectives.base import default_of, discover
+    from optimizer.problems import registry
+
+    parts = []
+    for spec in registry().values():
+        if not spec.objectives:
+            continue
+        try:
+            objs = discover(spec.objectives)
+        except ImportError:
+            continue
+        parts.append(f"{spec.section}: {'|'.join(objs)} (default {default_of(objs)})")
+    return "; ".join(parts) + "."
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("instance", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--objective", default=None,
-              help="deployment: cost|makespan|latency|energy (default cost); experts: max-load|inter-node|migration "
-                   "(default max-load); buildout: gpus|cost|racks (default gpus).")
+@click.option("--objective", default=None, help=_objective_help())
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Terminal tables or one JSON object on stdout.")
 @click.option("--time-limit", "time_limit", type=float, default=None,
-              help="Wall-clock limit for the solver, seconds (default: the problem's own).")
+              help="Wall-clock limit of the whole run (solve and explanations), seconds "
+                   "(default: the problem's own).")
 @click.option("--set", "overrides", multiple=True, metavar="dotted.key=value",
               help="Override any instance field for a what-if run, e.g. --set hardware.servers=2.")
 @click.option("--output", "output_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
