@@ -179,6 +179,15 @@ def _scenario(perf, problem, plan, label, gpu, fault, by_id) -> ScenarioResult:
     for inst in plan.instances:
         f = fault if (fault is not None and gpu in inst.gpus) else None
         timings += _timeline(perf, problem, inst, f, by_id)
+    return scenario_from_timings(problem, plan, timings, label, gpu, fault)
+
+
+def scenario_from_timings(problem: Problem, plan: Plan, timings: list[SessionTiming], label: str = "nominal",
+                          gpu: Optional[int] = None, fault: Optional[Fault] = None) -> ScenarioResult:
+    """The objectives' inputs of one run from its session timings (``timings[i].instance`` is
+    an instance id of ``plan``): makespan (s), on-time count, cost ``G·makespan/on`` (GPU·s per
+    on-time session), mean finish (s), energy ``server power · servers · makespan`` (kJ), GPUs
+    and servers in instances, and GPU·s billed per instance until its last finish."""
     makespan = max((t.finish_s for t in timings), default=0.0)
     on = sum(t.on_time for t in timings)
     cost = problem.total_gpus * makespan / on if on else float("inf")
