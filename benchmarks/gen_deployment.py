@@ -96,16 +96,22 @@ def generate_mixed(n_sessions: int = 200, servers: int = 16, seed: int = 0, type
                    fraction: float = 0.8, max_batch=1) -> dict:
     """Traffic that does not come in a few neat classes: Qwen3-32B on ``servers`` HGX H100,
     ``n_sessions`` sessions whose context (log-uniform 4K-128K tokens), new tokens (log-uniform
-    8-128) and deadline (log-uniform 200 ms - 3 s) are drawn per session (``types`` None: every
+    8-128) and deadline (log-uniform from max(200 ms, 1.2 x the session's TP8 service time) to
+    3 s, so that every session can be on time alone) are drawn per session (``types`` None: every
     session its own mix) or per type (``types`` session types, counts drawn uniformly).
     ``fraction`` of the sessions must be on time; ``max_batch`` 1 (one session at a time) or
     None (default batching, no limit beyond memory)."""
     rng = random.Random(seed)
+    probe = build_problem({**_qwen32b_base("probe", servers, fraction, max_batch),
+                           "workload": {"sessions": [{"name": "p", "context_tokens": 1, "new_tokens": 1}]}},
+                          ROOT / "benchmarks" / "generated.yaml")
+    perf = PerfModel(probe)
 
     def draw():
         ctx = int(round(math.exp(rng.uniform(math.log(4_096), math.log(131_000)))))
         new = int(round(math.exp(rng.uniform(math.log(8), math.log(128)))))
-        dl = round(math.exp(rng.uniform(math.log(200.0), math.log(3000.0))), 1)
+        lo = max(200.0, 1.2 * perf.service_time_s(8, ctx, new) * 1e3)  # reachable alone on TP8
+        dl = round(math.exp(rng.uniform(math.log(lo), math.log(max(lo, 3000.0)))), 1)
         return ctx, new, dl
 
     what = f"{types} types" if types else "distinct"

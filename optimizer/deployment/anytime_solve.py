@@ -55,18 +55,21 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         allowed = tuple(problem.degrees)
         lays = list(problem.layouts if layouts is None else layouts)
     A = at.Anytime(problem, perf, obj, lays)
+    mode = "anytime"
     if not A.kinds:
         return None
+    if not all(any(k.fits[c.index] for k in A.kinds) for c in problem.classes):
+        # a session fits no instance even alone: proven infeasible without a search
+        st = SolverStats("anytime (memory check)", Status.INFEASIBLE, time.perf_counter() - t0, solves=0)
+        return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, st, allowed, mode)
     unit = obj.unit
     notes: list[str] = []
     sol = A.construct(t0 + 0.1 * total)
-    if sol is None:
-        return None
     te = time.perf_counter()
-    ev = evaluate(problem, A.plan(sol), perf)
+    ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
     eval_s = time.perf_counter() - te
-    if ev.violations:  # cannot happen when the rules agree; never report such a plan
-        return None
+    if ev is None or ev.violations:
+        return _no_plan(problem, perf, obj, A, allowed, t0, deadline)
     best, best_v, source = sol, obj.value(ev), "list scheduling"
     at.report("constructive plan", t0, best_v, None, unit)
     reserve = 1.5 * eval_s + 0.05
@@ -155,3 +158,31 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     at.report("done", t0, value, bound, unit)
     return out
 
+
+
+SMALL_SESSIONS = 60  # without a constructive plan, problems up to this size go to the exact path
+
+
+def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float):
+    """No constructive plan meets the on-time requirement: the LP relaxation without a makespan
+    limit may prove that none exists (infeasible); otherwise small problems go to the exact
+    formulations (None) and large ones end with ``time_limit`` and the LP's on-time figure."""
+    from optimizer.deployment.solver import SolveOutcome
+
+    need = max(problem.required_on_time, obj.min_on_time)
+    lp = at.BoundLP(problem, perf, A.kinds)
+    most, _ = lp.max_on_time(1e9)
+    stats = SolverStats("anytime (list scheduling, HiGHS LP bound)", Status.INFEASIBLE, 0.0, solves=lp.solves)
+    stats.time_s = time.perf_counter() - t0
+    if most < need - 1e-6:
+        out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (LP relaxation)")
+        out.notes.append(f"the LP relaxation proves at most {most:.1f} of {len(problem.sessions)} sessions "
+                         f"can be on time; {need} required")
+        return out
+    if len(problem.sessions) <= SMALL_SESSIONS:
+        return None
+    stats.status = Status.TIME_LIMIT
+    out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, "anytime")
+    out.notes.append(f"no plan with {need} sessions on time found by list scheduling; the LP relaxation allows "
+                     f"up to {most:.1f}")
+    return out

@@ -17,7 +17,10 @@ from optimizer.schema_base import apply_overrides, read_yaml
 
 DEFAULT_OBJECTIVE = "cost"
 DEFAULT_TIME_LIMIT_S = 60.0
-MAIN_SHARE = 0.6  # share of --time-limit for the main solve; explanations get the rest
+MAIN_SHARE = 0.6  # share of the budget for the main solve; explanations get the rest
+# the budget: 92% of --time-limit less 0.4 s (process start-up, binding limits, output), so that
+# the whole command ends within the limit + 10%
+HARD_SHARE, HARD_MARGIN_S = 0.92, 0.4
 # without --time-limit: explanations (comparison rows, conflicts) get 1.5x the main solve's
 # time, at least 2 s and at most 10 s
 EXPLAIN_RATIO, EXPLAIN_MIN_S, EXPLAIN_MAX_S = 1.5, 2.0, 10.0
@@ -53,8 +56,9 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
     perf = PerfModel(problem)
     if time_limit_s is None:
         main_s, end = DEFAULT_TIME_LIMIT_S, None
-    else:
-        main_s, end = MAIN_SHARE * time_limit_s, t0 + time_limit_s
+    else:  # keep a margin for start-up, the binding limits and printing
+        budget = max(0.5 * time_limit_s, HARD_SHARE * time_limit_s - HARD_MARGIN_S)
+        main_s, end = MAIN_SHARE * budget, t0 + budget
     outcome = solve_deployment(problem, obj, main_s, perf=perf)
     report = DeploymentReport(problem, outcome, perf=perf)
 

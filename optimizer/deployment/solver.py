@@ -723,6 +723,8 @@ def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float)
     usable = usable_degrees(problem, perf, degrees)
     if not usable:
         return None
+    if any(all(perf.max_sessions(p, c.context, c.new) == 0 for p in usable) for c in problem.classes):
+        return None  # a session fits no instance of these degrees
     if problem.faults and _columns_apply(problem, usable):
         cols = enumerate_columns(problem, Formulation(problem, perf, usable, "aggregate").options)
         if cols:
