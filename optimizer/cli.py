@@ -37,9 +37,12 @@ from optimizer.schema_base import apply_overrides, read_yaml
               help="Folder for PNG figures: timeline.png and memory.png (deployment), expert_load.png "
                    "(experts), racks.png (buildout), supernode_options.png (supernode). The files written are "
                    "listed on stderr (table) or under 'files' (json).")
+@click.option("--progress", is_flag=True, default=False,
+              help="Deployment: show the incumbent, the proven bound and the gap as the solve goes on (stderr).")
 def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
-         overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None) -> None:
+         overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None, progress: bool = False) -> None:
     """Solve INSTANCE.yaml to a proven optimum and explain the result."""
+    live = _progress_display() if progress else None
     try:
         if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
             raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
@@ -66,6 +69,9 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         where = exc.filename or output_dir or plot_dir
         click.echo(f"error: {where}: cannot write: {exc.strerror or exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    finally:
+        if live is not None:
+            live()
     if fmt == "json":
         click.echo(json.dumps(_result_dict(report, files), indent=2, default=_json_default))
     else:
@@ -76,6 +82,36 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         # a pipe or file gets a fixed, wide layout; a terminal its own width
         report.render(Console() if sys.stdout.isatty() else Console(width=120))
     sys.exit(exit_code_for(report.status))
+
+
+def _progress_display():
+    """``--progress``: a rich table on stderr, one row per improvement of the incumbent or the
+    bound (elapsed time, phase, incumbent, bound, gap). Returns the function that closes it."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from optimizer.deployment import anytime
+
+    table = Table(title="deployment solve: incumbent, bound and gap", title_justify="left")
+    for col in ("time s", "phase", "incumbent", "bound", "gap"):
+        table.add_column(col, justify="right" if col != "phase" else "left")
+    live = Live(table, console=Console(stderr=True), refresh_per_second=4, transient=False)
+    live.start()
+
+    def show(d: dict) -> None:
+        fmt = lambda v: "-" if v is None else f"{v:.6g}"
+        table.add_row(f"{d['elapsed_s']:.2f}", d["phase"], fmt(d["value"]), fmt(d["bound"]),
+                      "-" if d["gap"] is None else f"{d['gap'] * 100:.2f}%")
+        live.refresh()
+
+    anytime.set_progress(show)
+
+    def close() -> None:
+        anytime.set_progress(None)
+        live.stop()
+
+    return close
 
 
 def _result_dict(report, files: list[str]) -> dict:

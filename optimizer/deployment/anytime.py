@@ -71,6 +71,18 @@ PROGRESS: Optional[Callable[[dict], None]] = None
 _LAST = [0.0]
 
 
+class muted:
+    """Context manager: no progress reports inside (e.g. the per-layout comparison solves)."""
+
+    def __enter__(self):
+        global PROGRESS
+        self.saved, PROGRESS = PROGRESS, None
+
+    def __exit__(self, *exc):
+        global PROGRESS
+        PROGRESS = self.saved
+
+
 def set_progress(callback: Optional[Callable[[dict], None]]) -> None:
     """Install (or remove, with None) the progress callback used by :func:`report`."""
     global PROGRESS

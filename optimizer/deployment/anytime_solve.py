@@ -10,7 +10,7 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
    formulations of :mod:`optimizer.deployment.solver` on the real instance with up to 70 % of
    what is left (a proven optimum is returned as is: small instances are solved as before);
    otherwise rounded instances (:func:`~optimizer.deployment.anytime.rounded_problem`) of
-   growing size with up to 50 % of what is left;
+   growing size with up to 30 % of what is left (after a first pass of local search);
 4. local improvement on the real instance until the deadline.
 
 The result states which of these produced the plan (``formulation`` and ``notes``).
@@ -28,7 +28,7 @@ from optimizer.model.layout import Layout
 from optimizer.result import SolverStats, Status
 
 EXACT_CLASSES = 16  # up to this many exact classes the exact search runs on the real instance
-ROUNDED_LEVELS = [(2, 2, 2), (3, 2, 2), (3, 3, 2), (4, 3, 3)]  # (contexts, new tokens, deadlines)
+ROUNDED_LEVELS = [(2, 2, 1), (2, 2, 2), (3, 2, 2)]  # (contexts, new tokens, deadlines)
 
 
 def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degrees=None, layouts=None):
@@ -103,6 +103,17 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         return bound is not None and bound >= best_v * (1 - 1e-9)
 
     stats = SolverStats("anytime (list scheduling, HiGHS LP bound)", Status.FEASIBLE, 0.0, solves=lp.solves)
+
+    def better(insts, v):
+        nonlocal best, best_v, source
+        if v < best_v * (1 - 1e-12):
+            best, best_v = insts, v
+            if "local search" not in source:
+                source += " + local search"
+            at.report("local search", t0, best_v, bound, unit)
+
+    if not proven() and left() > 0:  # a first pass of local search on the constructive plan
+        A.improve(best, time.perf_counter() + 0.3 * max(0.0, left()), better)
     # 3. exact search
     exact = "none"
     if not proven() and len(problem.classes) <= EXACT_CLASSES and left() > 0.2:
@@ -123,7 +134,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
             rp = at.rounded_problem(problem, lv)
             if len(rp.classes) >= len(problem.classes):
                 break
-            share = time.perf_counter() + 0.5 * left() / max(1, len(ROUNDED_LEVELS) - len(tried))
+            share = time.perf_counter() + 0.3 * left() / max(1, len(ROUNDED_LEVELS) - len(tried))
             out = _solve_exact(rp, obj, share, degrees, PerfModel(rp), layouts)
             stats.solves += out.stats.solves
             tried.append(f"{len(rp.classes)} classes: {out.status.value}")
@@ -133,13 +144,6 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
             exact = "rounded instances (lengths up, deadlines down) by the exact search: " + ", ".join(tried)
     # 4. improvement
     if not proven() and left() > 0:
-        def better(insts, v):
-            nonlocal best, best_v, source
-            if v < best_v * (1 - 1e-12):
-                best, best_v = insts, v
-                if "local search" not in source:
-                    source += " + local search"
-                at.report("local search", t0, best_v, bound, unit)
         A.improve(best, time.perf_counter() + max(0.0, left()), better)
     plan = A.plan(best)
     ev = evaluate(problem, plan, perf)

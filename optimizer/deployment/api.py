@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from optimizer.deployment.anytime import muted
 from optimizer.deployment.explain import alternatives, binding, conflict_details
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.report import DeploymentReport
@@ -70,9 +71,10 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
 
     if explain:
         budget = left()
-        report.alternatives = alternatives(problem, perf, obj, outcome.value,
-                                           budget * (0.5 if outcome.status == Status.INFEASIBLE else 1.0),
-                                           incumbent=outcome)
+        with muted():  # --progress follows the main solve only
+            report.alternatives = alternatives(problem, perf, obj, outcome.value,
+                                               budget * (0.5 if outcome.status == Status.INFEASIBLE else 1.0),
+                                               incumbent=outcome)
         if any(a.reason == "time_limit" for a in report.alternatives):
             report.cut_short.append("comparison rows")
     if outcome.evaluation is not None and not outcome.evaluation.violations:
