@@ -399,6 +399,13 @@ class Anytime:
     def construct(self, deadline: float, lp_mix=None, targets=()) -> Optional[list[Inst]]:
         """The best greedy plan over the mixes (and makespan ``targets``, s) tried before
         ``deadline`` (at least one)."""
+        ranked = self.construct_many(deadline, lp_mix, targets)
+        return ranked[0] if ranked else None
+
+    def construct_many(self, deadline: float, lp_mix=None, targets=()) -> list[list[Inst]]:
+        """Every greedy plan built before ``deadline`` (at least one when any exists), best
+        first (starting points for :meth:`improve`)."""
+        found = []
         best, best_v = None, math.inf
         prefer = lp_mix.prefer(self.problem) if lp_mix is not None else None
         for n, mix in enumerate(self.mixes(lp_mix)):
@@ -406,14 +413,15 @@ class Anytime:
             for target, pr in [(None, p) for p in pref] + [(t, p) for p in pref for t in targets] + \
                     [(None, None)] + [(t, None) for t in targets]:
                 if time.perf_counter() >= deadline and best is not None:
-                    return best
+                    return [x for _, _, x in sorted(found, key=lambda t: t[:2])]
                 sol = self.greedy(mix, target, pr)
                 if sol is None:
                     continue
                 v = self.score(sol)
+                found.append((v, len(found), sol))
                 if best is None or v < best_v:
                     best, best_v = sol, v
-        return best
+        return [x for _, _, x in sorted(found, key=lambda t: t[:2])]
 
     # ------------------------------------------------------------------ improvement
     def improve(self, insts: list[Inst], deadline: float, on_better=None) -> list[Inst]:
@@ -456,8 +464,45 @@ class Anytime:
                 if done:
                     break
             if not done:
-                break
+                done = self._rescue_late(insts, cur, deadline)
+                if done is None:
+                    break
+                insts, cur = done
+                if on_better is not None:
+                    on_better(insts, cur)
         return insts
+
+    def _rescue_late(self, insts: list[Inst], cur: float, deadline: float):
+        """Move one late session to another instance (or swap it with one there) when that
+        improves the objective; (instances, value) or None."""
+        late = []
+        for j, it in enumerate(insts):
+            for i, f in zip(it.order, it.finish):
+                if f > self.dl[i] + EPS_S:
+                    late.append((self.dl[i], i, j))
+        late.sort()
+        order = sorted(range(len(insts)), key=lambda j: insts[j].makespan)
+        for _, i, src in late:
+            for j in order:
+                if j == src:
+                    continue
+                if time.perf_counter() >= deadline:
+                    return None
+                for swap in [None] + insts[j].sessions[:6]:
+                    a = [s for s in insts[src].sessions if s != i] + ([swap] if swap is not None else [])
+                    b = [s for s in insts[j].sessions if s != swap] + [i]
+                    if not self.fits(insts[j].kind, b) or (swap is not None and not self.fits(insts[src].kind, a)):
+                        continue
+                    trial = list(insts)
+                    trial[j] = self.run(Inst(insts[j].kind, b))
+                    if a:
+                        trial[src] = self.run(Inst(insts[src].kind, a))
+                    else:
+                        trial.pop(src)
+                    v = self.score(trial)
+                    if v < cur * (1 - 1e-12):
+                        return trial, v
+        return None
 
     # ------------------------------------------------------------------ plan
     def plan(self, insts: list[Inst]) -> Plan:
@@ -537,7 +582,7 @@ class _LpData:
     count: np.ndarray  # [C]
     dl: np.ndarray  # [C] deadline s (inf: none)
     new: np.ndarray  # [C]
-    kinds: list  # per kind: (gpus, alone [C], work [C], w_step, room [S], kvavg [S, C], min_new)
+    kinds: list  # per kind: (gpus, alone [C], work [C], w_step, room [S], kvavg [S, C], min_new, dp, one at a time)
     cmap: np.ndarray  # LP class of every problem class
 
 
@@ -556,7 +601,7 @@ def _lp_data(problem: Problem, perf, kinds: list[Kind]) -> _LpData:
             room = problem.gpu.memory_bytes - k.static
             out_kinds.append((k.gpus, k.alone, k.work, k.w_step if k.batch_cap > 1 else 0.0, room,
                               k.kv / k.layout.attention_dp,
-                              float(min(c.new for c in classes))))
+                              float(min(c.new for c in classes)), k.layout.attention_dp, k.batch_cap == 1))
         return _LpData(counts, np.array([d if d is not None else np.inf for _, _, d in rep]),
                        np.array([n for _, n, _ in rep], dtype=float), out_kinds, np.arange(len(classes)))
     step = math.log(1.01)
@@ -582,10 +627,28 @@ def _lp_data(problem: Problem, perf, kinds: list[Kind]) -> _LpData:
     for k in rk:
         room = problem.gpu.memory_bytes - k.static
         out_kinds.append((k.gpus, k.alone, k.work, k.w_step if k.batch_cap > 1 else 0.0, room,
-                          k.kv / k.layout.attention_dp, float(min(r[1] for r in rel))))
+                          k.kv / k.layout.attention_dp, float(min(r[1] for r in rel)), k.layout.attention_dp,
+                          k.batch_cap == 1))
     return _LpData(np.array([keys[k] for k in rel], dtype=float),
                    np.array([k[2] if k[2] is not None else np.inf for k in rel]),
                    np.array([k[1] for k in rel], dtype=float), out_kinds, np.array([pos[k] for k in ckey]))
+
+
+DFF_ORDERS = (1, 2, 3, 4)
+
+
+def dff(q: int, x: float) -> float:
+    """Fekete-Schepers dual feasible function u^(q) on [0, 1]: x when (q+1)·x is an integer,
+    else floor((q+1)·x)/q; sizes summing to ≤ 1 keep images summing to ≤ 1 (Fekete and
+    Schepers 2001). Sizes are shrunk by 1e-9 relative first, so floating-point noise can only
+    lower an image; sizes > 1 (the item cannot be in the bin) map to 0 (no row term)."""
+    if x > 1 + 1e-12:
+        return 0.0
+    x = x * (1 - 1e-9)
+    y = (q + 1) * x
+    if abs(y - round(y)) < 1e-12:
+        return x
+    return math.floor(y) / q
 
 
 class BoundLP:
@@ -620,7 +683,7 @@ class BoundLP:
         row_lo, row_hi = [], []
         col = 0
         ycol, zcol = {}, {}
-        for k, (g, alone, work, w, room, kv, mn) in enumerate(d.kinds):
+        for k, (g, alone, work, w, room, kv, mn, dp, seq) in enumerate(d.kinds):
             for c in range(C):
                 ok = alone[c] <= T * (1 + 1e-12) and np.all(kv[:, c] <= room + 1e-6)
                 if not ok:
@@ -641,7 +704,7 @@ class BoundLP:
         for k in range(K):  # gpus
             entries.append((r, ncol[k], float(d.kinds[k][0])))
         row_lo.append(-np.inf); row_hi.append(float(self.problem.total_gpus)); r += 1
-        for k, (g, alone, work, w, room, kv, mn) in enumerate(d.kinds):
+        for k, (g, alone, work, w, room, kv, mn, dp, seq) in enumerate(d.kinds):
             for s in range(kv.shape[0]):  # memory per stage
                 for c in range(C):
                     for m in (ycol, zcol):
@@ -655,6 +718,23 @@ class BoundLP:
                         entries.append((r, m[k, c], float(work[c])))
             entries.append((r, ncol[k], w * mn - T))
             row_lo.append(-np.inf); row_hi.append(0.0); r += 1
+            # dual-feasible-function cuts (Fekete-Schepers u^(q)): per bin Σ size ≤ 1 implies
+            # Σ u^(q)(size) ≤ 1; bins: instances (time, one at a time) and DP ranks (memory)
+            for q in DFF_ORDERS:
+                if seq:
+                    sizes = [(c, alone[c] / T) for c in range(C)]
+                    self._dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, zcol, k, ncol[k], 1.0)
+                    r += 1
+                    for dv in self.dpoints[self.dpoints < T]:
+                        sizes = [(c, work[c] / dv) for c in range(C) if d.dl[c] <= dv]
+                        self._dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, None, k, ncol[k], 1.0)
+                        r += 1
+                for s_ in range(kv.shape[0]):
+                    if room[s_] <= 0:
+                        continue
+                    sizes = [(c, kv[s_, c] * dp / room[s_]) for c in range(C)]
+                    self._dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, zcol, k, ncol[k], float(dp))
+                    r += 1
             for dv in self.dpoints:  # EDD prefix rows
                 if dv >= T:
                     break
@@ -698,6 +778,20 @@ class BoundLP:
         self.last_share = share
         mix = LpMix({k: float(x[ncol[k]]) for k in range(K)}, share, self.d.cmap)
         return float(-h.getInfo().objective_function_value), mix
+
+    @staticmethod
+    def _dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, zcol, k, ncol_k, per_instance) -> None:
+        """Row ``Σ u^(q)(size_c)·x_kc ≤ per_instance·n_k`` (``zcol`` None: on-time columns only)."""
+        for c, x in sizes:
+            f = dff(q, x)
+            if f <= 0:
+                continue
+            for m in (ycol, zcol):
+                if m is not None and (k, c) in m:
+                    entries.append((r, m[k, c], f))
+        entries.append((r, ncol_k, -per_instance))
+        row_lo.append(-np.inf)
+        row_hi.append(0.0)
 
     def cost_bound(self, need: int, t_hi: float, deadline: float) -> tuple[Optional[float], Optional[dict]]:
         """Lower bound (s·GPUs per on-time session) of ``G·M/v`` over plans with ≥ ``need`` on

@@ -4,8 +4,8 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
 
 1. constructive plan (:meth:`~optimizer.deployment.anytime.Anytime.construct`), re-checked by
    the independent evaluator: at most 10 % of the budget (the first mix always finishes);
-2. LP bound (:class:`~optimizer.deployment.anytime.BoundLP`): up to 15 %; a second
-   construction from the LP's instance mix;
+2. LP bound (:class:`~optimizer.deployment.anytime.BoundLP`): up to 15 %; then local search
+   from the best ``MULTI_STARTS`` constructive plans (the LP's instance mix among the mixes);
 3. exact search: with at most ``EXACT_CLASSES`` classes (exact equality) the exact
    formulations of :mod:`optimizer.deployment.solver` on the real instance with up to 70 % of
    what is left (a proven optimum is returned as is: small instances are solved as before);
@@ -28,6 +28,7 @@ from optimizer.model.layout import Layout
 from optimizer.result import SolverStats, Status
 
 EXACT_CLASSES = 16  # up to this many exact classes the exact search runs on the real instance
+MULTI_STARTS = 6  # constructive plans improved by local search
 ROUNDED_LEVELS = [(2, 2, 1), (2, 2, 2), (3, 2, 2)]  # (contexts, new tokens, deadlines)
 
 
@@ -96,8 +97,6 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         bound, mix = None, None
         notes.append(f"LP bound not computed: {exc}")
     at.report("LP bound", t0, best_v, bound, unit)
-    if mix and left() > 0:
-        offer(A.construct(time.perf_counter() + max(0.05, 0.05 * total), mix), "list scheduling (LP mix)")
 
     def proven() -> bool:
         return bound is not None and bound >= best_v * (1 - 1e-9)
@@ -112,8 +111,12 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 source += " + local search"
             at.report("local search", t0, best_v, bound, unit)
 
-    if not proven() and left() > 0:  # a first pass of local search on the constructive plan
-        A.improve(best, time.perf_counter() + 0.3 * max(0.0, left()), better)
+    if not proven() and left() > 0:  # local search from the best few constructive plans
+        starts = A.construct_many(time.perf_counter() + max(0.05, 0.05 * total), mix)[:MULTI_STARTS]
+        for n, start in enumerate(starts):
+            if left() <= 0 or proven():
+                break
+            A.improve(start, time.perf_counter() + 0.4 * left() / (len(starts) - n), better)
     # 3. exact search
     exact = "none"
     if not proven() and len(problem.classes) <= EXACT_CLASSES and left() > 0.2:
@@ -134,7 +137,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
             rp = at.rounded_problem(problem, lv)
             if len(rp.classes) >= len(problem.classes):
                 break
-            share = time.perf_counter() + 0.3 * left() / max(1, len(ROUNDED_LEVELS) - len(tried))
+            share = time.perf_counter() + min(0.1 * total, 0.3 * left()) / max(1, len(ROUNDED_LEVELS) - len(tried))
             out = _solve_exact(rp, obj, share, degrees, PerfModel(rp), layouts)
             stats.solves += out.stats.solves
             tried.append(f"{len(rp.classes)} classes: {out.status.value}")
