@@ -921,3 +921,4 @@ def rounded_problem(problem: Problem, levels: tuple[int, int, int]) -> Problem:
         new_sessions.append(replace(s, context=key[0], new=key[1], deadline_s=key[2], cls=index[key]))
     classes = tuple(SessionClass(i, k[0], k[1], k[2], tuple(ids)) for i, (k, ids) in enumerate(keys.items()))
     return replace(problem, sessions=tuple(new_sessions), classes=classes)
+

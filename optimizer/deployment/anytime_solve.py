@@ -7,7 +7,7 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
 2. LP bound (:class:`~optimizer.deployment.anytime.BoundLP`): up to 15 %; then local search
    from the best ``MULTI_STARTS`` constructive plans (the LP's instance mix among the mixes);
 3. exact search: with at most ``EXACT_CLASSES`` classes (exact equality) the exact
-   formulations of :mod:`optimizer.deployment.solver` on the real instance with up to 70 % of
+   formulations of :mod:`optimizer.deployment.solver` on the real instance with up to 60 % of
    what is left (a proven optimum is returned as is: small instances are solved as before);
    otherwise rounded instances (:func:`~optimizer.deployment.anytime.rounded_problem`) of
    growing size with up to 30 % of what is left (after a first pass of local search);
@@ -28,6 +28,7 @@ from optimizer.model.layout import Layout
 from optimizer.result import SolverStats, Status
 
 EXACT_CLASSES = 16  # up to this many exact classes the exact search runs on the real instance
+EXACT_SHARE = 0.6  # share of the time left that the exact search gets on the real instance
 MULTI_STARTS = 6  # constructive plans improved by local search
 ROUNDED_LEVELS = [(2, 2, 1), (2, 2, 2), (3, 2, 2)]  # (contexts, new tokens, deadlines)
 
@@ -120,7 +121,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     # 3. exact search
     exact = "none"
     if not proven() and len(problem.classes) <= EXACT_CLASSES and left() > 0.2:
-        out = _solve_exact(problem, obj, time.perf_counter() + 0.7 * left(), degrees, perf, layouts)
+        out = _solve_exact(problem, obj, time.perf_counter() + EXACT_SHARE * left(), degrees, perf, layouts)
         stats.solves += out.stats.solves
         if out.status == Status.OPTIMAL:
             return out  # small instances: the exact search's proven optimum, as before
