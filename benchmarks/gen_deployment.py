@@ -134,7 +134,7 @@ def generate_azure(csv_path, n_sessions: int = 5000, servers: int = 64, fraction
                    max_batch=1) -> dict:
     """The first ``n_sessions`` requests of the Azure LLM inference trace (conversation):
     each decodes ``GeneratedTokens`` after ``ContextTokens`` already in the KV cache.
-    Deadline rule: 1 s plus 50 ms per generated token (a 50 ms TPOT target after a 1 s start)."""
+    Deadline rule: 2 s plus 100 ms per generated token (a 100 ms TPOT target after a 2 s start)."""
     import csv
 
     base = _qwen32b_base(f"Azure conversation trace, first {n_sessions} requests on {servers} HGX H100 "
@@ -145,7 +145,7 @@ def generate_azure(csv_path, n_sessions: int = 5000, servers: int = 64, fraction
             if i >= n_sessions:
                 break
             ctx, new = int(row["ContextTokens"]), int(row["GeneratedTokens"])
-            key = (ctx, new, 1000.0 + 50.0 * new)
+            key = (ctx, new, 2000.0 + 100.0 * new)
             groups[key] = groups.get(key, 0) + 1
     base["workload"]["sessions"] = [{"name": f"r{i}", "count": c, "context_tokens": k[0], "new_tokens": k[1],
                                      "deadline_ms": k[2]} for i, (k, c) in enumerate(groups.items())]

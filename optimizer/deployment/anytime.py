@@ -61,7 +61,7 @@ from optimizer.deployment.units import TIME_UNIT_S, ticks_up
 from optimizer.model.layout import Layout
 
 EPS_S = 1e-9
-LP_MAX_CLASSES = 600  # beyond this the bound LP is built on a relaxed (rounded-down) instance
+LP_MAX_CLASSES = 400  # beyond this the bound LP is built on a relaxed (rounded-down) instance
 DEADLINE_ROWS = 40  # deadline values with an EDD row in the bound LP
 
 # --progress: a callable receiving {"phase", "elapsed_s", "value", "bound", "gap", "unit"}
@@ -588,8 +588,9 @@ class _LpData:
 
 def _lp_data(problem: Problem, perf, kinds: list[Kind]) -> _LpData:
     """Per-class LP constants; with more than LP_MAX_CLASSES classes, a relaxed instance:
-    contexts and new tokens rounded down to a 1 % geometric grid and deadlines up to a 1 % grid
-    (every coefficient of the LP then only decreases, every deadline only grows)."""
+    contexts and new tokens rounded down to a geometric grid and deadlines up (1 %, 2 %, 4 % ...
+    steps, the finest giving at most LP_MAX_CLASSES classes): every coefficient of the LP then
+    only decreases and every deadline only grows, so its bound is a bound of the real one."""
     classes = problem.classes
     if len(classes) <= LP_MAX_CLASSES:
         groups = {c.index: [c.index] for c in classes}
@@ -604,20 +605,24 @@ def _lp_data(problem: Problem, perf, kinds: list[Kind]) -> _LpData:
                               float(min(c.new for c in classes)), k.layout.attention_dp, k.batch_cap == 1))
         return _LpData(counts, np.array([d if d is not None else np.inf for _, _, d in rep]),
                        np.array([n for _, n, _ in rep], dtype=float), out_kinds, np.arange(len(classes)))
-    step = math.log(1.01)
+    for pct in (1, 2, 4, 8, 16, 32):  # the finest geometric grid with at most LP_MAX_CLASSES classes
+        step = math.log(1 + pct / 100)
 
-    def down(x):
-        return int(math.floor(math.exp(math.floor(math.log(max(x, 1)) / step) * step) + 1e-9)) if x > 0 else 0
+        def down(x):
+            return int(math.floor(math.exp(math.floor(math.log(max(x, 1)) / step) * step) + 1e-9)) if x > 0 else 0
 
-    def up(d):
-        return None if d is None else math.exp(math.ceil(math.log(d) / step) * step)
+        def up(d):
+            return None if d is None else math.exp(math.ceil(math.log(d) / step) * step)
 
-    keys: dict[tuple, float] = {}
-    ckey = []
-    for c in classes:
-        key = (down(c.context), max(1, down(c.new)), up(c.deadline_s))
-        keys[key] = keys.get(key, 0) + c.count
-        ckey.append(key)
+        keys: dict[tuple, float] = {}
+        ckey = []
+        for c in classes:
+            key = (min(c.context, down(c.context)), max(1, min(c.new, down(c.new))),
+                   None if c.deadline_s is None else max(c.deadline_s, up(c.deadline_s)))
+            keys[key] = keys.get(key, 0) + c.count
+            ckey.append(key)
+        if len(keys) <= LP_MAX_CLASSES:
+            break
     rel = list(keys)
     pos = {k: i for i, k in enumerate(rel)}
     fake = replace(problem, classes=tuple(SessionClass(i, k[0], k[1], k[2], ("x",) * int(keys[k]))
@@ -635,6 +640,7 @@ def _lp_data(problem: Problem, perf, kinds: list[Kind]) -> _LpData:
 
 
 DFF_ORDERS = (1, 2, 3, 4)
+DFF_DEADLINE_STRIDE = 4  # every 4th deadline row also gets the dual-feasible cuts
 
 
 def dff(q: int, x: float) -> float:
@@ -725,7 +731,7 @@ class BoundLP:
                     sizes = [(c, alone[c] / T) for c in range(C)]
                     self._dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, zcol, k, ncol[k], 1.0)
                     r += 1
-                    for dv in self.dpoints[self.dpoints < T]:
+                    for dv in self.dpoints[self.dpoints < T][::DFF_DEADLINE_STRIDE]:
                         sizes = [(c, work[c] / dv) for c in range(C) if d.dl[c] <= dv]
                         self._dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, None, k, ncol[k], 1.0)
                         r += 1

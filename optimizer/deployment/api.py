@@ -107,6 +107,13 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
                                  "detail": f"every TP degree is ruled out by the {reasons[0]} rule: {static[0].detail}"}
         return
     budget = left()
+    lp_note = next((n for n in outcome_notes(report) if n.startswith("the LP relaxation proves")), None)
+    if lp_note is not None:  # proven by the anytime LP; the compact model is too large to explain it
+        n, need = len(problem.sessions), max(problem.required_on_time, obj.min_on_time)
+        report.conflict_keys = [ConstraintKey("on_time", "nominal")]
+        report.conflict_details = [f"on_time[nominal]: at least {need} of {n} sessions on time; {lp_note}"]
+        report.achievable = {"requirement": "on_time", "best": None, "required": need, "detail": lp_note}
+        return
     if budget > 0.2:
         keys, f = conflicts(problem, perf, obj, budget * 0.6)
         if keys:
@@ -130,6 +137,10 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
                                        f"{', '.join(map(str, usable))}"}
 
 
+def outcome_notes(report: DeploymentReport) -> list[str]:
+    return list(getattr(report.outcome, "notes", None) or [])
+
+
 def explain_infeasible_batched(report: DeploymentReport, problem: Problem, perf: PerfModel, obj, left) -> None:
     """Infeasibility with layouts / batched decode: (1) every layout ruled out without a solve
     (GPUs, heads, memory) is the conflict; (2) otherwise the sessions that miss their deadline
@@ -144,6 +155,14 @@ def explain_infeasible_batched(report: DeploymentReport, problem: Problem, perf:
     if rows and len(static) == len(rows):
         report.conflict_keys = [ConstraintKey(a.reason, a.option) for a in static]
         report.conflict_details = [f"{a.reason}[{a.option}]: {a.detail}" for a in static]
+        return
+    lp_note = next((n for n in outcome_notes(report) if n.startswith("the LP relaxation proves")), None)
+    if lp_note is not None:
+        need = max(problem.required_on_time, obj.min_on_time)
+        report.conflict_keys = [ConstraintKey("on_time", "nominal")]
+        report.conflict_details = [f"on_time[nominal]: at least {need} of {len(problem.sessions)} sessions on time; "
+                                   f"{lp_note}"]
+        report.achievable = {"requirement": "on_time", "best": None, "required": need, "detail": lp_note}
         return
     n = len(problem.sessions)
     need = max(problem.required_on_time, obj.min_on_time)
