@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -42,6 +43,9 @@ from optimizer.schema_base import apply_overrides, read_yaml
 def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
          overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None, progress: bool = False) -> None:
     """Solve INSTANCE.yaml to a proven optimum and explain the result."""
+    from optimizer.deployment import api as deployment_api
+
+    deployment_api.COMMAND_START = time.perf_counter()  # --time-limit counts from here
     live = _progress_display() if progress else None
     try:
         if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
