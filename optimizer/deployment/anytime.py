@@ -428,6 +428,7 @@ class Anytime:
         """Moves and swaps out of the instance that finishes last (module docstring, step 2)."""
         insts = [it for it in insts if it.sessions]
         cur = self.score(insts)
+        plateau = 0  # moves in a row that kept the value (several instances tie at the makespan)
         while time.perf_counter() < deadline:
             jmax = max(range(len(insts)), key=lambda j: insts[j].makespan)
             top = insts[jmax].makespan
@@ -454,7 +455,8 @@ class Anytime:
                         else:
                             trial[jmax] = na
                         v = self.score(trial)
-                        if v <= cur * (1 + 1e-12):
+                        if v <= cur * (1 + 1e-12) and (v < cur * (1 - 1e-12) or plateau <= len(insts)):
+                            plateau = 0 if v < cur * (1 - 1e-12) else plateau + 1
                             insts, cur, done = trial, v, True
                             if on_better is not None:
                                 on_better(insts, v)
@@ -464,6 +466,13 @@ class Anytime:
                 if done:
                     break
             if not done:
+                plateau = 0
+                merged = self._merge_widen(insts, jmax, cur)
+                if merged is not None:
+                    insts, cur = merged
+                    if on_better is not None:
+                        on_better(insts, cur)
+                    continue
                 done = self._rescue_late(insts, cur, deadline)
                 if done is None:
                     break
@@ -471,6 +480,31 @@ class Anytime:
                 if on_better is not None:
                     on_better(insts, cur)
         return insts
+
+    def _merge_widen(self, insts: list[Inst], jmax: int, cur: float):
+        """Merge the instance that finishes last with the least-loaded instance of its kind into
+        one instance of a kind with twice the GPUs (e.g. two TP4 into a TP8) when that improves
+        the objective; (instances, value) or None."""
+        k = insts[jmax].kind
+        g = self.kinds[k].gpus
+        wide = [n for n, kd in enumerate(self.kinds) if kd.gpus == 2 * g]
+        mates = sorted((j for j in range(len(insts)) if j != jmax and insts[j].kind == k),
+                       key=lambda j: insts[j].makespan)
+        if not wide:
+            return None
+        free = self.problem.total_gpus - sum(self.kinds[it.kind].gpus for it in insts)
+        options = [(None, insts[jmax].sessions)] if free >= g else []
+        options += [(j, insts[jmax].sessions + insts[j].sessions) for j in mates[:3]]
+        best = None
+        for w in wide:
+            for j, sess in options:
+                if not self.fits(w, sess):
+                    continue
+                trial = [it for n, it in enumerate(insts) if n not in (jmax, j)] + [self.run(Inst(w, list(sess)))]
+                v = self.score(trial)
+                if v < cur * (1 - 1e-12) and (best is None or v < best[1]):
+                    best = (trial, v)
+        return best
 
     def _rescue_late(self, insts: list[Inst], cur: float, deadline: float):
         """Move one late session to another instance (or swap it with one there) when that
@@ -482,6 +516,30 @@ class Anytime:
                     late.append((self.dl[i], i, j))
         late.sort()
         order = sorted(range(len(insts)), key=lambda j: insts[j].makespan)
+        tried_kinds = set()
+        for _, i, src in late:  # a wider instance for a session no present kind serves on time
+            c = self.cls[i]
+            for w, kd in enumerate(self.kinds):
+                if kd.alone[c] > self.dl[i] or (w, c) in tried_kinds or time.perf_counter() >= deadline:
+                    continue
+                tried_kinds.add((w, c))
+                half = [j for j in order if j != src and self.kinds[insts[j].kind].gpus * 2 == kd.gpus]
+                kinds_half = {insts[j].kind for j in half}
+                for kh in kinds_half:
+                    pair = [j for j in half if insts[j].kind == kh][:2]
+                    if len(pair) < 2:
+                        continue
+                    sess = insts[pair[0]].sessions + insts[pair[1]].sessions + [i]
+                    if not self.fits(w, sess):
+                        continue
+                    a = [s for s in insts[src].sessions if s != i]
+                    trial = [it for n, it in enumerate(insts) if n not in (pair[0], pair[1], src)]
+                    trial.append(self.run(Inst(w, sess)))
+                    if a:
+                        trial.append(self.run(Inst(insts[src].kind, a)))
+                    v = self.score(trial)
+                    if v < cur * (1 - 1e-12):
+                        return trial, v
         for _, i, src in late:
             for j in order:
                 if j == src:
