@@ -20,6 +20,8 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+import numpy as np
+
 from optimizer.deployment import anytime as at
 from optimizer.deployment.evaluate import evaluate
 from optimizer.deployment.perf import PerfModel
@@ -179,9 +181,16 @@ def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float
 
     need = max(problem.required_on_time, obj.min_on_time)
     lp = at.BoundLP(problem, perf, A.kinds)
-    most, _ = lp.max_on_time(1e9)
+    horizon = float(sum(c.count for c in problem.classes)) * max(
+        float(np.max(np.where(np.isfinite(k.alone), k.alone, 0.0))) for k in A.kinds) + 1.0
+    most, _ = lp.max_on_time(horizon)  # every session one after another on one instance: no tighter T
     stats = SolverStats("anytime (list scheduling, HiGHS LP bound)", Status.INFEASIBLE, 0.0, solves=lp.solves)
     stats.time_s = time.perf_counter() - t0
+    if most < 0:
+        out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (LP relaxation)")
+        out.notes.append(f"the LP relaxation proves the {len(problem.sessions)} sessions cannot all be placed "
+                         f"(KV memory of the instances that fit the GPUs)")
+        return out
     if most < need - 1e-6:
         out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (LP relaxation)")
         out.notes.append(f"the LP relaxation proves at most {most:.1f} of {len(problem.sessions)} sessions "

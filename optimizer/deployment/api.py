@@ -111,12 +111,7 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
                                  "detail": f"every TP degree is ruled out by the {reasons[0]} rule: {static[0].detail}"}
         return
     budget = left()
-    lp_note = next((n for n in outcome_notes(report) if n.startswith("the LP relaxation proves")), None)
-    if lp_note is not None:  # proven by the anytime LP; the compact model is too large to explain it
-        n, need = len(problem.sessions), max(problem.required_on_time, obj.min_on_time)
-        report.conflict_keys = [ConstraintKey("on_time", "nominal")]
-        report.conflict_details = [f"on_time[nominal]: at least {need} of {n} sessions on time; {lp_note}"]
-        report.achievable = {"requirement": "on_time", "best": None, "required": need, "detail": lp_note}
+    if explain_by_lp(report, problem, obj):  # the compact model is too large to explain it
         return
     if budget > 0.2:
         keys, f = conflicts(problem, perf, obj, budget * 0.6)
@@ -141,8 +136,25 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
                                        f"{', '.join(map(str, usable))}"}
 
 
-def outcome_notes(report: DeploymentReport) -> list[str]:
-    return list(getattr(report.outcome, "notes", None) or [])
+def explain_by_lp(report: DeploymentReport, problem: Problem, obj) -> bool:
+    """Infeasibility proven by the anytime solve's LP relaxation (see its note): the on-time
+    requirement, or placing every session at all (memory, GPUs). False when not proven so."""
+    note = next((n for n in (report.outcome.notes or []) if n.startswith("the LP relaxation proves")), None)
+    if note is None:
+        return False
+    n, need = len(problem.sessions), max(problem.required_on_time, obj.min_on_time)
+    if "cannot all be placed" in note:
+        report.conflict_keys = [ConstraintKey("assignment", "all sessions"), ConstraintKey("memory", "all instances"),
+                                ConstraintKey("gpus_per_server", "all servers")]
+        report.conflict_details = ["assignment[all sessions]: every session must be served by one instance",
+                                   f"memory[all instances]: {note}",
+                                   "gpus_per_server[all servers]: instances fit the GPUs of the servers"]
+        report.achievable = {"requirement": "memory", "best": None, "required": n, "detail": note}
+    else:
+        report.conflict_keys = [ConstraintKey("on_time", "nominal")]
+        report.conflict_details = [f"on_time[nominal]: at least {need} of {n} sessions on time; {note}"]
+        report.achievable = {"requirement": "on_time", "best": None, "required": need, "detail": note}
+    return True
 
 
 def explain_infeasible_batched(report: DeploymentReport, problem: Problem, perf: PerfModel, obj, left) -> None:
@@ -160,13 +172,7 @@ def explain_infeasible_batched(report: DeploymentReport, problem: Problem, perf:
         report.conflict_keys = [ConstraintKey(a.reason, a.option) for a in static]
         report.conflict_details = [f"{a.reason}[{a.option}]: {a.detail}" for a in static]
         return
-    lp_note = next((n for n in outcome_notes(report) if n.startswith("the LP relaxation proves")), None)
-    if lp_note is not None:
-        need = max(problem.required_on_time, obj.min_on_time)
-        report.conflict_keys = [ConstraintKey("on_time", "nominal")]
-        report.conflict_details = [f"on_time[nominal]: at least {need} of {len(problem.sessions)} sessions on time; "
-                                   f"{lp_note}"]
-        report.achievable = {"requirement": "on_time", "best": None, "required": need, "detail": lp_note}
+    if explain_by_lp(report, problem, obj):
         return
     n = len(problem.sessions)
     need = max(problem.required_on_time, obj.min_on_time)

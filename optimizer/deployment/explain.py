@@ -119,6 +119,10 @@ def alternatives(problem: Problem, perf: PerfModel, objective, best_value: Optio
         if out.status == Status.TIME_LIMIT:
             rows.append(Alternative(name, p, "time_limit", "no plan found within the time limit", status=out.status))
             continue
+        lp_note = next((n for n in out.notes if n.startswith("the LP relaxation proves")), None)
+        if lp_note is not None:  # proven by the anytime solve's LP: no compact model to build
+            rows.append(Alternative(name, p, "memory" if "cannot all be placed" in lp_note else "deadline", lp_note))
+            continue
         best_on = max_on_time(problem, perf, [p], max(0.2, (t_end - time.perf_counter()) / max(1, len(degrees) - i)))
         n = len(problem.sessions)
         if best_on is None:
