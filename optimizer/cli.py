@@ -27,7 +27,8 @@ from optimizer.schema_base import apply_overrides, read_yaml
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Terminal tables or one JSON object on stdout.")
 @click.option("--time-limit", "time_limit", type=float, default=None,
-              help="Wall-clock limit for the solver, seconds (default: the problem's own).")
+              help="Wall-clock limit, seconds (default: the problem's own); for a deployment it bounds the whole "
+                   "command, explanations included (ends within the limit + 10 %).")
 @click.option("--set", "overrides", multiple=True, metavar="dotted.key=value",
               help="Override any instance field for a what-if run, e.g. --set hardware.servers=2.")
 @click.option("--output", "output_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -74,6 +75,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         click.echo(f"error: {where}: cannot write: {exc.strerror or exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     finally:
+        deployment_api.COMMAND_START = None
         if live is not None:
             live()
     if fmt == "json":

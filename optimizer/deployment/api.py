@@ -54,9 +54,10 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
     Raises:
         InputError: unknown objective, or an input it needs is missing.
     """
+    global COMMAND_START
     t0 = time.perf_counter()
     if COMMAND_START is not None:  # the CLI's reading and validation count against the limit too
-        t0 = min(t0, COMMAND_START)
+        t0, COMMAND_START = min(t0, COMMAND_START), None  # used once: the next call starts afresh
     obj = resolve_objective(problem, objective)
     perf = PerfModel(problem)
     if time_limit_s is None:
