@@ -17,7 +17,10 @@ batch limit of :mod:`optimizer.deployment.batching`):
 2. **Local improvement** (:meth:`Anytime.improve`): moves and swaps of sessions out of the
    instance that finishes last, each re-simulated exactly, accepted when the objective
    (read by the objective object from :func:`~optimizer.deployment.evaluate.scenario_from_timings`)
-   does not get worse and the last instance finishes earlier.
+   does not get worse and the last instance finishes earlier (a bounded number of such
+   plateau moves in a row); then merging that instance with another of its kind into one twice
+   as wide; then moving a late session (or merging two instances into a wider one for it) where
+   it is on time, when the objective improves.
 3. **A bound early** (:func:`lp_bound`): an LP relaxation over (session class, layout) with
    continuous instance counts, solved by HiGHS. For a makespan threshold T it maximises the
    on-time sessions subject to (per layout L with n_L instances of g_L GPUs):

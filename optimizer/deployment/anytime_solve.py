@@ -62,7 +62,8 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     mode = "anytime"
     if not A.kinds:
         return None
-    if not all(any(k.fits[c.index] for k in A.kinds) for c in problem.classes):
+    if not all(any(k.fits[c.index] for k in A.kinds) for c in problem.classes) and \
+            len(problem.sessions) > SMALL_SESSIONS:
         # a session fits no instance even alone: proven infeasible without a search
         st = SolverStats("anytime (memory check)", Status.INFEASIBLE, time.perf_counter() - t0, solves=0)
         return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, st, allowed, mode)
@@ -174,11 +175,14 @@ SMALL_SESSIONS = 60  # without a constructive plan, problems up to this size go 
 
 
 def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float):
-    """No constructive plan meets the on-time requirement: the LP relaxation without a makespan
-    limit may prove that none exists (infeasible); otherwise small problems go to the exact
-    formulations (None) and large ones end with ``time_limit`` and the LP's on-time figure."""
+    """No constructive plan meets the on-time requirement: small problems go to the exact
+    formulations (None: they decide and explain); for large ones the LP relaxation without a
+    makespan limit may prove that no plan exists (infeasible), else the solve ends with
+    ``time_limit`` and the LP's on-time figure."""
     from optimizer.deployment.solver import SolveOutcome
 
+    if len(problem.sessions) <= SMALL_SESSIONS:
+        return None  # the exact formulations decide and explain (e.g. the most sessions on time)
     need = max(problem.required_on_time, obj.min_on_time)
     lp = at.BoundLP(problem, perf, A.kinds)
     horizon = float(sum(c.count for c in problem.classes)) * max(
@@ -196,8 +200,6 @@ def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float
         out.notes.append(f"the LP relaxation proves at most {most:.1f} of {len(problem.sessions)} sessions "
                          f"can be on time; {need} required")
         return out
-    if len(problem.sessions) <= SMALL_SESSIONS:
-        return None
     stats.status = Status.TIME_LIMIT
     out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, "anytime")
     out.notes.append(f"no plan with {need} sessions on time found by list scheduling; the LP relaxation allows "
