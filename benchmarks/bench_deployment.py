@@ -6,6 +6,15 @@
 3. The sequence formulation: the latency objective, and the cost objective with a fault on
    any GPU (at 300 ms, stalling 200 ms; 50 % on time required), on the 12-session instances.
 
+``--scale``: traffic at scale (anytime solve, :mod:`optimizer.deployment.anytime`), each case run
+as a user runs it (``optimize FILE --time-limit T --format json --progress`` in a fresh process),
+with ``max_batch: 1`` and with the default batching: 200 sessions each of its own length and
+deadline on 16 HGX H100 (``generate_mixed``, seed 0, 80 % on time, 60 s); 1,000 sessions in 12
+types on 64 servers (seed 0, 60 % on time: the LP relaxation shows at most 78.7 % can be, 60 s);
+the first 5,000 requests of the Azure conversation trace on 64 servers (80 % on time, 120 s;
+skipped when /work/shared/data is absent). Columns: time to the first plan (from the progress
+table), final status, value, bound, gap, the command's wall time.
+
 ``--batched``: layouts and batched decode (cost objective, default layouts, no batch limit):
 24 sessions of mixed lengths on 2 HGX H100 (benchmarks/gen_deployment.generate_batched,
 seeds 0-2) and the MoE instance instances/qwen3_30b_a3b_batched.yaml (16 sessions, 1 server).
@@ -83,5 +92,64 @@ def batched() -> None:
         print(f"{name:>34} {out.status.value:>8} {out.value:>7.4f} {gap:>5} {plan:<32} {dt:>6.2f}")
 
 
+SHARED = ROOT.parent / "shared" / "data"
+ROW = __import__("re").compile(r"│\s*([\d.]+)\s*│\s*([^│]+?)\s*│\s*([^│]+?)\s*│\s*([^│]+?)\s*│\s*([^│]+?)\s*│")
+
+
+def scale_cases():
+    """(name, raw instance, time limit s) of the ``--scale`` benchmark."""
+    from benchmarks.gen_deployment import AZURE_CONV, generate_azure, generate_mixed
+
+    out = []
+    for mb in (1, None):
+        tag = "max_batch 1" if mb == 1 else "batching"
+        out.append((f"200 distinct, 16 servers, {tag}", generate_mixed(200, 16, seed=0, max_batch=mb), 60))
+        out.append((f"1000 in 12 types, 64 servers, {tag}",
+                    generate_mixed(1000, 64, seed=0, types=12, fraction=0.6, max_batch=mb), 60))
+    if (SHARED / AZURE_CONV).exists():
+        for mb in (1, None):
+            tag = "max_batch 1" if mb == 1 else "batching"
+            out.append((f"Azure conv 5000, 64 servers, {tag}", generate_azure(SHARED / AZURE_CONV, max_batch=mb), 120))
+    return out
+
+
+def run_scale_case(raw: dict, limit: float, folder: Path) -> dict:
+    """One ``--scale`` case through the CLI; returns first-plan time, status, value, bound, gap, wall."""
+    import json
+
+    import yaml
+
+    path = folder / "case.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "optimizer.cli", str(path), "--time-limit", str(limit), "--format",
+                          "json", "--progress"], capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    first = next((float(m.group(1)) for m in ROW.finditer(res.stderr) if m.group(3) not in ("-", "incumbent")), None)
+    d = json.loads(res.stdout) if res.stdout.strip() else {}
+    o = d.get("objective", {})
+    return {"first_s": first, "status": d.get("status", f"exit {res.returncode}"), "value": o.get("value"),
+            "bound": o.get("bound"), "gap": o.get("gap"), "wall_s": wall, "formulation": d.get("solver", {}).get("formulation")}
+
+
+def scale() -> None:
+    """Traffic at scale: first plan, gap and wall time per case (see the module docstring)."""
+    import tempfile
+
+    print(f"{'case':>40} {'limit':>5} {'1st plan s':>10} {'status':>8} {'cost':>8} {'bound':>8} {'gap':>7} {'wall s':>7}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, raw, limit in scale_cases():
+            r = run_scale_case(raw, limit, Path(tmp))
+            f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"
+            gap = "-" if r["gap"] is None else f"{r['gap'] * 100:.2f}%"
+            print(f"{name:>40} {limit:>5} {f(r['first_s'], 2):>10} {r['status']:>8} {f(r['value'])} {f(r['bound'])} "
+                  f"{gap:>7} {r['wall_s']:>7.1f}")
+
+
 if __name__ == "__main__":
-    batched() if "--batched" in sys.argv else main()
+    if "--scale" in sys.argv:
+        scale()
+    elif "--batched" in sys.argv:
+        batched()
+    else:
+        main()

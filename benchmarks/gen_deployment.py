@@ -7,6 +7,7 @@ need a fast (wide) instance and others fit a narrow one.
 """
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -74,3 +75,80 @@ def generate_batched(n_sessions: int = 24, servers: int = 2, seed: int = 0) -> d
                      "min_on_time_fraction": 1.0},
         "deployment": {"reserve_gib_per_gpu": 2},
     }
+
+
+AZURE_CONV = "serving/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
+
+
+def _qwen32b_base(name: str, servers: int, fraction: float, max_batch) -> dict:
+    dep = {"reserve_gib_per_gpu": 2, "tensor_parallel": [1, 2, 4, 8]}
+    if max_batch is not None:
+        dep["max_batch"] = max_batch
+    return {
+        "name": name,
+        "model": {"config": str(ROOT / "instances" / "models" / "qwen3-32b.json"),
+                  "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768}},
+        "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
+        "workload": {"sessions": [], "min_on_time_fraction": fraction},
+        "deployment": dep,
+    }
+
+
+def generate_mixed(n_sessions: int = 200, servers: int = 16, seed: int = 0, types: int | None = None,
+                   fraction: float = 0.8, max_batch=1) -> dict:
+    """Traffic that does not come in a few neat classes: Qwen3-32B on ``servers`` HGX H100,
+    ``n_sessions`` sessions whose context (log-uniform 4K-128K tokens), new tokens (log-uniform
+    8-128) and deadline (log-uniform from max(200 ms, 1.2 x the session's TP8 service time) to
+    3 s, so that every session can be on time alone) are drawn per session (``types`` None: every
+    session its own mix) or per type (``types`` session types, counts drawn uniformly).
+    ``fraction`` of the sessions must be on time; ``max_batch`` 1 (one session at a time) or
+    None (default batching, no limit beyond memory)."""
+    rng = random.Random(seed)
+    probe = build_problem({**_qwen32b_base("probe", servers, fraction, max_batch),
+                           "workload": {"sessions": [{"name": "p", "context_tokens": 1, "new_tokens": 1}]}},
+                          ROOT / "benchmarks" / "generated.yaml")
+    perf = PerfModel(probe)
+
+    def draw():
+        ctx = int(round(math.exp(rng.uniform(math.log(4_096), math.log(131_000)))))
+        new = int(round(math.exp(rng.uniform(math.log(8), math.log(128)))))
+        lo = max(200.0, 1.2 * perf.service_time_s(8, ctx, new) * 1e3)  # reachable alone on TP8
+        dl = round(math.exp(rng.uniform(math.log(lo), math.log(max(lo, 3000.0)))), 1)
+        return ctx, new, dl
+
+    what = f"{types} types" if types else "distinct"
+    base = _qwen32b_base(f"generated mixed: {n_sessions} {what} sessions on {servers} HGX H100 (seed {seed}, "
+                         f"max_batch {max_batch or 'unlimited'})", servers, fraction, max_batch)
+    if types:
+        kinds = [draw() for _ in range(types)]
+        counts = [0] * types
+        for _ in range(n_sessions):
+            counts[rng.randrange(types)] += 1
+        groups = [(f"type{t}", c, k) for t, (k, c) in enumerate(zip(kinds, counts)) if c]
+    else:
+        groups = [(f"s{i}", 1, draw()) for i in range(n_sessions)]
+    base["workload"]["sessions"] = [{"name": nm, "count": c, "context_tokens": k[0], "new_tokens": k[1],
+                                     "deadline_ms": k[2]} for nm, c, k in groups]
+    return base
+
+
+def generate_azure(csv_path, n_sessions: int = 5000, servers: int = 64, fraction: float = 0.8,
+                   max_batch=1) -> dict:
+    """The first ``n_sessions`` requests of the Azure LLM inference trace (conversation):
+    each decodes ``GeneratedTokens`` after ``ContextTokens`` already in the KV cache.
+    Deadline rule: 2 s plus 100 ms per generated token (a 100 ms TPOT target after a 2 s start)."""
+    import csv
+
+    base = _qwen32b_base(f"Azure conversation trace, first {n_sessions} requests on {servers} HGX H100 "
+                         f"(max_batch {max_batch or 'unlimited'})", servers, fraction, max_batch)
+    groups: dict[tuple, int] = {}
+    with open(csv_path, newline="") as fh:
+        for i, row in enumerate(csv.DictReader(fh)):
+            if i >= n_sessions:
+                break
+            ctx, new = int(row["ContextTokens"]), int(row["GeneratedTokens"])
+            key = (ctx, new, 2000.0 + 100.0 * new)
+            groups[key] = groups.get(key, 0) + 1
+    base["workload"]["sessions"] = [{"name": f"r{i}", "count": c, "context_tokens": k[0], "new_tokens": k[1],
+                                     "deadline_ms": k[2]} for i, (k, c) in enumerate(groups.items())]
+    return base

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -44,8 +45,8 @@ def _objective_help() -> str:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Terminal tables or one JSON object on stdout.")
 @click.option("--time-limit", "time_limit", type=float, default=None,
-              help="Wall-clock limit of the whole run (solve and explanations), seconds "
-                   "(default: the problem's own).")
+              help="Wall-clock limit of the whole run (solve and explanations), seconds (default: the "
+                   "problem's own); a deployment ends within the limit + 10 %.")
 @click.option("--set", "overrides", multiple=True, metavar="dotted.key=value",
               help="Override any instance field for a what-if run, e.g. --set hardware.servers=2.")
 @click.option("--output", "output_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -62,14 +63,20 @@ def _objective_help() -> str:
                    "Needs --output.")
 @click.option("--pareto-points", "pareto_points", type=click.IntRange(2, 200), default=20, show_default=True,
               help="TPOT targets of --pareto (geometric, 1/4 to 4x the instance's target).")
+@click.option("--progress", is_flag=True, default=False,
+              help="Deployment: show the incumbent, the proven bound and the gap as the solve goes on (stderr).")
 def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
          overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None,
-         pareto: str | None = None, pareto_points: int = 20) -> None:
+         pareto: str | None = None, pareto_points: int = 20, progress: bool = False) -> None:
     """Solve INSTANCE.yaml to a proven optimum and explain the result.
 
     Also: optimize calibrate MEASUREMENTS.csv --model ... (fit efficiency factors to measured
     throughput), optimize sweep GRID.yaml --output DIR (a grid of serving solves); see their --help.
     """
+    from optimizer.deployment import api as deployment_api
+
+    deployment_api.COMMAND_START = time.perf_counter()  # --time-limit counts from here
+    live = _progress_display() if progress else None
     try:
         if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
             raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
@@ -100,6 +107,10 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         where = exc.filename or output_dir or plot_dir
         click.echo(f"error: {where}: cannot write: {exc.strerror or exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    finally:
+        deployment_api.COMMAND_START = None
+        if live is not None:
+            live()
     if fmt == "json":
         click.echo(json.dumps(_result_dict(report, files), indent=2, default=_json_default))
     else:
@@ -137,6 +148,36 @@ def _pareto(raw, instance: Path, spec, objective, time_limit, output_dir, sweep:
     from optimizer.errors import EXIT_INFEASIBLE
 
     sys.exit(0 if ok else EXIT_INFEASIBLE)
+
+
+def _progress_display():
+    """``--progress``: a rich table on stderr, one row per improvement of the incumbent or the
+    bound (elapsed time, phase, incumbent, bound, gap). Returns the function that closes it."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from optimizer.deployment import anytime
+
+    table = Table(title="deployment solve: incumbent, bound and gap", title_justify="left")
+    for col in ("time s", "phase", "incumbent", "bound", "gap"):
+        table.add_column(col, justify="right" if col != "phase" else "left")
+    live = Live(table, console=Console(stderr=True), refresh_per_second=4, transient=False)
+    live.start()
+
+    def show(d: dict) -> None:
+        fmt = lambda v: "-" if v is None else f"{v:.6g}"
+        table.add_row(f"{d['elapsed_s']:.2f}", d["phase"], fmt(d["value"]), fmt(d["bound"]),
+                      "-" if d["gap"] is None else f"{d['gap'] * 100:.2f}%")
+        live.refresh()
+
+    anytime.set_progress(show)
+
+    def close() -> None:
+        anytime.set_progress(None)
+        live.stop()
+
+    return close
 
 
 def _result_dict(report, files: list[str]) -> dict:

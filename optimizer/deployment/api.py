@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from optimizer.deployment.anytime import muted
 from optimizer.deployment.explain import alternatives, binding, conflict_details
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.report import DeploymentReport
@@ -17,7 +18,11 @@ from optimizer.schema_base import apply_overrides, read_yaml
 
 DEFAULT_OBJECTIVE = "cost"
 DEFAULT_TIME_LIMIT_S = 60.0
-MAIN_SHARE = 0.6  # share of --time-limit for the main solve; explanations get the rest
+MAIN_SHARE = 0.6  # share of the budget for the main solve; explanations get the rest
+# the budget: 92% of --time-limit less 0.4 s (process start-up, binding limits, output), so that
+# the whole command ends within the limit + 10%
+HARD_SHARE, HARD_MARGIN_S = 0.92, 0.4
+COMMAND_START: Optional[float] = None  # set by the CLI: time.perf_counter() when the command started
 # without --time-limit: explanations (comparison rows, conflicts) get 1.5x the main solve's
 # time, at least 2 s and at most 10 s
 EXPLAIN_RATIO, EXPLAIN_MIN_S, EXPLAIN_MAX_S = 1.5, 2.0, 10.0
@@ -39,8 +44,9 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
         objective: a name from ``objectives/deployment/`` (cost, dollars, gpus, makespan, latency,
             energy) or the objective object.
         time_limit_s: wall-clock budget of the whole call, explanations included (default:
-            60 s for the main solve, then 1.5x its time, within 2-10 s, for explanations). With a limit T the main
-            solve gets 60% of T and the comparison rows, binding limits and conflict
+            60 s for the main solve, then 1.5x its time, within 2-10 s, for explanations). With a
+            limit T the budget is 92% of T less 0.4 s, counted from :data:`COMMAND_START` when the
+            CLI set it; the main solve gets 60% of it and the comparison rows and conflict
             explanation share the rest; parts cut short are listed in ``cut_short``.
         explain: also compute the per-degree comparison and binding constraints.
     Returns:
@@ -48,13 +54,17 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
     Raises:
         InputError: unknown objective, or an input it needs is missing.
     """
+    global COMMAND_START
     t0 = time.perf_counter()
+    if COMMAND_START is not None:  # the CLI's reading and validation count against the limit too
+        t0, COMMAND_START = min(t0, COMMAND_START), None  # used once: the next call starts afresh
     obj = resolve_objective(problem, objective)
     perf = PerfModel(problem)
     if time_limit_s is None:
         main_s, end = DEFAULT_TIME_LIMIT_S, None
-    else:
-        main_s, end = MAIN_SHARE * time_limit_s, t0 + time_limit_s
+    else:  # keep a margin for start-up, the binding limits and printing
+        budget = max(0.5 * time_limit_s, HARD_SHARE * time_limit_s - HARD_MARGIN_S)
+        main_s, end = MAIN_SHARE * budget, t0 + budget
     outcome = solve_deployment(problem, obj, main_s, perf=perf)
     report = DeploymentReport(problem, outcome, perf=perf)
 
@@ -66,9 +76,10 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
 
     if explain:
         budget = left()
-        report.alternatives = alternatives(problem, perf, obj, outcome.value,
-                                           budget * (0.5 if outcome.status == Status.INFEASIBLE else 1.0),
-                                           incumbent=outcome)
+        with muted():  # --progress follows the main solve only
+            report.alternatives = alternatives(problem, perf, obj, outcome.value,
+                                               budget * (0.5 if outcome.status == Status.INFEASIBLE else 1.0),
+                                               incumbent=outcome)
         if any(a.reason == "time_limit" for a in report.alternatives):
             report.cut_short.append("comparison rows")
     if outcome.evaluation is not None and not outcome.evaluation.violations:
@@ -114,6 +125,8 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
     if static_conflict(report, rows, "TP degree"):
         return
     budget = left()
+    if explain_by_lp(report, problem, obj):  # the compact model is too large to explain it
+        return
     if budget > 0.2:
         keys, f = conflicts(problem, perf, obj, budget * 0.6)
         if keys:
@@ -137,6 +150,27 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
                                        f"{', '.join(map(str, usable))}"}
 
 
+def explain_by_lp(report: DeploymentReport, problem: Problem, obj) -> bool:
+    """Infeasibility proven by the anytime solve's LP relaxation (see its note): the on-time
+    requirement, or placing every session at all (memory, GPUs). False when not proven so."""
+    note = next((n for n in (report.outcome.notes or []) if n.startswith("the LP relaxation proves")), None)
+    if note is None:
+        return False
+    n, need = len(problem.sessions), max(problem.required_on_time, obj.min_on_time)
+    if "cannot all be placed" in note:
+        report.conflict_keys = [ConstraintKey("assignment", "all sessions"), ConstraintKey("memory", "all instances"),
+                                ConstraintKey("gpus_per_server", "all servers")]
+        report.conflict_details = ["assignment[all sessions]: every session must be served by one instance",
+                                   f"memory[all instances]: {note}",
+                                   "gpus_per_server[all servers]: instances fit the GPUs of the servers"]
+        report.achievable = {"requirement": "memory", "best": None, "required": n, "detail": note}
+    else:
+        report.conflict_keys = [ConstraintKey("on_time", "nominal")]
+        report.conflict_details = [f"on_time[nominal]: at least {need} of {n} sessions on time; {note}"]
+        report.achievable = {"requirement": "on_time", "best": None, "required": need, "detail": note}
+    return True
+
+
 def explain_infeasible_batched(report: DeploymentReport, problem: Problem, perf: PerfModel, obj, left) -> None:
     """Infeasibility with layouts / batched decode: (1) every layout ruled out without a solve
     (GPUs, heads, memory) is the conflict; (2) otherwise the sessions that miss their deadline
@@ -148,6 +182,8 @@ def explain_infeasible_batched(report: DeploymentReport, problem: Problem, perf:
 
     rows = report.alternatives
     if static_conflict(report, rows, "layout"):
+        return
+    if explain_by_lp(report, problem, obj):
         return
     n = len(problem.sessions)
     need = max(problem.required_on_time, obj.min_on_time)

@@ -118,9 +118,15 @@ def _batched_timeline(perf: PerfModel, inst: PlannedInstance, by_id) -> list[Ses
     """Step-by-step continuous batching: sessions start in list order when one of the
     ``max_batch`` slots is free; each step advances every active session by one token and
     takes the shared model's batched step time (one session alone: its single-session step);
-    a session finishes at the end of its last step and frees its slot at that boundary."""
+    a session finishes at the end of its last step and frees its slot at that boundary. Steps
+    between two finishes are evaluated together by the shared model's vectorised
+    :class:`~optimizer.model.perf.BatchStepTable` (equal to :meth:`PerfModel.step` to rounding)
+    and summed one by one."""
+    from optimizer.model.perf import batch_step_table
+
     lay = inst.lay
     m = perf.model
+    table = batch_step_table(m)
     dp = lay.attention_dp
     queue = list(inst.sessions)
     rank = {sid: i % dp for i, sid in enumerate(queue)}
@@ -134,15 +140,19 @@ def _batched_timeline(perf: PerfModel, inst: PlannedInstance, by_id) -> list[Ses
             sid = queue.pop(0)
             start[sid] = t
             active.append(sid)
-        pos = [by_id[sid].context + made[sid] for sid in active]
+        # the active set is fixed until the next finish: its k steps in one vectorised call of
+        # the shared model (each step advances every active session by one token)
+        k = min(by_id[sid].new - made[sid] for sid in active)
+        pos = np.array([by_id[sid].context + made[sid] for sid in active], dtype=np.float64)
         if len(active) == 1:
-            dt = float(m.single_session_step_s(lay, np.array(pos))[0])
+            dts = m.single_session_step_s(lay, pos[0] + np.arange(k))
         else:
-            dt = m.step_time_s(lay, pos, rank=[rank[sid] for sid in active])
-        t += dt
+            dts = table.step_times_s(lay, pos, k, rank=np.array([rank[sid] for sid in active]))
+        for dt in dts:
+            t += float(dt)
         still = []
         for sid in active:
-            made[sid] += 1
+            made[sid] += k
             if made[sid] == by_id[sid].new:
                 out.append(SessionTiming(sid, inst.id, start[sid], t, by_id[sid].deadline_s))
             else:
@@ -179,6 +189,15 @@ def _scenario(perf, problem, plan, label, gpu, fault, by_id) -> ScenarioResult:
     for inst in plan.instances:
         f = fault if (fault is not None and gpu in inst.gpus) else None
         timings += _timeline(perf, problem, inst, f, by_id)
+    return scenario_from_timings(problem, plan, timings, label, gpu, fault)
+
+
+def scenario_from_timings(problem: Problem, plan: Plan, timings: list[SessionTiming], label: str = "nominal",
+                          gpu: Optional[int] = None, fault: Optional[Fault] = None) -> ScenarioResult:
+    """The objectives' inputs of one run from its session timings (``timings[i].instance`` is
+    an instance id of ``plan``): makespan (s), on-time count, cost ``G·makespan/on`` (GPU·s per
+    on-time session), mean finish (s), energy ``server power · servers · makespan`` (kJ), GPUs
+    and servers in instances, and GPU·s billed per instance until its last finish."""
     makespan = max((t.finish_s for t in timings), default=0.0)
     on = sum(t.on_time for t in timings)
     cost = problem.total_gpus * makespan / on if on else float("inf")

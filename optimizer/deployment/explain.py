@@ -122,6 +122,10 @@ def alternatives(problem: Problem, perf: PerfModel, objective, best_value: Optio
         if out.status == Status.TIME_LIMIT:
             rows.append(Alternative(name, p, "time_limit", "no plan found within the time limit", status=out.status))
             continue
+        lp_note = next((n for n in out.notes if n.startswith("the LP relaxation proves")), None)
+        if lp_note is not None:  # proven by the anytime solve's LP: no compact model to build
+            rows.append(Alternative(name, p, "memory" if "cannot all be placed" in lp_note else "deadline", lp_note))
+            continue
         best_on = max_on_time(problem, perf, [p], max(0.2, (t_end - time.perf_counter()) / max(1, len(degrees) - i)))
         n = len(problem.sessions)
         if best_on is None:
@@ -228,12 +232,15 @@ def binding(problem: Problem, perf: PerfModel, ev: Evaluation, objective: str) -
         out.append(Binding(ConstraintKey("gpus_per_server", f"server {s}"), float(G - u), "GPUs",
                            f"{u} of {G} GPUs in instances" + (" (full)" if u == G else "")))
     cap = problem.gpu.memory_bytes
+    smallest_of: dict = {}  # layout -> (class with the least KV per GPU, its bytes), computed once
     for inst in ev.plan.instances:
         mem = ev.memory_per_gpu[inst.id]
         head = cap - mem
-        kvg = lambda c: perf.model.kv_bytes_per_gpu(inst.lay, c.context, c.new)  # noqa: E731
-        small = min(problem.classes, key=kvg)
-        smallest = kvg(small)
+        if inst.lay not in smallest_of:
+            kvg = lambda c: perf.model.kv_bytes_per_gpu(inst.lay, c.context, c.new)  # noqa: E731
+            small = min(problem.classes, key=kvg)
+            smallest_of[inst.lay] = (small, kvg(small))
+        small, smallest = smallest_of[inst.lay]
         fits_more = int(head // smallest) if smallest > 0 else 0
         like = f"{small.context + small.new}-token session"
         out.append(Binding(ConstraintKey("memory", inst.id), head / 1e9, "GB",
@@ -241,8 +248,12 @@ def binding(problem: Problem, perf: PerfModel, ev: Evaluation, objective: str) -
                            + (f"no room for another {like}" if fits_more == 0
                               else f"room for {fits_more} more {like}{'s' if fits_more > 1 else ''}")))
     w = ev.worst_by(objective)
+    by_inst: dict[str, list] = {}
+    for t in w.sessions:
+        if t.deadline_s is not None and t.on_time:
+            by_inst.setdefault(t.instance, []).append(t)
     for inst in ev.plan.instances:
-        timings = [t for t in w.sessions if t.instance == inst.id and t.deadline_s is not None and t.on_time]
+        timings = by_inst.get(inst.id, [])
         if not timings:
             continue
         t = min(timings, key=lambda t: t.deadline_s - t.finish_s)

@@ -93,8 +93,9 @@ def build(problem: Problem, perf: PerfModel, degrees, objective, explain: bool =
 
 
 def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[float] = None,
-                     degrees=None, perf: Optional[PerfModel] = None, layouts=None) -> SolveOutcome:
-    """Find the optimal deployment plan.
+                     degrees=None, perf: Optional[PerfModel] = None, layouts=None,
+                     anytime: bool = True) -> SolveOutcome:
+    """Find the optimal deployment plan; at scale, the best plan found with its proven bound.
 
     Args:
         problem: resolved problem.
@@ -102,6 +103,9 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
         time_limit_s: wall-clock budget for all solver calls (default 60 s).
         degrees: restrict the TP degrees (default: the problem's).
         layouts: restrict the layouts (batched / layout problems; default: the problem's).
+        anytime: without faults (and for objectives that need no sequence), build a plan and an
+            LP bound first and improve them (:mod:`optimizer.deployment.anytime_solve`); the exact
+            search still proves small instances optimal.
     Returns:
         SolveOutcome; ``status`` is INFEASIBLE when no plan meets the limits.
     Raises:
@@ -111,6 +115,32 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
     perf = perf or PerfModel(problem)
     limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
     deadline = time.perf_counter() + limit
+    if anytime and _anytime_applies(problem, perf, obj, degrees):
+        from optimizer.deployment.anytime_solve import solve_anytime
+
+        done = solve_anytime(problem, perf, obj, deadline, degrees, layouts)
+        if done is not None:
+            return done
+    return _solve_exact(problem, obj, deadline, degrees, perf, layouts)
+
+
+def _anytime_applies(problem: Problem, perf: PerfModel, obj, degrees) -> bool:
+    """The anytime path (:mod:`optimizer.deployment.anytime`) handles problems without faults
+    whose objective needs no sequence, with instances that pack into servers exactly."""
+    if problem.faults or obj.needs_sequence:
+        return False
+    if problem.tp_only:
+        allowed = tuple(problem.degrees if degrees is None else degrees)
+        return chain_degrees(problem, usable_degrees(problem, perf, allowed))
+    return True
+
+
+def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Optional[PerfModel] = None,
+                 layouts=None) -> SolveOutcome:
+    """The exact formulations (configuration search, ordered columns, compact and sequence
+    CP-SAT), chosen automatically; ``deadline`` is a ``time.perf_counter()`` value."""
+    perf = perf or PerfModel(problem)
+    limit = max(0.05, deadline - time.perf_counter())
     if not problem.tp_only:
         return _solve_batched(problem, perf, obj, deadline, tuple(problem.layouts if layouts is None else layouts))
     allowed = tuple(problem.degrees if degrees is None else degrees)
@@ -696,6 +726,8 @@ def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float)
     usable = usable_degrees(problem, perf, degrees)
     if not usable:
         return None
+    if any(all(perf.max_sessions(p, c.context, c.new) == 0 for p in usable) for c in problem.classes):
+        return None  # a session fits no instance of these degrees
     if problem.faults and _columns_apply(problem, usable):
         cols = enumerate_columns(problem, Formulation(problem, perf, usable, "aggregate").options)
         if cols:

@@ -1,0 +1,991 @@
+"""Anytime solving of the deployment problem at traffic scale: a plan first, a bound early.
+
+Real request logs have thousands of distinct (context, new tokens, deadline) triples, so the
+exact configuration search (one column per multiset of session classes) cannot even enumerate
+its columns. This module keeps the solve useful whatever the size (no faults; every layout and
+batch limit of :mod:`optimizer.deployment.batching`):
+
+1. **A plan first** (:meth:`Anytime.construct`): earliest-deadline list scheduling over a
+   greedy instance mix. A *mix* fixes how many instances of each layout run (all GPUs of one
+   layout, or two layouts sharing the GPUs in quarters, or the LP relaxation's mix rounded).
+   Sessions are taken in deadline order; each goes to the instance where it finishes earliest
+   (one session at a time: its single-session service time after the instance's load; batched:
+   a load proxy ``w·steps + Σ KV reads``), memory permitting; sessions that cannot be on time
+   anywhere are placed last. Each instance then runs its sessions in the search's admission
+   order (Moore-Hodgson for one at a time, earliest deadline first when batched) with the best
+   batch limit of :func:`~optimizer.deployment.batching.batch_limits`.
+2. **Local improvement** (:meth:`Anytime.improve`): moves and swaps of sessions out of the
+   instance that finishes last, each re-simulated exactly, accepted when the objective
+   (read by the objective object from :func:`~optimizer.deployment.evaluate.scenario_from_timings`)
+   does not get worse and the last instance finishes earlier (a bounded number of such
+   plateau moves in a row); then merging that instance with another of its kind into one twice
+   as wide; then moving a late session (or merging two instances into a wider one for it) where
+   it is on time, when the objective improves.
+3. **A bound early** (:func:`lp_bound`): an LP relaxation over (session class, layout) with
+   continuous instance counts, solved by HiGHS. For a makespan threshold T it maximises the
+   on-time sessions subject to (per layout L with n_L instances of g_L GPUs):
+   ``Σ_L g_L·n_L ≤ GPUs``; every session served once; memory
+   ``Σ kv·x ≤ n_L·(HBM − static)`` per pipeline stage (KV is resident for the whole run; with
+   attention DP the fullest rank holds at least the average); time
+   ``Σ work·x + n_L·w_L·min_new ≤ n_L·T`` and, for every deadline d in a set D,
+   ``Σ_{d_c ≤ d} work·y ≤ n_L·d`` (the on-time sessions of deadline ≤ d finish by d on their
+   instance: the EDD prefix condition summed over instances); a session may use L only when
+   its single-session time on L is ≤ T (a batched step is never faster than a single-session
+   one), and be on time only when that time is ≤ its deadline. ``work`` is the single-session
+   service time when instances decode one session at a time, and the KV-read time of the
+   session's steps when batched (every step reads every active session's KV once; a step is at
+   least its HBM time ``(weights + KV of the fullest rank)/bandwidth``, shared-model eq. 6-2),
+   with ``w_L`` the weight-read time of one step. The cost ``G·M/v`` is then at least
+   ``G·T_k / v_max(T_{k+1})`` on every interval ``[T_k, T_{k+1})`` of a grid of thresholds
+   (refined where the minimum is), the makespan at least the largest T whose LP cannot reach
+   the on-time requirement. With very many classes the LP is built on a relaxed instance
+   (contexts and new tokens rounded down, deadlines up), which only lowers the bound.
+4. **Aggregation** (:func:`rounded_problem`): sessions in exact-equality classes first; when
+   there are too many, a rounded instance (contexts and new tokens rounded up to a few grid
+   values, deadlines down) is solved by the exact configuration search; its plans, with the same
+   session ids, are feasible for the real instance (service times and memory grow with length)
+   and are re-evaluated on it, then improved by step 2.
+
+Every plan returned is re-checked by the independent evaluator.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Callable, Optional
+
+import numpy as np
+
+from optimizer.deployment.evaluate import Plan, SessionTiming, scenario_from_timings
+from optimizer.deployment.schema import Problem, SessionClass
+from optimizer.deployment.units import TIME_UNIT_S, ticks_up
+from optimizer.model.layout import Layout
+
+EPS_S = 1e-9
+LP_MAX_CLASSES = 400  # beyond this the bound LP is built on a relaxed (rounded-down) instance
+DEADLINE_ROWS = 40  # deadline values with an EDD row in the bound LP
+
+# --progress: a callable receiving {"phase", "elapsed_s", "value", "bound", "gap", "unit"}
+PROGRESS: Optional[Callable[[dict], None]] = None
+
+
+_LAST = [0.0]
+
+
+class muted:
+    """Context manager: no progress reports inside (e.g. the per-layout comparison solves)."""
+
+    def __enter__(self):
+        global PROGRESS
+        self.saved, PROGRESS = PROGRESS, None
+
+    def __exit__(self, *exc):
+        global PROGRESS
+        PROGRESS = self.saved
+
+
+def set_progress(callback: Optional[Callable[[dict], None]]) -> None:
+    """Install (or remove, with None) the progress callback used by :func:`report`."""
+    global PROGRESS
+    PROGRESS = callback
+
+
+def report(phase: str, t0: float, value: Optional[float], bound: Optional[float], unit: str) -> None:
+    """Send incumbent, bound and gap to the progress callback, if any."""
+    if PROGRESS is None:
+        return
+    now = time.perf_counter()
+    if phase == "local search" and now - _LAST[0] < 0.5:
+        return  # at most two improvement lines a second
+    _LAST[0] = now
+    gap = None
+    if value is not None and bound is not None and value > 0:
+        gap = max(0.0, (value - bound) / abs(value))
+    PROGRESS({"phase": phase, "elapsed_s": time.perf_counter() - t0, "value": value, "bound": bound, "gap": gap,
+              "unit": unit})
+
+
+# ---------------------------------------------------------------------------- instance kinds
+@dataclass
+class Kind:
+    """One instance type (layout) with per-class constants (arrays over problem.classes).
+
+    Attributes:
+        layout: the layout; gpus: its GPUs; batch_cap: most sessions decoded at once.
+        tp_plain: a plain TP layout in a one-at-a-time problem (plan instances carry no layout).
+        alone: single-session service time (s) per class.
+        static: static bytes per GPU per pipeline stage; kv: KV bytes per GPU [stage, class]
+            (the fullest DP rank holds at most all of them; the LP uses the average over ranks).
+        fits: per class, one session fits an instance alone.
+        work: per class, a lower bound of the instance time the session uses (s): ``alone``
+            one at a time, else its KV-read time; w_step: weight-read time of one step (s).
+    """
+
+    layout: Layout
+    gpus: int
+    batch_cap: int
+    tp_plain: bool
+    alone: np.ndarray
+    static: np.ndarray
+    kv: np.ndarray
+    fits: np.ndarray
+    work: np.ndarray
+    w_step: float
+
+
+def _kv_and_weight_rates(perf, lay: Layout) -> tuple[float, float]:
+    """(weight-read seconds per step, KV-read seconds per token position) of ``lay``, summed
+    over stages, KV averaged over the attention-DP ranks: the HBM term of the shared model's
+    step (its ``local`` time), which every step takes at least."""
+    m = perf.model
+    dp = lay.attention_dp
+    w = kv = 0.0
+    zero = np.zeros(dp)
+    one = np.zeros(dp)
+    one[0] = 1.0
+    for st in m.stages(lay.pp):
+        l0 = float(np.max(m._stage_time(st, lay, zero, zero, 0.0, None)[1]))
+        l1 = float(np.max(m._stage_time(st, lay, zero, one, 0.0, None)[1])) - l0
+        w += l0
+        kv += max(0.0, l1) / dp
+    return w, kv
+
+
+def instance_kinds(problem: Problem, perf, layouts) -> list[Kind]:
+    """Constants of every placeable layout (see :class:`Kind`)."""
+    from optimizer.deployment.batching import layout_reason
+
+    m = perf.model
+    classes = problem.classes
+    ctx = np.array([c.context for c in classes], dtype=np.float64)
+    new = np.array([c.new for c in classes], dtype=np.float64)
+    out = []
+    for lay in layouts:
+        if layout_reason(problem, lay) is not None:
+            continue
+        alone = np.array([float(m.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
+                          for c in classes])
+        static, kv = m.stage_memory_terms(lay, [(c.context, c.new) for c in classes])
+        fits = np.all(static[:, None] + kv <= problem.gpu.memory_bytes * (1 - 1e-9), axis=0)
+        if not fits.any():
+            continue
+        cap = problem.batch_cap
+        w, kv_rate = _kv_and_weight_rates(perf, lay)
+        # Σ_{s=ctx}^{ctx+new-1} (s+1) token positions read over the session's steps
+        positions = new * ctx + new * (new + 1) / 2
+        work = alone if cap == 1 else kv_rate * positions
+        out.append(Kind(lay, lay.gpus, cap, problem.tp_only, alone, static, kv, fits, work, w))
+    return out
+
+
+# ---------------------------------------------------------------------------- solutions
+@dataclass
+class Inst:
+    kind: int
+    sessions: list[int]  # indices into problem.sessions
+    order: list[int] = field(default_factory=list)  # admission order (session indices)
+    batch: int = 1
+    finish: Optional[np.ndarray] = None  # finish times (s) in admission order
+
+    @property
+    def makespan(self) -> float:
+        return float(self.finish.max()) if self.finish is not None and len(self.finish) else 0.0
+
+
+class Anytime:
+    """Constructive plans, local improvement and bounds for one problem (no faults)."""
+
+    def __init__(self, problem: Problem, perf, objective, layouts):
+        self.problem = problem
+        self.perf = perf
+        self.obj = objective
+        self.kinds = instance_kinds(problem, perf, layouts)
+        self.sess = problem.sessions
+        self.cls = np.array([s.cls for s in self.sess], dtype=np.int64)
+        self.dl = np.array([s.deadline_s if s.deadline_s is not None else np.inf for s in self.sess])
+        self.mem = problem.gpu.memory_bytes * (1 - 1e-9)
+        self.need = max(problem.required_on_time, objective.min_on_time)
+
+    # ------------------------------------------------------------------ one instance
+    def run(self, inst: Inst) -> Inst:
+        """Admission order, batch limit and finish times of ``inst`` (search rules of
+        :mod:`optimizer.deployment.batching`)."""
+        from optimizer.deployment.batching import admission_order, batch_limits, simulate
+
+        k = self.kinds[inst.kind]
+        idx = inst.sessions
+        if not idx:
+            inst.order, inst.finish, inst.batch = [], np.zeros(0), 1
+            return inst
+        ticks = [ticks_up(k.alone[self.cls[i]]) for i in idx]
+        jobs = [(self.sess[i].context, self.sess[i].new, self.sess[i].deadline_s) for i in idx]
+        best = None
+        for b in batch_limits(len(idx), k.batch_cap):
+            order = admission_order(jobs, ticks, b)
+            if b == 1:
+                fin = np.cumsum([k.alone[self.cls[idx[o]]] for o in order])
+            else:
+                fin = np.array(simulate(self.perf, k.layout, [(jobs[o][0], jobs[o][1]) for o in order], b)[1])
+            on = int(np.sum(fin <= self.dl[[idx[o] for o in order]] + EPS_S))
+            key = (-on, float(fin.max()))
+            if best is None or key < best[0]:
+                best = (key, [idx[o] for o in order], b, fin)
+        inst.order, inst.batch, inst.finish = best[1], best[2], best[3]
+        return inst
+
+    def fits(self, inst_kind: int, sessions: list[int]) -> bool:
+        k = self.kinds[inst_kind]
+        c = self.cls[sessions]
+        return bool(np.all(k.static + k.kv[:, c].sum(axis=1) <= self.mem))
+
+    # ------------------------------------------------------------------ scoring
+    def scenario(self, insts: list[Inst]):
+        """The nominal :class:`~optimizer.deployment.evaluate.ScenarioResult` of ``insts``
+        (same formulas as the evaluator)."""
+        timings = []
+        fake = []
+        for n, it in enumerate(insts):
+            if not it.sessions:
+                continue
+            iid = f"i{n}"
+            fake.append(_Fake(iid, self.kinds[it.kind].gpus, ()))
+            for i, f in zip(it.order, it.finish):
+                s = self.sess[i]
+                timings.append(SessionTiming(s.id, iid, 0.0, float(f), s.deadline_s))
+        return scenario_from_timings(self.problem, Plan(fake), timings)
+
+    def score(self, insts: list[Inst]) -> float:
+        r = self.scenario(insts)
+        if r.on_time < self.need:
+            return math.inf
+        return self.obj.scenario_value(self.problem, r)
+
+    # ------------------------------------------------------------------ construction
+    def mixes(self, lp_mix: Optional["LpMix"] = None) -> list[dict[int, int]]:
+        """Instance counts per kind to try: one kind on all GPUs, two kinds sharing the GPUs in
+        quarters, and the LP relaxation's counts rounded down (the rest filled greedily)."""
+        G = self.problem.total_gpus
+        K = range(len(self.kinds))
+        out = [{k: G // self.kinds[k].gpus} for k in K]
+        for a in K:
+            for b in K:
+                if a == b:
+                    continue
+                for q in (1, 2, 3):
+                    na = (G * q // 4) // self.kinds[a].gpus
+                    nb = (G - na * self.kinds[a].gpus) // self.kinds[b].gpus
+                    if a < b or q != 2:
+                        out.append({a: na, b: nb})
+        if lp_mix is not None:
+            lp_mix = {k: v for k, v in lp_mix.counts.items() if v > 1e-9}
+            mix = {k: int(math.floor(v + 1e-6)) for k, v in lp_mix.items()}
+            left = G - sum(self.kinds[k].gpus * n for k, n in mix.items())
+            for k in sorted(lp_mix, key=lambda k: -(lp_mix[k] - math.floor(lp_mix[k] + 1e-6))):
+                if left >= self.kinds[k].gpus:
+                    mix[k] += 1
+                    left -= self.kinds[k].gpus
+            out.insert(0, mix)
+        uniq = []
+        for m in out:
+            m = {k: n for k, n in m.items() if n > 0}
+            if m and m not in uniq:
+                uniq.append(m)
+        return uniq
+
+    def greedy(self, mix: dict[int, int], target: Optional[float] = None,
+               prefer: Optional[np.ndarray] = None) -> Optional[list[Inst]]:
+        """Earliest-deadline list scheduling on the instances of ``mix`` (see the module
+        docstring); None when some session fits none of them.
+
+        Without ``target`` each session goes where it finishes earliest. With a makespan target
+        T (s) it goes, among the instances where it finishes by min(T, its deadline), to the one
+        where it adds the fewest GPU·s (then the fullest: best fit); sessions that cannot be on
+        time are placed after all others, where they add the fewest GPU·s within T (else finish
+        earliest). Finish times are exact one session at a time, a proxy when batched
+        (``w·steps + Σ KV reads``). ``prefer``: a kind per session (e.g. from the LP relaxation),
+        tried first; the other kinds only when no instance of it has memory left."""
+        kinds = list(mix)
+        load = {k: np.zeros(mix[k]) for k in kinds}
+        steps = {k: np.zeros(mix[k]) for k in kinds}
+        nsum = {k: np.zeros(mix[k]) for k in kinds}
+        kvw = {k: np.zeros(mix[k]) for k in kinds}
+        mem = {k: np.tile(self.kinds[k].static, (mix[k], 1)) for k in kinds}
+        members = {k: [[] for _ in range(mix[k])] for k in kinds}
+        order = np.lexsort((np.arange(len(self.sess)), self.dl))
+        late = []
+
+        def proxy(k):
+            kd = self.kinds[k]
+            if kd.batch_cap == 1:
+                return load[k]
+            return kd.w_step * np.maximum(steps[k], np.ceil(nsum[k] / kd.batch_cap)) + kvw[k]
+
+        def est(k, i):
+            """(finish per instance with i added (inf: no memory), GPU·s added per instance)."""
+            kd, c = self.kinds[k], self.cls[i]
+            if not kd.fits[c]:
+                return None
+            ok = np.all(mem[k] + kd.kv[:, c] <= self.mem, axis=1)
+            if not ok.any():
+                return None
+            if kd.batch_cap == 1:
+                fin = load[k] + kd.alone[c]
+            else:
+                new = self.sess[i].new
+                st = np.maximum(np.maximum(steps[k], new), np.ceil((nsum[k] + new) / kd.batch_cap))
+                fin = np.maximum(kd.w_step * st + kvw[k] + kd.work[c], kd.alone[c])
+            fin = np.where(ok, fin, np.inf)
+            return fin, kd.gpus * (fin - proxy(k))
+
+        def choose(i, limit, only=None):
+            if prefer is not None and only is None and prefer[i] in mix:
+                b = choose(i, limit, [int(prefer[i])])
+                if b is not None:
+                    return b
+            best = None
+            for k in (kinds if only is None else only):
+                e = est(k, i)
+                if e is None:
+                    continue
+                fin, add = e
+                if limit is None:
+                    j = int(np.argmin(fin))
+                    key = (float(fin[j]),)
+                else:
+                    okj = fin <= limit
+                    if not okj.any():
+                        continue
+                    cand = np.where(okj, add, np.inf)
+                    m = cand.min()
+                    js = np.nonzero(cand <= m * (1 + 1e-9))[0]
+                    j = int(js[np.argmax(fin[js])])
+                    key = (float(m), -float(fin[j]))
+                if best is None or key < best[0]:
+                    best = (key, k, j, float(fin[j]))
+            return best
+
+        def put(k, j, i):
+            kd, c = self.kinds[k], self.cls[i]
+            load[k][j] += kd.alone[c]
+            steps[k][j] = max(steps[k][j], self.sess[i].new)
+            nsum[k][j] += self.sess[i].new
+            kvw[k][j] += kd.work[c]
+            mem[k][j] += kd.kv[:, c]
+            members[k][j].append(int(i))
+
+        for i in order:
+            if target is None:
+                b = choose(i, None)
+                if b is None:
+                    return None
+                if b[3] > self.dl[i] + EPS_S:
+                    late.append(i)
+                    continue
+            else:
+                b = choose(i, min(target, self.dl[i] + EPS_S))
+                if b is None:
+                    late.append(i)
+                    continue
+            put(b[1], b[2], i)
+        for i in sorted(late, key=lambda i: -self.sess[i].new):
+            b = choose(i, target) if target is not None else None
+            if b is None:
+                b = choose(i, None)
+            if b is None:
+                return None
+            put(b[1], b[2], i)
+        insts = [Inst(k, members[k][j]) for k in kinds for j in range(mix[k]) if members[k][j]]
+        return [self.run(it) for it in insts]
+
+    def construct(self, deadline: float, lp_mix=None, targets=()) -> Optional[list[Inst]]:
+        """The best greedy plan over the mixes (and makespan ``targets``, s) tried before
+        ``deadline`` (at least one)."""
+        ranked = self.construct_many(deadline, lp_mix, targets)
+        return ranked[0] if ranked else None
+
+    def construct_many(self, deadline: float, lp_mix=None, targets=()) -> list[list[Inst]]:
+        """Every greedy plan built before ``deadline`` (at least one when any exists), best
+        first (starting points for :meth:`improve`)."""
+        found = []
+        best, best_v = None, math.inf
+        prefer = lp_mix.prefer(self.problem) if lp_mix is not None else None
+        for n, mix in enumerate(self.mixes(lp_mix)):
+            pref = [prefer] if (prefer is not None and n == 0) else []
+            for target, pr in [(None, p) for p in pref] + [(t, p) for p in pref for t in targets] + \
+                    [(None, None)] + [(t, None) for t in targets]:
+                if time.perf_counter() >= deadline and best is not None:
+                    return [x for _, _, x in sorted(found, key=lambda t: t[:2])]
+                sol = self.greedy(mix, target, pr)
+                if sol is None:
+                    continue
+                v = self.score(sol)
+                found.append((v, len(found), sol))
+                if best is None or v < best_v:
+                    best, best_v = sol, v
+        return [x for _, _, x in sorted(found, key=lambda t: t[:2])]
+
+    # ------------------------------------------------------------------ improvement
+    def improve(self, insts: list[Inst], deadline: float, on_better=None) -> list[Inst]:
+        """Moves and swaps out of the instance that finishes last (module docstring, step 2)."""
+        insts = [it for it in insts if it.sessions]
+        cur = self.score(insts)
+        plateau = 0  # moves in a row that kept the value (several instances tie at the makespan)
+        while time.perf_counter() < deadline:
+            jmax = max(range(len(insts)), key=lambda j: insts[j].makespan)
+            top = insts[jmax].makespan
+            targets = sorted((j for j in range(len(insts)) if j != jmax), key=lambda j: insts[j].makespan)[:12]
+            src = sorted(insts[jmax].sessions, key=lambda i: -self.kinds[insts[jmax].kind].alone[self.cls[i]])
+            done = False
+            for i in src:
+                for j in targets:
+                    if time.perf_counter() >= deadline:
+                        return insts
+                    for swap in [None] + sorted(insts[j].sessions, key=lambda t: self.kinds[insts[j].kind].alone[self.cls[t]])[:4]:
+                        a = [s for s in insts[jmax].sessions if s != i] + ([swap] if swap is not None else [])
+                        b = [s for s in insts[j].sessions if s != swap] + [i]
+                        if not self.fits(insts[j].kind, b) or (swap is not None and not self.fits(insts[jmax].kind, a)):
+                            continue
+                        na = self.run(Inst(insts[jmax].kind, a)) if a else None
+                        nb = self.run(Inst(insts[j].kind, b))
+                        if nb.makespan >= top - 1e-12 or (na is not None and na.makespan >= top - 1e-12):
+                            continue
+                        trial = list(insts)
+                        trial[j] = nb
+                        if na is None:
+                            trial.pop(jmax)
+                        else:
+                            trial[jmax] = na
+                        v = self.score(trial)
+                        if v <= cur * (1 + 1e-12) and (v < cur * (1 - 1e-12) or plateau <= len(insts)):
+                            plateau = 0 if v < cur * (1 - 1e-12) else plateau + 1
+                            insts, cur, done = trial, v, True
+                            if on_better is not None:
+                                on_better(insts, v)
+                            break
+                    if done:
+                        break
+                if done:
+                    break
+            if not done:
+                plateau = 0
+                merged = self._merge_widen(insts, jmax, cur)
+                if merged is not None:
+                    insts, cur = merged
+                    if on_better is not None:
+                        on_better(insts, cur)
+                    continue
+                done = self._rescue_late(insts, cur, deadline)
+                if done is None:
+                    break
+                insts, cur = done
+                if on_better is not None:
+                    on_better(insts, cur)
+        return insts
+
+    def _merge_widen(self, insts: list[Inst], jmax: int, cur: float):
+        """Merge the instance that finishes last with the least-loaded instance of its kind into
+        one instance of a kind with twice the GPUs (e.g. two TP4 into a TP8) when that improves
+        the objective; (instances, value) or None."""
+        k = insts[jmax].kind
+        g = self.kinds[k].gpus
+        wide = [n for n, kd in enumerate(self.kinds) if kd.gpus == 2 * g]
+        mates = sorted((j for j in range(len(insts)) if j != jmax and insts[j].kind == k),
+                       key=lambda j: insts[j].makespan)
+        if not wide:
+            return None
+        free = self.problem.total_gpus - sum(self.kinds[it.kind].gpus for it in insts)
+        options = [(None, insts[jmax].sessions)] if free >= g else []
+        options += [(j, insts[jmax].sessions + insts[j].sessions) for j in mates[:3]]
+        best = None
+        for w in wide:
+            for j, sess in options:
+                if not self.fits(w, sess):
+                    continue
+                trial = [it for n, it in enumerate(insts) if n not in (jmax, j)] + [self.run(Inst(w, list(sess)))]
+                v = self.score(trial)
+                if v < cur * (1 - 1e-12) and (best is None or v < best[1]):
+                    best = (trial, v)
+        return best
+
+    def _rescue_late(self, insts: list[Inst], cur: float, deadline: float):
+        """Move one late session to another instance (or swap it with one there) when that
+        improves the objective; (instances, value) or None."""
+        late = []
+        for j, it in enumerate(insts):
+            for i, f in zip(it.order, it.finish):
+                if f > self.dl[i] + EPS_S:
+                    late.append((self.dl[i], i, j))
+        late.sort()
+        order = sorted(range(len(insts)), key=lambda j: insts[j].makespan)
+        tried_kinds = set()
+        for _, i, src in late:  # a wider instance for a session no present kind serves on time
+            c = self.cls[i]
+            for w, kd in enumerate(self.kinds):
+                if kd.alone[c] > self.dl[i] or (w, c) in tried_kinds or time.perf_counter() >= deadline:
+                    continue
+                tried_kinds.add((w, c))
+                half = [j for j in order if j != src and self.kinds[insts[j].kind].gpus * 2 == kd.gpus]
+                kinds_half = {insts[j].kind for j in half}
+                for kh in kinds_half:
+                    pair = [j for j in half if insts[j].kind == kh][:2]
+                    if len(pair) < 2:
+                        continue
+                    sess = insts[pair[0]].sessions + insts[pair[1]].sessions + [i]
+                    if not self.fits(w, sess):
+                        continue
+                    a = [s for s in insts[src].sessions if s != i]
+                    trial = [it for n, it in enumerate(insts) if n not in (pair[0], pair[1], src)]
+                    trial.append(self.run(Inst(w, sess)))
+                    if a:
+                        trial.append(self.run(Inst(insts[src].kind, a)))
+                    v = self.score(trial)
+                    if v < cur * (1 - 1e-12):
+                        return trial, v
+        for _, i, src in late:
+            for j in order:
+                if j == src:
+                    continue
+                if time.perf_counter() >= deadline:
+                    return None
+                for swap in [None] + insts[j].sessions[:6]:
+                    a = [s for s in insts[src].sessions if s != i] + ([swap] if swap is not None else [])
+                    b = [s for s in insts[j].sessions if s != swap] + [i]
+                    if not self.fits(insts[j].kind, b) or (swap is not None and not self.fits(insts[src].kind, a)):
+                        continue
+                    trial = list(insts)
+                    trial[j] = self.run(Inst(insts[j].kind, b))
+                    if a:
+                        trial[src] = self.run(Inst(insts[src].kind, a))
+                    else:
+                        trial.pop(src)
+                    v = self.score(trial)
+                    if v < cur * (1 - 1e-12):
+                        return trial, v
+        return None
+
+    # ------------------------------------------------------------------ plan
+    def plan(self, insts: list[Inst]) -> Plan:
+        """Instances on servers (first-fit, spanning ones first)."""
+        from optimizer.deployment.solver import pack_on_servers
+
+        items = []
+        for it in insts:
+            if not it.sessions:
+                continue
+            k = self.kinds[it.kind]
+            ids = [self.sess[i].id for i in it.order]
+            if k.tp_plain:
+                items.append((k.gpus, ids))
+            else:
+                items.append((k.gpus, ids, k.layout, it.batch))
+        return pack_on_servers(self.problem, items)
+
+    def from_plan(self, plan: Plan) -> Optional[list[Inst]]:
+        """Instances of an evaluated plan of this problem (e.g. from the rounded instance), re-run
+        under this module's rules; None when a layout is not one of the kinds."""
+        pos = {s.id: n for n, s in enumerate(self.sess)}
+        out = []
+        for pi in plan.instances:
+            lay = pi.lay
+            k = next((n for n, kd in enumerate(self.kinds) if kd.layout == lay), None)
+            if k is None:
+                return None
+            out.append(self.run(Inst(k, [pos[s] for s in pi.sessions])))
+        return out
+
+
+class _Fake:
+    """The two fields of a planned instance that :func:`scenario_from_timings` reads."""
+
+    def __init__(self, iid: str, degree: int, servers: tuple):
+        self.id, self.degree, self.servers = iid, degree, servers
+
+
+# ---------------------------------------------------------------------------- bound
+@dataclass
+class LpMix:
+    """An LP solution: instances per kind (fractional), sessions per (kind, LP class), and the
+    LP class of every problem class."""
+
+    counts: dict
+    share: np.ndarray
+    cmap: np.ndarray
+
+    def prefer(self, problem: Problem) -> np.ndarray:
+        """A kind per session: each LP class's sessions split over kinds by largest remainder
+        of the LP shares, the longest sessions to the widest kinds."""
+        out = np.zeros(len(problem.sessions), dtype=np.int64)
+        by_lp: dict[int, list[int]] = {}
+        for n, s in enumerate(problem.sessions):
+            by_lp.setdefault(int(self.cmap[s.cls]), []).append(n)
+        for l, idx in by_lp.items():
+            f = self.share[:, l]
+            tot = f.sum()
+            if tot <= 0:
+                continue
+            want = f / tot * len(idx)
+            cnt = np.floor(want).astype(int)
+            for k in np.argsort(-(want - cnt))[: len(idx) - cnt.sum()]:
+                cnt[k] += 1
+            idx = sorted(idx, key=lambda n: -(problem.sessions[n].context + problem.sessions[n].new)
+                         * problem.sessions[n].new)
+            pos = 0
+            for k in sorted(range(len(f)), key=lambda k: -k):
+                out[idx[pos:pos + cnt[k]]] = k
+                pos += cnt[k]
+        return out
+
+
+@dataclass
+class _LpData:
+    count: np.ndarray  # [C]
+    dl: np.ndarray  # [C] deadline s (inf: none)
+    new: np.ndarray  # [C]
+    kinds: list  # per kind: (gpus, alone [C], work [C], w_step, room [S], kvavg [S, C], min_new, dp, one at a time)
+    cmap: np.ndarray  # LP class of every problem class
+
+
+def _lp_data(problem: Problem, perf, kinds: list[Kind]) -> _LpData:
+    """Per-class LP constants; with more than LP_MAX_CLASSES classes, a relaxed instance:
+    contexts and new tokens rounded down to a geometric grid and deadlines up (1 %, 2 %, 4 % ...
+    steps, the finest giving at most LP_MAX_CLASSES classes): every coefficient of the LP then
+    only decreases and every deadline only grows, so its bound is a bound of the real one."""
+    classes = problem.classes
+    if len(classes) <= LP_MAX_CLASSES:
+        groups = {c.index: [c.index] for c in classes}
+        rep = [(c.context, c.new, c.deadline_s) for c in classes]
+        cidx = list(range(len(classes)))
+        counts = np.array([c.count for c in classes], dtype=float)
+        out_kinds = []
+        for k in kinds:
+            room = problem.gpu.memory_bytes - k.static
+            out_kinds.append((k.gpus, k.alone, k.work, k.w_step if k.batch_cap > 1 else 0.0, room,
+                              k.kv / k.layout.attention_dp,
+                              float(min(c.new for c in classes)), k.layout.attention_dp, k.batch_cap == 1))
+        return _LpData(counts, np.array([d if d is not None else np.inf for _, _, d in rep]),
+                       np.array([n for _, n, _ in rep], dtype=float), out_kinds, np.arange(len(classes)))
+    for pct in (1, 2, 4, 8, 16, 32):  # the finest geometric grid with at most LP_MAX_CLASSES classes
+        step = math.log(1 + pct / 100)
+
+        def down(x):
+            return int(math.floor(math.exp(math.floor(math.log(max(x, 1)) / step) * step) + 1e-9)) if x > 0 else 0
+
+        def up(d):
+            return None if d is None else math.exp(math.ceil(math.log(d) / step) * step)
+
+        keys: dict[tuple, float] = {}
+        ckey = []
+        for c in classes:
+            key = (min(c.context, down(c.context)), max(1, min(c.new, down(c.new))),
+                   None if c.deadline_s is None else max(c.deadline_s, up(c.deadline_s)))
+            keys[key] = keys.get(key, 0) + c.count
+            ckey.append(key)
+        if len(keys) <= LP_MAX_CLASSES:
+            break
+    rel = list(keys)
+    pos = {k: i for i, k in enumerate(rel)}
+    fake = replace(problem, classes=tuple(SessionClass(i, k[0], k[1], k[2], ("x",) * int(keys[k]))
+                                        for i, k in enumerate(rel)))
+    rk = instance_kinds(fake, perf, [k.layout for k in kinds])
+    out_kinds = []
+    for k in rk:
+        room = problem.gpu.memory_bytes - k.static
+        out_kinds.append((k.gpus, k.alone, k.work, k.w_step if k.batch_cap > 1 else 0.0, room,
+                          k.kv / k.layout.attention_dp, float(min(r[1] for r in rel)), k.layout.attention_dp,
+                          k.batch_cap == 1))
+    return _LpData(np.array([keys[k] for k in rel], dtype=float),
+                   np.array([k[2] if k[2] is not None else np.inf for k in rel]),
+                   np.array([k[1] for k in rel], dtype=float), out_kinds, np.array([pos[k] for k in ckey]))
+
+
+DFF_ORDERS = (1, 2, 3, 4)
+DFF_DEADLINE_STRIDE = 4  # every 4th deadline row also gets the dual-feasible cuts
+
+
+def dff(q: int, x: float) -> float:
+    """Fekete-Schepers dual feasible function u^(q) on [0, 1]: x when (q+1)·x is an integer,
+    else floor((q+1)·x)/q; sizes summing to ≤ 1 keep images summing to ≤ 1 (Fekete and
+    Schepers 2001). Sizes are shrunk by 1e-9 relative first, so floating-point noise can only
+    lower an image; sizes > 1 (the item cannot be in the bin) map to 0 (no row term)."""
+    if x > 1 + 1e-12:
+        return 0.0
+    x = x * (1 - 1e-9)
+    y = (q + 1) * x
+    if abs(y - round(y)) < 1e-12:
+        return x
+    return math.floor(y) / q
+
+
+class BoundLP:
+    """The LP relaxation of the module docstring (step 3), one HiGHS model per threshold."""
+
+    def __init__(self, problem: Problem, perf, kinds: list[Kind]):
+        self.problem = problem
+        self.d = _lp_data(problem, perf, kinds)
+        self.solves = 0
+        dls = np.unique(self.d.dl[np.isfinite(self.d.dl)])
+        if len(dls) > DEADLINE_ROWS:
+            dls = np.unique(dls[np.linspace(0, len(dls) - 1, DEADLINE_ROWS).round().astype(int)])
+        self.dpoints = dls
+        C = len(self.d.count)
+        self.t_floor = float(np.max([min((kd[1][c] for kd in self.d.kinds if np.isfinite(kd[1][c])), default=np.inf)
+                                     for c in range(C)]))
+        G = problem.total_gpus
+        work = sum(self.d.count[c] * min(kd[0] * kd[2][c] for kd in self.d.kinds) for c in range(C))
+        self.t_floor = max(self.t_floor, work / G)
+
+    def max_on_time(self, T: float) -> tuple[float, Optional[dict[int, float]]]:
+        """LP maximum of on-time sessions with makespan ≤ T (−1 if infeasible), and the
+        instance counts per kind of the LP solution."""
+        import highspy
+
+        from optimizer.highs import new_highs
+
+        d = self.d
+        C, K = len(d.count), len(d.kinds)
+        cols_lb, cols_ub, cost = [], [], []
+        entries: list[tuple[int, int, float]] = []  # (row, col, value)
+        row_lo, row_hi = [], []
+        col = 0
+        ycol, zcol = {}, {}
+        for k, (g, alone, work, w, room, kv, mn, dp, seq) in enumerate(d.kinds):
+            for c in range(C):
+                ok = alone[c] <= T * (1 + 1e-12) and np.all(kv[:, c] <= room + 1e-6)
+                if not ok:
+                    continue
+                if alone[c] <= d.dl[c] * (1 + 1e-12):
+                    ycol[k, c] = col; col += 1; cost.append(-1.0)
+                zcol[k, c] = col; col += 1; cost.append(0.0)
+        ncol = {}
+        for k in range(K):
+            ncol[k] = col; col += 1; cost.append(0.0)
+        r = 0
+        for c in range(C):  # assignment
+            for k in range(K):
+                for m in (ycol, zcol):
+                    if (k, c) in m:
+                        entries.append((r, m[k, c], 1.0))
+            row_lo.append(d.count[c]); row_hi.append(d.count[c]); r += 1
+        for k in range(K):  # gpus
+            entries.append((r, ncol[k], float(d.kinds[k][0])))
+        row_lo.append(-np.inf); row_hi.append(float(self.problem.total_gpus)); r += 1
+        for k, (g, alone, work, w, room, kv, mn, dp, seq) in enumerate(d.kinds):
+            for s in range(kv.shape[0]):  # memory per stage
+                for c in range(C):
+                    for m in (ycol, zcol):
+                        if (k, c) in m and kv[s, c] > 0:
+                            entries.append((r, m[k, c], float(kv[s, c])))
+                entries.append((r, ncol[k], -float(room[s])))
+                row_lo.append(-np.inf); row_hi.append(0.0); r += 1
+            for c in range(C):  # time
+                for m in (ycol, zcol):
+                    if (k, c) in m:
+                        entries.append((r, m[k, c], float(work[c])))
+            entries.append((r, ncol[k], w * mn - T))
+            row_lo.append(-np.inf); row_hi.append(0.0); r += 1
+            # dual-feasible-function cuts (Fekete-Schepers u^(q)): per bin Σ size ≤ 1 implies
+            # Σ u^(q)(size) ≤ 1; bins: instances (time, one at a time) and DP ranks (memory)
+            for q in DFF_ORDERS:
+                if seq:
+                    sizes = [(c, alone[c] / T) for c in range(C)]
+                    self._dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, zcol, k, ncol[k], 1.0)
+                    r += 1
+                    for dv in self.dpoints[self.dpoints < T][::DFF_DEADLINE_STRIDE]:
+                        sizes = [(c, work[c] / dv) for c in range(C) if d.dl[c] <= dv]
+                        self._dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, None, k, ncol[k], 1.0)
+                        r += 1
+                for s_ in range(kv.shape[0]):
+                    if room[s_] <= 0:
+                        continue
+                    sizes = [(c, kv[s_, c] * dp / room[s_]) for c in range(C)]
+                    self._dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, zcol, k, ncol[k], float(dp))
+                    r += 1
+            for dv in self.dpoints:  # EDD prefix rows
+                if dv >= T:
+                    break
+                for c in range(C):
+                    if (k, c) in ycol and d.dl[c] <= dv:
+                        entries.append((r, ycol[k, c], float(work[c])))
+                entries.append((r, ncol[k], -float(dv)))
+                row_lo.append(-np.inf); row_hi.append(0.0); r += 1
+        lp = highspy.HighsLp()
+        lp.num_col_ = col
+        lp.num_row_ = r
+        lp.col_cost_ = np.array(cost)
+        lp.col_lower_ = np.zeros(col)
+        ub = np.full(col, np.inf)
+        for (k, c), j in list(ycol.items()) + list(zcol.items()):
+            ub[j] = d.count[c]
+        lp.col_upper_ = ub
+        lp.row_lower_ = np.array(row_lo)
+        lp.row_upper_ = np.array(row_hi)
+        e = np.array(entries, dtype=float).reshape(-1, 3)
+        order = np.lexsort((e[:, 0], e[:, 1]))
+        e = e[order]
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = np.searchsorted(e[:, 1], np.arange(col + 1)).astype(np.int32)
+        lp.a_matrix_.index_ = e[:, 0].astype(np.int32)
+        lp.a_matrix_.value_ = e[:, 2]
+        h = new_highs()
+        h.setOptionValue("threads", 1)
+        h.passModel(lp)
+        h.run()
+        self.solves += 1
+        st = h.getModelStatus()
+        if st == highspy.HighsModelStatus.kInfeasible:
+            return -1.0, None
+        if st != highspy.HighsModelStatus.kOptimal:
+            return float(d.count.sum()), None  # unknown: assume everything (keeps the bound valid)
+        x = np.array(h.getSolution().col_value)
+        share = np.zeros((K, C))
+        for (k, c), j in list(ycol.items()) + list(zcol.items()):
+            share[k, c] += x[j]
+        self.last_share = share
+        mix = LpMix({k: float(x[ncol[k]]) for k in range(K)}, share, self.d.cmap)
+        return float(-h.getInfo().objective_function_value), mix
+
+    @staticmethod
+    def _dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, zcol, k, ncol_k, per_instance) -> None:
+        """Row ``Σ u^(q)(size_c)·x_kc ≤ per_instance·n_k`` (``zcol`` None: on-time columns only)."""
+        for c, x in sizes:
+            f = dff(q, x)
+            if f <= 0:
+                continue
+            for m in (ycol, zcol):
+                if m is not None and (k, c) in m:
+                    entries.append((r, m[k, c], f))
+        entries.append((r, ncol_k, -per_instance))
+        row_lo.append(-np.inf)
+        row_hi.append(0.0)
+
+    def cost_bound(self, need: int, t_hi: float, deadline: float) -> tuple[Optional[float], Optional[dict]]:
+        """Lower bound (s·GPUs per on-time session) of ``G·M/v`` over plans with ≥ ``need`` on
+        time, given that plans with ``M ≥ t_hi`` cannot beat the incumbent (``t_hi`` =
+        incumbent cost·N/G); and the LP mix at the best interval."""
+        G, N = self.problem.total_gpus, float(self.d.count.sum())
+        lo = self.t_floor
+        if not math.isfinite(lo) or lo <= 0:
+            return None, None
+        hi = max(t_hi, lo * 1.0001)
+        pts = list(np.geomspace(lo, hi, 24))
+        vals = {}
+        mixes = {}
+
+        def v(T):
+            if T not in vals:
+                vals[T], mixes[T] = self.max_on_time(T)
+            return vals[T]
+
+        def interval_bound(a, b):
+            vb = v(b)
+            return math.inf if vb < need - 1e-6 else G * a / max(vb, 1e-12)
+
+        for _ in range(200):
+            if time.perf_counter() >= deadline:
+                break
+            bounds = [interval_bound(pts[i], pts[i + 1]) for i in range(len(pts) - 1)]
+            i = int(np.argmin(bounds))
+            if pts[i + 1] / pts[i] < 1.0005:
+                break
+            pts.insert(i + 1, math.sqrt(pts[i] * pts[i + 1]))
+        if time.perf_counter() >= deadline and len(vals) < len(pts):
+            # unevaluated points: keep the bound valid with the coarse intervals evaluated so far
+            pass
+        best, mix = G * hi / N, None
+        for i in range(len(pts) - 1):
+            if pts[i + 1] not in vals:
+                b = G * pts[i] / N  # any v ≤ N
+            else:
+                b = interval_bound(pts[i], pts[i + 1])
+                if b < best:
+                    mix = mixes.get(pts[i + 1])
+            best = min(best, b)
+        return best * (1 - 1e-7), mix
+
+    def makespan_bound(self, need: int, t_hi: float, deadline: float) -> tuple[Optional[float], Optional[dict]]:
+        """Largest T (s) at which the LP cannot reach ``need`` on time (makespan > T), by
+        bisection between the floor and ``t_hi``; and the LP mix at the upper end."""
+        lo = self.t_floor
+        if not math.isfinite(lo):
+            return None, None
+        if self.max_on_time(lo)[0] >= need - 1e-6:
+            return lo * (1 - 1e-9), None
+        hi, mix = t_hi, None
+        vh, mh = self.max_on_time(hi)
+        if vh < need - 1e-6:
+            return hi * (1 - 1e-9), None
+        mix = mh
+        while hi / lo > 1.0002 and time.perf_counter() < deadline:
+            mid = math.sqrt(lo * hi)
+            vm, mm = self.max_on_time(mid)
+            if vm >= need - 1e-6:
+                hi, mix = mid, mm
+            else:
+                lo = mid
+        return lo * (1 - 1e-9), mix
+
+
+def bound_in_unit(problem: Problem, objective, lp: BoundLP, incumbent, deadline: float):
+    """The LP bound in the objective's unit (None when the objective has no threshold search,
+    e.g. gpus or dollars), and the LP's instance mix. ``incumbent``: the incumbent's nominal
+    :class:`~optimizer.deployment.evaluate.ScenarioResult` (or None): plans whose makespan makes
+    them worse than it need not be bounded."""
+    need = max(problem.required_on_time, objective.min_on_time)
+    N, G = len(problem.sessions), problem.total_gpus
+    if objective.search == "cost":
+        ok = incumbent is not None and math.isfinite(incumbent.cost_gpu_s)
+        t_hi = incumbent.cost_gpu_s * N / G if ok else lp.t_floor * 4
+        b, mix = lp.cost_bound(max(need, 1), t_hi, deadline)
+        if b is None:
+            return None, None
+        return objective.ratio_in_unit(problem, Fraction(b / TIME_UNIT_S)), mix
+    if objective.search == "makespan":
+        t_hi = incumbent.makespan_s if incumbent is not None else lp.t_floor * 4
+        b, mix = lp.makespan_bound(need, t_hi, deadline)
+        if b is None:
+            return None, None
+        return objective.bound_in_unit(problem, math.floor(b / TIME_UNIT_S)), mix
+    return None, None
+
+
+# ---------------------------------------------------------------------------- aggregation
+def rounded_problem(problem: Problem, levels: tuple[int, int, int]) -> Problem:
+    """A rounded instance with at most ``levels`` = (contexts, new tokens, deadlines) distinct
+    values: contexts and new tokens rounded up to quantiles of their values (the largest value
+    is a grid point), deadlines down (the smallest is a grid point). Session ids are kept, so a
+    plan of it is a plan of ``problem``; one that meets the memory and deadlines of the rounded
+    instance meets them in ``problem`` (longer sessions only take longer and hold more KV)."""
+    ss = problem.sessions
+
+    def grid(vals, k, top):
+        u = np.unique(np.asarray(vals, dtype=float))
+        if len(u) <= k:
+            return u
+        q = np.quantile(u, np.linspace(0, 1, k + 1)[1:] if top else np.linspace(0, 1, k + 1)[:-1], method="nearest")
+        return np.unique(q)
+
+    gc = grid([s.context for s in ss], levels[0], True)
+    gn = grid([s.new for s in ss], levels[1], True)
+    dls = [s.deadline_s for s in ss if s.deadline_s is not None]
+    gd = grid(dls, levels[2], False) if dls else np.zeros(0)
+
+    def up(g, x):
+        return int(g[np.searchsorted(g, x - 1e-9)])
+
+    def down(g, x):
+        return float(g[np.searchsorted(g, x + 1e-12, side="right") - 1])
+
+    keys: dict[tuple, list[str]] = {}
+    new_sessions = []
+    for s in ss:
+        key = (up(gc, s.context), up(gn, s.new), None if s.deadline_s is None else down(gd, s.deadline_s))
+        keys.setdefault(key, []).append(s.id)
+    index = {k: i for i, k in enumerate(keys)}
+    for s in ss:
+        key = (up(gc, s.context), up(gn, s.new), None if s.deadline_s is None else down(gd, s.deadline_s))
+        new_sessions.append(replace(s, context=key[0], new=key[1], deadline_s=key[2], cls=index[key]))
+    classes = tuple(SessionClass(i, k[0], k[1], k[2], tuple(ids)) for i, (k, ids) in enumerate(keys.items()))
+    return replace(problem, sessions=tuple(new_sessions), classes=classes)
+

@@ -1,0 +1,207 @@
+"""The anytime solve: a plan first, a bound early, exact where it is cheap, then improvement.
+
+Budget of ``deadline − now`` (all parts stop by their share; the final evaluation is reserved):
+
+1. constructive plan (:meth:`~optimizer.deployment.anytime.Anytime.construct`), re-checked by
+   the independent evaluator: at most 10 % of the budget (the first mix always finishes);
+2. LP bound (:class:`~optimizer.deployment.anytime.BoundLP`): up to 15 %; then local search
+   from the best ``MULTI_STARTS`` constructive plans (the LP's instance mix among the mixes);
+3. exact search: with at most ``EXACT_CLASSES`` classes (exact equality) the exact
+   formulations of :mod:`optimizer.deployment.solver` on the real instance with up to 60 % of
+   what is left (a proven optimum is returned as is: small instances are solved as before);
+   otherwise rounded instances (:func:`~optimizer.deployment.anytime.rounded_problem`) of
+   growing size with up to 30 % of what is left (after a first pass of local search);
+4. local improvement on the real instance until the deadline.
+
+The result states which of these produced the plan (``formulation`` and ``notes``).
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import numpy as np
+
+from optimizer.deployment import anytime as at
+from optimizer.deployment.evaluate import evaluate
+from optimizer.deployment.perf import PerfModel
+from optimizer.deployment.schema import Problem
+from optimizer.model.layout import Layout
+from optimizer.result import SolverStats, Status
+
+EXACT_CLASSES = 16  # up to this many exact classes the exact search runs on the real instance
+EXACT_SHARE = 0.6  # share of the time left that the exact search gets on the real instance
+MULTI_STARTS = 6  # constructive plans improved by local search
+ROUNDED_LEVELS = [(2, 2, 1), (2, 2, 2), (3, 2, 2)]  # (contexts, new tokens, deadlines)
+
+
+def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degrees=None, layouts=None):
+    """Solve ``problem`` (no faults) within ``deadline`` (a ``time.perf_counter()`` value).
+
+    Returns:
+        SolveOutcome: optimal (exact search, or bound met), or feasible with the LP bound and the
+        gap; None when no constructive plan exists (every session must then be placed by the
+        exact formulations, which also explain infeasibility).
+    Raises:
+        InputError: an objective the batched search cannot express (as the exact path).
+    """
+    from optimizer.deployment.solver import SolveOutcome, _finish, _solve_exact, usable_degrees
+
+    t0 = time.perf_counter()
+    total = max(0.05, deadline - t0)
+    if problem.tp_only:
+        allowed = tuple(problem.degrees if degrees is None else degrees)
+        lays = [Layout.tp(p) for p in usable_degrees(problem, perf, allowed)]
+    else:
+        from optimizer.deployment.batching import check_supported
+
+        check_supported(problem, obj)
+        allowed = tuple(problem.degrees)
+        lays = list(problem.layouts if layouts is None else layouts)
+    A = at.Anytime(problem, perf, obj, lays)
+    mode = "anytime"
+    if not A.kinds:
+        return None
+    if not all(any(k.fits[c.index] for k in A.kinds) for c in problem.classes) and \
+            len(problem.sessions) > SMALL_SESSIONS:
+        # a session fits no instance even alone: proven infeasible without a search
+        st = SolverStats("anytime (memory check)", Status.INFEASIBLE, time.perf_counter() - t0, solves=0)
+        return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, st, allowed, mode)
+    unit = obj.unit
+    notes: list[str] = []
+    sol = A.construct(t0 + 0.1 * total)
+    te = time.perf_counter()
+    ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
+    eval_s = time.perf_counter() - te
+    if ev is None or ev.violations:
+        return _no_plan(problem, perf, obj, A, allowed, t0, deadline)
+    best, best_v, source = sol, obj.value(ev), "list scheduling"
+    at.report("constructive plan", t0, best_v, None, unit)
+    reserve = 1.5 * eval_s + 0.05
+
+    def left() -> float:
+        return deadline - reserve - time.perf_counter()
+
+    def offer(cand, why: str) -> None:
+        nonlocal best, best_v, source
+        if cand is None:
+            return
+        v = A.score(cand)
+        if v < best_v * (1 - 1e-12):
+            best, best_v, source = cand, v, why
+            at.report(why, t0, best_v, bound, unit)
+
+    # 2. bound
+    bound = None
+    lp = at.BoundLP(problem, perf, A.kinds)
+    r = A.scenario(best)
+    try:
+        bound, mix = at.bound_in_unit(problem, obj, lp, r, time.perf_counter() + max(0.05, 0.15 * total))
+    except Exception as exc:  # the bound is optional: a failed LP leaves it unknown, never wrong
+        bound, mix = None, None
+        notes.append(f"LP bound not computed: {exc}")
+    at.report("LP bound", t0, best_v, bound, unit)
+
+    def proven() -> bool:
+        return bound is not None and bound >= best_v * (1 - 1e-9)
+
+    stats = SolverStats("anytime (list scheduling, HiGHS LP bound)", Status.FEASIBLE, 0.0, solves=lp.solves)
+
+    def better(insts, v):
+        nonlocal best, best_v, source
+        if v < best_v * (1 - 1e-12):
+            best, best_v = insts, v
+            if "local search" not in source:
+                source += " + local search"
+            at.report("local search", t0, best_v, bound, unit)
+
+    if not proven() and left() > 0:  # local search from the best few constructive plans
+        starts = A.construct_many(time.perf_counter() + max(0.05, 0.05 * total), mix)[:MULTI_STARTS]
+        for n, start in enumerate(starts):
+            if left() <= 0 or proven():
+                break
+            A.improve(start, time.perf_counter() + 0.4 * left() / (len(starts) - n), better)
+    # 3. exact search
+    exact = "none"
+    if not proven() and len(problem.classes) <= EXACT_CLASSES and left() > 0.2:
+        out = _solve_exact(problem, obj, time.perf_counter() + EXACT_SHARE * left(), degrees, perf, layouts)
+        stats.solves += out.stats.solves
+        if out.status == Status.OPTIMAL:
+            return out  # small instances: the exact search's proven optimum, as before
+        exact = f"exact search on the {len(problem.classes)} classes ({out.status.value})"
+        if out.evaluation is not None and not out.evaluation.violations:
+            offer(A.from_plan(out.evaluation.plan), "exact search (incomplete)")
+            if out.bound is not None and (bound is None or out.bound > bound):
+                bound = out.bound
+    elif not proven():
+        tried = []
+        for lv in ROUNDED_LEVELS:
+            if left() < 0.5 or proven():
+                break
+            rp = at.rounded_problem(problem, lv)
+            if len(rp.classes) >= len(problem.classes):
+                break
+            share = time.perf_counter() + min(0.1 * total, 0.3 * left()) / max(1, len(ROUNDED_LEVELS) - len(tried))
+            out = _solve_exact(rp, obj, share, degrees, PerfModel(rp), layouts)
+            stats.solves += out.stats.solves
+            tried.append(f"{len(rp.classes)} classes: {out.status.value}")
+            if out.evaluation is not None and not out.evaluation.violations:
+                offer(A.from_plan(out.evaluation.plan), f"rounded instance ({len(rp.classes)} classes)")
+        if tried:
+            exact = "rounded instances (lengths up, deadlines down) by the exact search: " + ", ".join(tried)
+    # 4. improvement
+    if not proven() and left() > 0:
+        A.improve(best, time.perf_counter() + max(0.0, left()), better)
+    plan = A.plan(best)
+    ev = evaluate(problem, plan, perf)
+    if ev.violations:
+        raise RuntimeError("anytime plan failed the evaluator: " + "; ".join(ev.violations))
+    value = obj.value(ev)
+    if bound is not None:
+        bound = min(bound, value)  # the plan's own value bounds the optimum from above
+    stats.time_s = time.perf_counter() - t0
+    n_cls = len(problem.classes)
+    mode = f"anytime ({source})"
+    notes.append(f"{len(problem.sessions)} sessions in {n_cls} classes by exact equality; plan from {source}; "
+                 f"exact part: {exact}; bound: LP relaxation (HiGHS, {lp.solves} solves)")
+    out = _finish(Status.FEASIBLE, obj, value, bound, ev, stats, allowed, mode)
+    out.notes = notes + out.notes
+    at.report("done", t0, value, bound, unit)
+    return out
+
+
+
+SMALL_SESSIONS = 60  # without a constructive plan, problems up to this size go to the exact path
+
+
+def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float):
+    """No constructive plan meets the on-time requirement: small problems go to the exact
+    formulations (None: they decide and explain); for large ones the LP relaxation without a
+    makespan limit may prove that no plan exists (infeasible), else the solve ends with
+    ``time_limit`` and the LP's on-time figure."""
+    from optimizer.deployment.solver import SolveOutcome
+
+    if len(problem.sessions) <= SMALL_SESSIONS:
+        return None  # the exact formulations decide and explain (e.g. the most sessions on time)
+    need = max(problem.required_on_time, obj.min_on_time)
+    lp = at.BoundLP(problem, perf, A.kinds)
+    horizon = float(sum(c.count for c in problem.classes)) * max(
+        float(np.max(np.where(np.isfinite(k.alone), k.alone, 0.0))) for k in A.kinds) + 1.0
+    most, _ = lp.max_on_time(horizon)  # every session one after another on one instance: no tighter T
+    stats = SolverStats("anytime (list scheduling, HiGHS LP bound)", Status.INFEASIBLE, 0.0, solves=lp.solves)
+    stats.time_s = time.perf_counter() - t0
+    if most < 0:
+        out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (LP relaxation)")
+        out.notes.append(f"the LP relaxation proves the {len(problem.sessions)} sessions cannot all be placed "
+                         f"(KV memory of the instances that fit the GPUs)")
+        return out
+    if most < need - 1e-6:
+        out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (LP relaxation)")
+        out.notes.append(f"the LP relaxation proves at most {most:.1f} of {len(problem.sessions)} sessions "
+                         f"can be on time; {need} required")
+        return out
+    stats.status = Status.TIME_LIMIT
+    out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, "anytime")
+    out.notes.append(f"no plan with {need} sessions on time found by list scheduling; the LP relaxation allows "
+                     f"up to {most:.1f}")
+    return out
