@@ -91,9 +91,18 @@ def test_layouts_and_tensor_parallel_together_or_experts_on_a_dense_model_are_ba
                           "deployment.layouts[0].experts", "dense")
 
 
-def test_batched_faults_and_latency_are_refused(cli):
+def test_batched_faults_are_refused(cli):
     assert_one_line_error(cli(MOE, "--set", "faults=[{at_ms: 20, stall_ms: 40}]"), "deployment.max_batch", "faults")
-    assert_one_line_error(cli(MOE, "--objective", "latency"), "deployment.max_batch", "latency")
+
+
+def test_batched_latency_is_the_mean_simulated_finish():
+    """Latency with batching: the columns carry the sum of their sessions' simulated finish times;
+    the plan's value is the evaluator's mean finish time, proven optimal over the search space."""
+    out = solve_deployment(load(MOE), "latency", time_limit_s=60)
+    assert out.status == Status.OPTIMAL and out.evaluation.violations == []
+    finishes = [t.finish_s for t in out.evaluation.nominal.sessions]
+    assert out.value == pytest.approx(1e3 * sum(finishes) / len(finishes), rel=1e-12)
+    assert out.bound == pytest.approx(out.value, rel=1e-6)
 
 
 def test_moe_instance_is_proven_optimal():

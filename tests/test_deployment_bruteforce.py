@@ -76,7 +76,7 @@ def test_solver_equals_brute_force(seed, tmp_path):
     assert out.value == pytest.approx(best, rel=1e-6, abs=1e-9)
 
 
-BATCHED_OBJECTIVES = ["cost", "makespan", "energy", "gpus", "dollars"]
+BATCHED_OBJECTIVES = ["cost", "makespan", "energy", "gpus", "dollars", "latency"]
 
 
 @pytest.mark.parametrize("seed", range(20))

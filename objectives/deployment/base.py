@@ -91,10 +91,11 @@ class DeploymentObjective(Objective):
         return self.ratio_in_unit(problem, Fraction(problem.total_gpus * len(problem.sessions), need))
 
     # configuration columns (layouts / batched decode) -------------------------------
-    def column_cost(self, gpus: int, load_ticks: int) -> Optional[int]:
+    def column_cost(self, gpus: int, load_ticks: int, finish_ticks: int = 0) -> Optional[int]:
         """This objective's term for one instance of ``gpus`` GPUs whose last session finishes at
-        ``load_ticks``, when the objective (its numerator, for ratios) is a sum of such terms
-        over instances; None otherwise (then the batched search uses :attr:`search`)."""
+        ``load_ticks`` and whose sessions' finish times sum to ``finish_ticks``, when the objective
+        (its numerator, for ratios) is a sum of such terms over instances; None otherwise (then
+        the batched search uses :attr:`search`)."""
         return None
 
     def numerator_bound(self, problem, makespan_ticks: int) -> Fraction:

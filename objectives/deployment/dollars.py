@@ -45,7 +45,7 @@ class Dollars(DeploymentObjective):
     def numerators(self, f, scenario) -> list:
         return [sum(k.degree * f.W[k.index] for k in f.slots)]
 
-    def column_cost(self, gpus: int, load_ticks: int) -> int:
+    def column_cost(self, gpus: int, load_ticks: int, finish_ticks: int = 0) -> int:
         """GPU·ticks billed for one instance (the numerator is their sum)."""
         return gpus * load_ticks
 

@@ -26,7 +26,7 @@ class Gpus(DeploymentObjective):
     def apply(self, f, lam=None) -> None:
         f.model.minimize(self.expression(f))
 
-    def column_cost(self, gpus: int, load_ticks: int) -> int:
+    def column_cost(self, gpus: int, load_ticks: int, finish_ticks: int = 0) -> int:
         return gpus
 
     def bound_in_unit(self, problem, solver_bound: float) -> float:

@@ -21,6 +21,10 @@ class Latency(DeploymentObjective):
                 ct.only_enforce_if(sc.enforce)
         f.model.minimize(lw)
 
+    def column_cost(self, gpus: int, load_ticks: int, finish_ticks: int = 0) -> int:
+        """Batched search: the sum of the instance's sessions' finish times (ticks)."""
+        return finish_ticks
+
     def bound_in_unit(self, problem, solver_bound: float) -> float:
         return ticks_to_ms(solver_bound) / len(problem.sessions)
 

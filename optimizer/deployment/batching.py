@@ -77,6 +77,7 @@ class BatchConfiguration:
     on_time: int
     layout: Layout
     batch: int
+    finish_sum: int = 0  # ticks, sum of the sessions' finish times (each rounded up)
 
 
 def layout_reason(problem: Problem, lay: Layout) -> Optional[tuple[str, str]]:
@@ -206,7 +207,8 @@ def enumerate_batch_configurations(problem: Problem, perf, options: dict[Layout,
                         continue
                 _, fin = simulate(perf, lay, [(c, nw) for c, nw, _ in ordered], b)
                 on = sum(1 for (_, _, d), f in zip(ordered, fin) if d is None or f <= d + 1e-9)
-                out.append(BatchConfiguration(lay.gpus, tuple(counts), ticks_up(max(fin)), on, lay, b))
+                out.append(BatchConfiguration(lay.gpus, tuple(counts), ticks_up(max(fin)), on, lay, b,
+                                              sum(ticks_up(f) for f in fin)))
             return len(out) <= limit and (deadline is None or time.perf_counter() <= deadline)
 
         def rec(i: int, load: np.ndarray) -> bool:
@@ -245,7 +247,7 @@ def check_supported(problem: Problem, objective) -> None:
                                              f"and TP layouts (deployment.tensor_parallel)")
     if objective.search is None and objective.column_cost(1, 1) is None:
         raise InputError(problem.path, what, f"{why} is solved for objectives the configuration columns can "
-                                             f"express (cost, makespan, energy, gpus, dollars), not "
+                                             f"express (cost, makespan, energy, gpus, dollars, latency), not "
                                              f"'{objective.name}'; set deployment.max_batch: 1 and TP layouts for it")
 
 
@@ -313,7 +315,7 @@ def solve_count(search, obj, need: int, deadline: float):
     the smallest makespan (threshold search with the count as one more row).
 
     Returns (status, counts, bound) with bound in the objective's unit."""
-    costs = [obj.column_cost(c.degree, c.load) for c in search.configs]
+    costs = [obj.column_cost(c.degree, c.load, c.finish_sum) for c in search.configs]
     st, counts, value, bound = milp_min(search, costs, need, deadline)
     if counts is None:
         return st, None, None
@@ -333,14 +335,14 @@ def solve_ratio(search, obj, need: int, deadline: float):
     Returns (status, counts, λ as Fraction of numerator units per on-time session or None)."""
     from fractions import Fraction
 
-    num = np.array([obj.column_cost(c.degree, c.load) for c in search.configs], dtype=float)
+    num = np.array([obj.column_cost(c.degree, c.load, c.finish_sum) for c in search.configs], dtype=float)
     on = np.array([c.on_time for c in search.configs], dtype=float)
     st, counts, _, _ = milp_min(search, num, need, deadline)
     if counts is None:
         return st, None, None
 
     def ratio(cs) -> Fraction:
-        return Fraction(sum(obj.column_cost(c.degree, c.load) * r for c, r in cs), sum(c.on_time * r for c, r in cs))
+        return Fraction(sum(obj.column_cost(c.degree, c.load, c.finish_sum) * r for c, r in cs), sum(c.on_time * r for c, r in cs))
 
     lam = ratio(counts)
     for _ in range(50):
