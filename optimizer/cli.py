@@ -73,9 +73,9 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     Also: optimize calibrate MEASUREMENTS.csv --model ... (fit efficiency factors to measured
     throughput), optimize sweep GRID.yaml --output DIR (a grid of serving solves); see their --help.
     """
-    from optimizer.deployment import api as deployment_api
+    from optimizer import clock
 
-    deployment_api.COMMAND_START = time.perf_counter()  # --time-limit counts from here
+    clock.COMMAND_START = time.perf_counter()  # --time-limit counts from here
     live = _progress_display() if progress else None
     try:
         if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
@@ -108,7 +108,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         click.echo(f"error: {where}: cannot write: {exc.strerror or exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     finally:
-        deployment_api.COMMAND_START = None
+        clock.COMMAND_START = None
         if live is not None:
             live()
     if fmt == "json":

@@ -64,14 +64,34 @@ def registry() -> dict[str, ProblemSpec]:
 
     found: dict[str, ProblemSpec] = {}
     for info in sorted(pkgutil.iter_modules(optimizer.__path__), key=lambda i: i.name):
-        if not info.ispkg or importlib.util.find_spec(f"optimizer.{info.name}.spec") is None:
+        if not info.ispkg:
             continue
-        spec = importlib.import_module(f"optimizer.{info.name}.spec").SPEC
+        spec = _load_spec(info)
+        if spec is None:
+            continue
         if spec.section in found:
             raise ValueError(f"problem section '{spec.section}' is declared by {found[spec.section].package} "
                              f"and {spec.package}")
         found[spec.section] = spec
     return found
+
+
+def _load_spec(info) -> ProblemSpec | None:
+    """``SPEC`` of ``optimizer/<pkg>/spec.py``, read without importing the package itself (its
+    ``__init__`` may import the whole solver stack; a run imports only the package it needs)."""
+    import sys
+    from pathlib import Path
+
+    path = Path(info.module_finder.path) / info.name / "spec.py"
+    if not path.is_file():
+        return None
+    name = f"optimizer._specs.{info.name}"
+    if name not in sys.modules:
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = module
+        loader_spec.loader.exec_module(module)
+    return sys.modules[name].SPEC
 
 
 def problem_spec_for(raw: dict[str, Any], path: Path) -> ProblemSpec:

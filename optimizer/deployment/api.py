@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from optimizer.deployment.anytime import muted
+from optimizer import clock
 from optimizer.deployment.explain import alternatives, binding, conflict_details
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.report import DeploymentReport
@@ -22,7 +23,6 @@ MAIN_SHARE = 0.6  # share of the budget for the main solve; explanations get the
 # the budget: 92% of --time-limit less 0.4 s (process start-up, binding limits, output), so that
 # the whole command ends within the limit + 10%
 HARD_SHARE, HARD_MARGIN_S = 0.92, 0.4
-COMMAND_START: Optional[float] = None  # set by the CLI: time.perf_counter() when the command started
 # without --time-limit: explanations (comparison rows, conflicts) get 1.5x the main solve's
 # time, at least 2 s and at most 10 s
 EXPLAIN_RATIO, EXPLAIN_MIN_S, EXPLAIN_MAX_S = 1.5, 2.0, 10.0
@@ -45,7 +45,7 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
             energy) or the objective object.
         time_limit_s: wall-clock budget of the whole call, explanations included (default:
             60 s for the main solve, then 1.5x its time, within 2-10 s, for explanations). With a
-            limit T the budget is 92% of T less 0.4 s, counted from :data:`COMMAND_START` when the
+            limit T the budget is 92% of T less 0.4 s, counted from :data:`optimizer.clock.COMMAND_START` when the
             CLI set it; the main solve gets 60% of it and the comparison rows and conflict
             explanation share the rest; parts cut short are listed in ``cut_short``.
         explain: also compute the per-degree comparison and binding constraints.
@@ -54,10 +54,10 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
     Raises:
         InputError: unknown objective, or an input it needs is missing.
     """
-    global COMMAND_START
     t0 = time.perf_counter()
-    if COMMAND_START is not None:  # the CLI's reading and validation count against the limit too
-        t0, COMMAND_START = min(t0, COMMAND_START), None  # used once: the next call starts afresh
+    start = clock.take()
+    if start is not None:  # the CLI's reading and validation count against the limit too
+        t0 = min(t0, start)
     obj = resolve_objective(problem, objective)
     perf = PerfModel(problem)
     if time_limit_s is None:
