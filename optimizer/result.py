@@ -175,3 +175,19 @@ def envelope(problem: str, name: str, status: Status, objective: dict[str, Any] 
     }
     out.update({k: v for k, v in extra.items() if v is not None})
     return out
+
+
+def print_no_plan(console, conflict: "Conflict | None", achievable: dict | None) -> None:
+    """The head of an answer without a plan (tables): no plan meets the limits, the best
+    achievable value of what failed, and the conflicting constraints; or the time limit ran out."""
+    from rich.markup import escape
+
+    if conflict is None:
+        console.print("[red]No plan found within the time limit.[/red]")
+        return
+    console.print("[red]No plan meets all limits.[/red]")
+    if achievable:
+        console.print(f"[bold]best achievable[/bold]: {escape(achievable['detail'])}")
+    console.print("Conflicting constraints:")
+    for line in conflict.details:
+        console.print(f"  - {escape(line)}")

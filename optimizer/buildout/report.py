@@ -8,7 +8,7 @@ from optimizer.buildout.evaluate import Evaluation
 from optimizer.buildout.explain import kw, leaf_groups, num, rack_content
 from optimizer.buildout.schema import Problem
 from optimizer.buildout.solve import OBJECTIVE_MODULES, SolveResult, objective_unit
-from optimizer.result import Binding, Conflict, Status, envelope, group_conflicts
+from optimizer.result import print_no_plan, Binding, Conflict, Status, envelope, group_conflicts
 
 DEFINITIONS = {
     "plan.servers": "servers installed per type (whole install units)",
@@ -134,15 +134,7 @@ class BuildoutReport:
         console.print(f"[bold]{p.name}[/bold]  build-out, objective {o['name']} ({o['sense']})  "
                       f"status [bold]{d['status']}[/bold]")
         if self.conflict is not None or res.plan is None:
-            if self.conflict is not None:
-                console.print("[red]No plan meets all limits.[/red]")
-                if self.achievable:
-                    console.print(f"[bold]best achievable[/bold]: {escape(self.achievable['detail'])}")
-                console.print("Conflicting constraints:")
-                for line in self.conflict.details:
-                    console.print(f"  - {escape(line)}")
-            else:
-                console.print("[red]No plan found within the time limit.[/red]")
+            print_no_plan(console, self.conflict, self.achievable)
             s = d["solver"]
             console.print(f"solver {s['name']}: {s['time_s']:.3f} s (CP-SAT {s['cp_sat_time_s']:.3f} s)")
             return

@@ -654,9 +654,7 @@ def _lp_data(problem: Problem, perf, kinds: list[Kind]) -> _LpData:
     only decreases and every deadline only grows, so its bound is a bound of the real one."""
     classes = problem.classes
     if len(classes) <= LP_MAX_CLASSES:
-        groups = {c.index: [c.index] for c in classes}
         rep = [(c.context, c.new, c.deadline_s) for c in classes]
-        cidx = list(range(len(classes)))
         counts = np.array([c.count for c in classes], dtype=float)
         out_kinds = []
         for k in kinds:
@@ -745,7 +743,7 @@ class BoundLP:
 
         d = self.d
         C, K = len(d.count), len(d.kinds)
-        cols_lb, cols_ub, cost = [], [], []
+        cost = []
         entries: list[tuple[int, int, float]] = []  # (row, col, value)
         row_lo, row_hi = [], []
         col = 0

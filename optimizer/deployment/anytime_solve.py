@@ -18,7 +18,6 @@ The result states which of these produced the plan (``formulation`` and ``notes`
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 import numpy as np
 

@@ -63,6 +63,26 @@ def memory_rejection(problem: Problem, perf: PerfModel, p: int) -> Optional[str]
     return f"needs {need / 1e9:.2f} GB per GPU > {problem.gpu.memory_bytes / 1e9:g} GB"
 
 
+def plan_row(problem: Problem, objective, name: str, gpus: int, out, best_value: Optional[float],
+             extra: str) -> Alternative:
+    """The comparison row of an option that has a plan: a tie with the chosen plan, or how much
+    worse it is (``extra`` adds option-specific words before the makespan)."""
+    from objectives.deployment import get
+
+    ev = out.evaluation
+    w = get(objective).worst(ev)
+    shape = (f"{len(ev.plan.instances)} instance(s), {extra}makespan {w.makespan_s * 1e3:.2f} ms, "
+             f"{w.on_time} of {len(problem.sessions)} on time")
+    if best_value is not None and abs(out.value - best_value) <= 1e-9 * max(1.0, abs(best_value)):
+        reason, detail = "tie", f"as good as the chosen plan: {shape}"
+    else:
+        reason = "objective"
+        pct = f"+{(out.value / best_value - 1) * 100:.1f}% vs chosen: " if best_value else ""
+        detail = pct + shape
+    return Alternative(name, gpus, reason, detail, out.value, out.status, len(ev.plan.instances),
+                       w.on_time, w.makespan_s * 1e3)
+
+
 def alternatives(problem: Problem, perf: PerfModel, objective, best_value: Optional[float],
                  time_budget_s: float, incumbent=None) -> list[Alternative]:
     """One row per allowed TP degree: its best single-degree plan or the reason it has none.
@@ -106,18 +126,7 @@ def alternatives(problem: Problem, perf: PerfModel, objective, best_value: Optio
         else:
             out = solve_deployment(problem, objective, share, degrees=[p], perf=perf)
         if out.status in (Status.OPTIMAL, Status.FEASIBLE):
-            ev = out.evaluation
-            w = get(objective).worst(ev)
-            shape = (f"{len(ev.plan.instances)} instance(s), makespan {w.makespan_s * 1e3:.2f} ms, "
-                     f"{w.on_time} of {len(problem.sessions)} on time")
-            if best_value is not None and abs(out.value - best_value) <= 1e-9 * max(1.0, abs(best_value)):
-                reason, detail = "tie", f"as good as the chosen plan: {shape}"
-            else:
-                reason = "objective"
-                pct = f"+{(out.value / best_value - 1) * 100:.1f}% vs chosen: " if best_value else ""
-                detail = pct + shape
-            rows.append(Alternative(name, p, reason, detail, out.value, out.status, len(ev.plan.instances),
-                                    w.on_time, w.makespan_s * 1e3))
+            rows.append(plan_row(problem, objective, name, p, out, best_value, ""))
             continue
         if out.status == Status.TIME_LIMIT:
             rows.append(Alternative(name, p, "time_limit", "no plan found within the time limit", status=out.status))
@@ -185,19 +194,9 @@ def layout_alternatives(problem: Problem, perf: PerfModel, objective, best_value
             share = max(0.2, (t_end - time.perf_counter()) / max(1, len(lays) - i))
             out = solve_deployment(problem, objective, share, perf=perf, layouts=[lay])
         if out.status in (Status.OPTIMAL, Status.FEASIBLE):
-            ev = out.evaluation
-            w = get(objective).worst(ev)
-            batches = sorted({inst.max_batch for inst in ev.plan.instances})
-            shape = (f"{len(ev.plan.instances)} instance(s), batch limit {'/'.join(map(str, batches))}, "
-                     f"makespan {w.makespan_s * 1e3:.2f} ms, {w.on_time} of {len(problem.sessions)} on time")
-            if best_value is not None and abs(out.value - best_value) <= 1e-9 * max(1.0, abs(best_value)):
-                reason, detail = "tie", f"as good as the chosen plan: {shape}"
-            else:
-                reason = "objective"
-                pct = f"+{(out.value / best_value - 1) * 100:.1f}% vs chosen: " if best_value else ""
-                detail = pct + shape
-            rows.append(Alternative(name, lay.gpus, reason, detail, out.value, out.status, len(ev.plan.instances),
-                                    w.on_time, w.makespan_s * 1e3))
+            batches = sorted({inst.max_batch for inst in out.evaluation.plan.instances})
+            rows.append(plan_row(problem, objective, name, lay.gpus, out, best_value,
+                                 f"batch limit {'/'.join(map(str, batches))}, "))
         elif out.status == Status.TIME_LIMIT:
             rows.append(Alternative(name, lay.gpus, "time_limit", "no plan found within the time limit", status=out.status))
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from optimizer.result import Binding, Conflict, Status, envelope, group_conflicts
+from optimizer.result import print_no_plan, Binding, Conflict, Status, envelope, group_conflicts
 from optimizer.supernode.evaluate import Evaluation
 from optimizer.supernode.explain import LIMIT_NAMES, limit_text
 from optimizer.supernode.perf import SCALE_UP
@@ -180,15 +180,7 @@ class SupernodeReport:
         console.print(f"[bold]{escape(self.problem.name)}[/bold]  supernode sizing, objective {o['name']} "
                       f"({o['sense']})  status [bold]{d['status']}[/bold]")
         if d["plan"] is None:
-            if self.conflict is not None:
-                console.print("[red]No plan meets all limits.[/red]")
-                if self.achievable:
-                    console.print(f"[bold]best achievable[/bold]: {escape(self.achievable['detail'])}")
-                console.print("Conflicting constraints:")
-                for line in self.conflict.details:
-                    console.print(f"  - {escape(line)}")
-            else:
-                console.print("[red]No plan found within the time limit.[/red]")
+            print_no_plan(console, self.conflict, self.achievable)
             console.print(f"solver {s['name']}: {s['status']}, {s['time_s']:.3f} s")
             return
         plan = d["plan"]
