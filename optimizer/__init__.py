@@ -27,6 +27,13 @@ def run_instance(path, objective: str | None = None, time_limit_s: float | None 
     from optimizer.problems import problem_spec_for
     from optimizer.schema_base import apply_overrides, read_yaml
 
+    import math
+
+    from optimizer.errors import InputError
+
+    if time_limit_s is not None and not (isinstance(time_limit_s, (int, float)) and math.isfinite(time_limit_s)
+                                         and time_limit_s > 0):
+        raise InputError("time_limit_s", "", f"must be a positive number of seconds (got {time_limit_s!r})")
     path = Path(path)
     raw = apply_overrides(read_yaml(path), list(overrides), path)
     return problem_spec_for(raw, path).module().run(raw, path, objective, time_limit_s, None)

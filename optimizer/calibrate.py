@@ -202,6 +202,11 @@ def read_mapping(specs: list[str], hardware: list[str], where: str = "--model") 
         gpu, sep, server = val.partition(":")
         if not sep or not gpu or not server:
             raise InputError("--hardware", s, "expected [CSVNAME=]GPU:SERVER (catalog names)")
+        from optimizer.catalog import check_gpu_in_server, lookup
+
+        lookup("gpus", gpu, "--hardware", s)  # unknown names are one-line errors here, not silently unused
+        lookup("servers", server, "--hardware", s)
+        check_gpu_in_server(gpu, server, "--hardware", s)
         hw[name.strip() or "*"] = (gpu, server)
     return models, hw
 

@@ -86,6 +86,8 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
             raise InputError(instance, "grid", "this is a sweep grid: run `optimize sweep GRID.yaml --output DIR`")
         spec = problem_spec_for(raw, instance)
         if pareto is not None:
+            if plot_dir is not None:
+                raise InputError("--plot", str(plot_dir), "does not apply with --pareto (pareto.png goes to --output)")
             _pareto(raw, instance, spec, objective, time_limit, output_dir, pareto, pareto_points, fmt)
         report = spec.module().run(raw, instance, objective, time_limit, output_dir)
         files: list[str] = []

@@ -264,6 +264,22 @@ class SweepResult:
     files: list[Path]
 
 
+def _connect(scheduler: str):
+    """A Dask client for ``scheduler`` (``tcp://host:port``).
+
+    Raises:
+        InputError: a malformed address, or no scheduler answers within 10 s (names --scheduler).
+    """
+    from distributed import Client
+
+    try:
+        return Client(scheduler, timeout="10s")
+    except (ValueError, TypeError) as exc:
+        raise InputError("--scheduler", scheduler, f"not a scheduler address ({exc}); expected tcp://HOST:PORT") from None
+    except (OSError, TimeoutError) as exc:
+        raise InputError("--scheduler", scheduler, f"no Dask scheduler answered within 10 s ({exc})") from None
+
+
 def run_sweep(grid: Grid, out_dir: Path, scheduler: Optional[str] = None, workers: Optional[int] = None,
               time_limit_s: Optional[float] = None, progress: bool = True,
               on_row: Optional[Callable[[int, dict], None]] = None) -> SweepResult:
@@ -273,6 +289,7 @@ def run_sweep(grid: Grid, out_dir: Path, scheduler: Optional[str] = None, worker
     ``workers`` processes (default: CPU count, at most 4). ``on_row(point, row)`` is called as rows
     finish (tests use it to interrupt).
     """
+    client = _connect(scheduler) if scheduler else None  # before any file is written
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / "sweep.csv"
     columns = ["point"] + grid.columns + list(RESULT_COLUMNS)
@@ -303,11 +320,10 @@ def run_sweep(grid: Grid, out_dir: Path, scheduler: Optional[str] = None, worker
 
         args = (grid.base, str(grid.base_path))
         with _progress(progress, len(points), len(done)) as bar:
-            if scheduler:
-                from distributed import Client
+            if client is not None:
                 from distributed import as_completed as dask_completed
 
-                with Client(scheduler) as client:
+                with client:
                     futs = {client.submit(run_point, *args, points[i], time_limit_s, pure=False): i for i in todo}
                     for f in dask_completed(list(futs)):
                         record(futs[f], f.result())

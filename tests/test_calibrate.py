@@ -115,3 +115,12 @@ def test_cli_bad_input(cli_any, tmp_path):
     ok = _rows(tmp_path, ["LLaMA-7B,H100-SXM,fp8,1,64,128,128,9193"])
     assert_one_line_error(cli_any("calibrate", ok, "--model", "nope.yaml"), "--model", "nope.yaml")
     assert_one_line_error(cli_any("calibrate", ok), "--model")
+
+
+def test_unknown_hardware_names_are_refused_in_both_forms(tmp_path):
+    from optimizer.calibrate import read_mapping
+    from optimizer.errors import InputError
+
+    for value in ("zzz:yyy", "H100-SXM=zzz:yyy", "h100-sxm:dgx-a100"):
+        with pytest.raises(InputError):
+            read_mapping([], [value])

@@ -158,3 +158,19 @@ def test_cli_sweep_on_a_scheduler_matches_local(cli_any, tmp_path):
         r = cli_any("sweep", g, "--output", tmp_path / "dask", "--scheduler", cluster.scheduler_address, "--no-progress")
     assert r.exit_code == 0, r.output
     assert (tmp_path / "dask" / "sweep.csv").read_text() == (tmp_path / "local" / "sweep.csv").read_text()
+
+
+def test_bad_scheduler_address_is_one_line_and_writes_nothing(tmp_path):
+    """A malformed --scheduler is named in one line (exit 2) before any output file is written."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    grid = tmp_path / "g.yaml"
+    grid.write_text(f"base: {REPO / 'instances' / 'serving_llama70b_h100.yaml'}\n"
+                    "grid:\n  serving.traffic.rate_rps: [1, 2]\n")
+    r = subprocess.run([sys.executable, "-m", "optimizer.cli", "sweep", str(grid), "--output", str(tmp_path / "out"),
+                        "--scheduler", "garbage"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--scheduler" in r.stderr
+    assert not (tmp_path / "out").exists()

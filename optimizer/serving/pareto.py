@@ -75,7 +75,11 @@ class ParetoResult:
 
     def to_dict(self) -> dict[str, Any]:
         p = self.problem
-        return {"problem": "serving-pareto", "name": p.name, "objective": self.objective, "rate_rps": self.rate_rps,
+        on_front = sum(len(c.front) for c in self.curves)
+        status = "optimal" if on_front else "infeasible"
+        reason = ("" if on_front else "no target gives a proven-optimal plan at this rate (see each point's reason)")
+        return {"problem": "serving-pareto", "name": p.name, "status": status, "reason": reason,
+                "objective": self.objective, "rate_rps": self.rate_rps,
                 "traffic": p.traffic.source, "axes": {
                     "x": "tokens_per_s_per_user: 1 / analytic mean TPOT of the plan, tokens/s",
                     "y": "tokens_per_s_per_gpu: served rate x mean OSL / GPUs of the plan, tokens/s"},
@@ -223,7 +227,12 @@ def plot(res: ParetoResult, path: Path) -> None:
     ax.set_title(f"{p.name}\nPareto fronts at {res.rate_rps:g} req/s, objective {res.objective} (analytic model)",
                  fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    import warnings
+
+    with warnings.catch_warnings():  # an empty front draws no labelled artist: no legend, no warning
+        warnings.simplefilter("ignore")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
