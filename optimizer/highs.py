@@ -33,3 +33,12 @@ def new_highs() -> highspy.Highs:
         _BANNER_SHOWN = True
     h.setOptionValue("output_flag", False)
     return h
+
+
+def single_thread(h: highspy.Highs) -> None:
+    """Run ``h`` on one thread. HiGHS keeps one thread scheduler per process, sized by the first
+    solve (PuLP's HiGHS, for instance, starts it at the machine's core count); a later instance
+    asking for another size fails with kError. The scheduler is reset first, so the option holds
+    whatever ran before in this process."""
+    highspy.Highs.resetGlobalScheduler(True)
+    h.setOptionValue("threads", 1)

@@ -121,3 +121,13 @@ def test_python_api_runs_any_problem():
     assert r.to_dict()["problem"] == "buildout" and r.to_dict()["objective"]["value"] == 88
     with pytest.raises(InputError, match="run_instance"):
         load_instance(ROOT / "instances" / "hgx_h100_120kw.yaml")
+
+
+def test_a_serving_solve_does_not_spoil_a_later_deployment_solve():
+    """HiGHS keeps one thread scheduler per process: PuLP's HiGHS (serving) sizes it first, and
+    the deployment search, which runs HiGHS on one thread, must still solve to optimality after it."""
+    from optimizer import run_instance
+
+    run_instance(ROOT / "instances" / "serving_llama70b_h100.yaml")
+    d = run_instance(ROOT / "instances" / "qwen3_30b_a3b_batched.yaml").to_dict()
+    assert d["status"] == "optimal" and abs(d["objective"]["value"] - 0.30443) < 1e-4

@@ -739,7 +739,7 @@ class BoundLP:
         instance counts per kind of the LP solution."""
         import highspy
 
-        from optimizer.highs import new_highs
+        from optimizer.highs import new_highs, single_thread
 
         d = self.d
         C, K = len(d.count), len(d.kinds)
@@ -827,7 +827,7 @@ class BoundLP:
         lp.a_matrix_.index_ = e[:, 0].astype(np.int32)
         lp.a_matrix_.value_ = e[:, 2]
         h = new_highs()
-        h.setOptionValue("threads", 1)
+        single_thread(h)
         h.passModel(lp)
         h.run()
         self.solves += 1

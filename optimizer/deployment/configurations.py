@@ -40,7 +40,7 @@ import numpy as np
 
 from optimizer.deployment.formulation import Option
 from optimizer.deployment.schema import Problem
-from optimizer.highs import new_highs
+from optimizer.highs import new_highs, single_thread
 
 MAX_CONFIGURATIONS = 300_000  # beyond this the compact formulation is used instead
 RESTRICTED_COLUMNS = 400  # columns of smallest reduced cost in the quick restricted MILP
@@ -191,7 +191,7 @@ class ConfigurationSearch:
         idx = np.asarray(cols)
         a = self.A[:, idx]
         h = new_highs()
-        h.setOptionValue("threads", 1)
+        single_thread(h)
         lp = highspy.HighsLp()
         lp.num_col_ = len(idx)
         lp.col_cost_ = -a[-1]
