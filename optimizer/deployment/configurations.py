@@ -255,15 +255,28 @@ class ConfigurationSearch:
         return "unknown", None, idx
 
     def lp_level(self, need: int, lo: int = 0) -> Optional[int]:
-        """Smallest load level ≥ ``lo`` at which the LP is feasible (None: not even at the top)."""
+        """Smallest load level ≥ ``lo`` at which the LP is feasible (None: not even at the top).
+
+        Raises:
+            TimeoutError: the deadline passed, or HiGHS returned no status (unresolved, never
+                taken as infeasible).
+        """
         hi = len(self.levels) - 1
-        if lo > hi or self._lp(hi, need)[0] != "feasible":
+        if lo > hi:
+            return None
+        top = self._lp(hi, need)[0]
+        if top == "unknown":  # HiGHS gave no answer (an error, not a proof): never read as infeasible
+            raise TimeoutError
+        if top != "feasible":
             return None
         while lo < hi:
             if time.perf_counter() >= self.deadline:
                 raise TimeoutError
             mid = (lo + hi) // 2
-            if self._lp(mid, need)[0] == "feasible":
+            st = self._lp(mid, need)[0]
+            if st == "unknown":
+                raise TimeoutError
+            if st == "feasible":
                 hi = mid
             else:
                 lo = mid + 1
