@@ -93,3 +93,11 @@ def save(fig, path: Path) -> Path:
     FigureCanvasAgg(fig)
     fig.savefig(path, format="png")
     return path
+
+
+def one_figure(data, draw, path: Path, no_plan: str) -> list[Path]:
+    """``[path]`` with ``draw(data)`` saved there; raises :class:`NoPlot` with ``no_plan`` when
+    ``data`` is None (the report has no plan)."""
+    if data is None:
+        raise NoPlot(no_plan)
+    return [save(draw(data), path)]

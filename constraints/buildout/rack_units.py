@@ -24,13 +24,10 @@ def excludes(p, units: int) -> bool:
 
 
 def add(nm, ctx) -> None:
-    p = ctx.problem
-    for t in p.types:
-        if excludes(p, t.rack_units):
-            nm.add(ConstraintKey(FAMILY, t.name), ctx.n[t.name] == 0)
-    f = p.fabric
-    if f is not None and f.switches_in_racks and excludes(p, f.switch_rack_units):
-        nm.add(ConstraintKey(FAMILY, SWITCHES), ctx.leaves + ctx.s == 0)
+    """Pin server types (and racked switch chips) taller than a rack to zero."""
+    from constraints.buildout.rack_power import pin_unfit
+
+    pin_unfit(nm, ctx, FAMILY, excludes, size="units")
 
 
 def describe(key: ConstraintKey, p) -> str:

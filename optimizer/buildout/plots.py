@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from optimizer.plots import NoPlot, figure, save
+from optimizer.plots import figure, one_figure
 
 
 def write(report, folder: Path) -> list[Path]:
@@ -18,10 +18,8 @@ def write(report, folder: Path) -> list[Path]:
     Raises:
         NoPlot: the report has no plan.
     """
-    lay = buildout_layout_data(report)
-    if lay is None:
-        raise NoPlot(f"buildout: no plan ({report.status.value}), no rack layout plot")
-    return [save(_racks_figure(lay), folder / "racks.png")]
+    return one_figure(buildout_layout_data(report), _racks_figure, folder / "racks.png",
+                      f"buildout: no plan ({report.status.value}), no rack layout plot")
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from optimizer.plots import WEIGHTS, NoPlot, figure, save
+from optimizer.plots import WEIGHTS, figure, one_figure
 
 
 def write(report, folder: Path) -> list[Path]:
@@ -20,10 +20,8 @@ def write(report, folder: Path) -> list[Path]:
     Raises:
         NoPlot: the report has no placement.
     """
-    ld = expert_load_data(report)
-    if ld is None:
-        raise NoPlot(f"experts: no placement ({report.status.value}), no load plot")
-    return [save(_expert_figure(ld), folder / "expert_load.png")]
+    return one_figure(expert_load_data(report), _expert_figure, folder / "expert_load.png",
+                      f"experts: no placement ({report.status.value}), no load plot")
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from optimizer.plots import CHOSEN, NoPlot, figure, save
+from optimizer.plots import CHOSEN, figure, one_figure
 
 ROLE_COLOURS = {"aggregated": "#4c72b0", "prefill": "#dd8452", "decode": "#55a868"}
 
@@ -71,10 +71,8 @@ def write(report, folder: Path) -> list[Path]:
     Raises:
         NoPlot: no mode has a plan (infeasible).
     """
-    d = serving_plan_data(report)
-    if d is None:
-        raise NoPlot(f"serving: no plan ({report.status.value}), no plan plot")
-    return [save(_figure(d), folder / "serving_plan.png")]
+    return one_figure(serving_plan_data(report), _figure, folder / "serving_plan.png",
+                      f"serving: no plan ({report.status.value}), no plan plot")
 
 
 def _figure(d: ServingPlanData):

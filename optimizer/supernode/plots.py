@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from optimizer.plots import CHOSEN, KV, RESERVE, WEIGHTS, NoPlot, figure, save
+from optimizer.plots import CHOSEN, KV, RESERVE, WEIGHTS, figure, one_figure
 
 EXPERTS, TABLES = "#7aa6c2", "#8e6c8a"
 MAX_LABELLED = 24   # options with one tick label each; more are labelled per size group
@@ -32,10 +32,8 @@ def write(report, folder: Path) -> list[Path]:
     Raises:
         NoPlot: the report has no plan (infeasible, or the time limit ran out first).
     """
-    d = supernode_options_data(report)
-    if d is None:
-        raise NoPlot(f"supernode: no plan ({report.status.value}), no options plot")
-    return [save(_options_figure(d), folder / "supernode_options.png")]
+    return one_figure(supernode_options_data(report), _options_figure, folder / "supernode_options.png",
+                      f"supernode: no plan ({report.status.value}), no options plot")
 
 
 @dataclass
