@@ -8,6 +8,24 @@ from typing import Optional
 COMMAND_START: Optional[float] = None
 
 
+def process_age_s() -> float:
+    """Seconds since this process started (Linux: ``/proc/self/stat`` field 22, the start time
+    in clock ticks after boot, against ``/proc/uptime``), so that ``--time-limit`` also counts
+    the interpreter's start-up and imports; 0 where that cannot be read."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as fh:
+            stat = fh.read()
+        start_ticks = float(stat.rsplit(")", 1)[1].split()[19])  # field 22 (1-based)
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return age if 0.0 <= age < 60.0 else 0.0
+
+
 def take() -> Optional[float]:
     """The command's start, once: the next caller (e.g. a second solve in the same process)
     starts afresh."""

@@ -123,14 +123,28 @@ class CpSolveOutcome:
     bound: float | None
 
 
+class _OnSolution(cp_model.CpSolverSolutionCallback):
+    """Calls ``fn(objective, bound)`` (model units) at every improving solution."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def on_solution_callback(self) -> None:
+        self.fn(self.objective_value, self.best_objective_bound)
+
+
 def solve_cp(model: cp_model.CpModel, time_limit_s: float | None, workers: int = 2,
-             hint_solver: cp_model.CpSolver | None = None, seed: int = 0) -> CpSolveOutcome:
+             hint_solver: cp_model.CpSolver | None = None, seed: int = 0,
+             on_solution=None) -> CpSolveOutcome:
     """Solve a CP-SAT model and map its status onto :class:`Status`.
 
     Args:
         model: the model (with or without objective).
         time_limit_s: wall-clock limit in seconds (None: no limit).
         workers: search workers (the target machine has 2 cores).
+        on_solution: optional ``fn(objective, bound)`` called (model units) at every improving
+            solution of a model with an objective (e.g. for ``--progress``).
     Returns:
         CpSolveOutcome with the objective and proven bound in model units (None when the
         model has no objective or no solution).
@@ -141,7 +155,8 @@ def solve_cp(model: cp_model.CpModel, time_limit_s: float | None, workers: int =
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
     t0 = time.perf_counter()
-    code = solver.solve(model)
+    cb = _OnSolution(on_solution) if (on_solution is not None and model.has_objective()) else None
+    code = solver.solve(model, cb) if cb is not None else solver.solve(model)
     dt = time.perf_counter() - t0
     has_obj = model.has_objective()
     if code == cp_model.OPTIMAL:

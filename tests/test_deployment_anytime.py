@@ -11,6 +11,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -119,8 +120,8 @@ def _mixed(tmp_path, n=200, servers=16, max_batch=1, seed=0):
 @pytest.mark.parametrize("max_batch", [1, None])
 def test_time_limited_run_prints_plan_bound_and_gap(tmp_path, max_batch):
     """200 distinct sessions, --time-limit 5: a feasible plan with its bound and gap in the JSON
-    envelope; the plan passes the evaluator; the command ends within the limit (+10 %, plus
-    2 s for the interpreter start-up on a loaded machine)."""
+    envelope; the plan passes the evaluator; the command ends within the limit + 10 % (the
+    limit counts from the process start, interpreter start-up included)."""
     path = _mixed(tmp_path, max_batch=max_batch)
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "optimizer.cli", str(path), "--time-limit", "5", "--format", "json"],
@@ -133,7 +134,7 @@ def test_time_limited_run_prints_plan_bound_and_gap(tmp_path, max_batch):
     assert o["value"] is not None and o["bound"] is not None and o["gap"] is not None
     assert 0 < o["bound"] <= o["value"]
     assert o["gap"] == pytest.approx((o["value"] - o["bound"]) / o["value"], rel=1e-6)
-    assert elapsed <= 5 * 1.1 + 2.0
+    assert elapsed <= 5 * 1.1  # --time-limit counts the interpreter start-up too
     # re-check the printed plan with the evaluator
     problem = build_problem(yaml.safe_load(path.read_text()), path)
     from optimizer.deployment.evaluate import Plan, PlannedInstance
@@ -188,3 +189,94 @@ def test_large_infeasible_instance_is_explained_by_the_lp_within_the_limit(tmp_p
         return
     assert r.status == Status.INFEASIBLE
     assert any(k.family == family for k in r.conflict_keys)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_lns_keeps_plans_valid_and_never_beats_the_optimum(seed, tmp_path):
+    """LNS (optimizer/deployment/lns.py) on random small instances, one session at a time (even
+    seeds) and batched with layouts (odd seeds): the plan passes the evaluator, its value is the
+    evaluator's, never worse than the start and never better than the exhaustive optimum."""
+    from optimizer.deployment.lns import lns
+
+    if seed % 2 == 0:
+        problem = replace(random_instance(seed, tmp_path), faults=())
+    else:
+        problem = random_batched(seed, tmp_path)
+    objective = BOUND_OBJECTIVES[seed % len(BOUND_OBJECTIVES)]
+    perf = PerfModel(problem)
+    obj = get(objective)
+    a = Anytime(problem, perf, obj, _kinds_layouts(problem))
+    start = a.construct(time.perf_counter() + 5) if a.kinds else None
+    if start is None or math.isinf(a.score(start)):
+        return
+    v0 = a.score(start)
+    out = lns(a, start, time.perf_counter() + 1.5, seed=seed)
+    ev = evaluate(problem, a.plan(out), perf)
+    assert ev.violations == []
+    value = obj.value(ev)
+    assert value == pytest.approx(a.score(out), rel=1e-9)
+    assert value <= v0 * (1 + 1e-12)
+    best = brute_force(problem, objective)[0] if seed % 2 == 0 else brute_force_batched(problem, objective)
+    assert best is not None and value >= best * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_packing_places_every_session_within_memory(seed, tmp_path):
+    """Anytime.pack on every single-kind mix at a few makespan targets: each session placed
+    once, the plan passes the evaluator (memory, GPUs), one at a time and batched."""
+    problem = replace(random_instance(seed, tmp_path), faults=()) if seed % 2 == 0 else random_batched(seed, tmp_path)
+    perf = PerfModel(problem)
+    a = Anytime(problem, perf, get("cost"), _kinds_layouts(problem))
+    G = problem.total_gpus
+    packed = 0
+    for k, kd in enumerate(a.kinds):
+        if G // kd.gpus == 0:
+            continue
+        for target in (0.05, 0.5, 5.0):
+            sol = a.pack({k: G // kd.gpus}, target)
+            if sol is None:  # the instances' memory is full before every session is placed
+                continue
+            packed += 1
+            placed = sorted(i for it in sol for i in it.sessions)
+            assert placed == list(range(len(problem.sessions)))
+            assert evaluate(problem, a.plan(sol), perf).violations == []
+    if a.kinds and a.construct(time.perf_counter() + 5) is not None and len(a.kinds) == 1:
+        assert packed > 0  # one kind: the greedy plan's mix is the packing's mix
+
+
+def test_lp_on_time_never_falls_as_the_makespan_grows(tmp_path):
+    """The 1,000-session batched benchmark case, where HiGHS once ended an LP "unknown" (counted
+    as every session on time, which kept the bound valid but made it 15 % loose): solved again
+    another way, the LP's on-time maximum is non-decreasing in the makespan threshold."""
+    raw = generate_mixed(1000, 64, seed=0, types=12, fraction=0.6, max_batch=None)
+    path = tmp_path / "b1000.yaml"
+    problem = build_problem(raw, path)
+    perf = PerfModel(problem)
+    a = Anytime(problem, perf, get("cost"), _kinds_layouts(problem))
+    lp = BoundLP(problem, perf, a.kinds)
+    grid = sorted(set(np.round(np.linspace(0.55, 0.85, 31), 4)) | {0.5956})
+    vals = [lp.max_on_time(float(T))[0] for T in grid]
+    assert all(v2 >= v1 - 1e-6 for v1, v2 in zip(vals, vals[1:])), list(zip(grid, vals))
+
+
+def test_progress_rows_for_cp_sat_runs():
+    """--progress on runs that skip the anytime path (faults: the column search; latency: the
+    sequence model) still shows rows, ending with the final incumbent and bound."""
+    for args in (["instances/qwen32b_128k_fault.yaml"], ["instances/qwen32b_128k.yaml", "--objective", "latency"]):
+        res = subprocess.run([sys.executable, "-m", "optimizer.cli", *args, "--format", "json", "--progress"],
+                             capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert res.returncode == 0, res.stderr
+        d = json.loads(res.stdout)
+        assert "done" in res.stderr, res.stderr
+        value = f"{d['objective']['value']:.6g}"
+        assert value in res.stderr  # the final row shows the reported value
+
+
+def test_time_limit_counts_the_interpreter_start_up():
+    """``--time-limit`` counts from the process start (``/proc/self/stat`` on Linux)."""
+    from optimizer.clock import process_age_s
+
+    age = process_age_s()
+    assert 0.0 <= age < 60.0
+    if Path("/proc/self/stat").exists():
+        assert age > 0.0

@@ -14,6 +14,8 @@ batch limit of :mod:`optimizer.deployment.batching`):
    anywhere are placed last. Each instance then runs its sessions in the search's admission
    order (Moore-Hodgson for one at a time, earliest deadline first when batched) with the best
    batch limit of :func:`~optimizer.deployment.batching.batch_limits`.
+   A second constructor, :meth:`Anytime.pack`, packs the sessions into the LP solution's
+   instance mix at a makespan target (First Fit Decreasing with deadlines).
 2. **Local improvement** (:meth:`Anytime.improve`): moves and swaps of sessions out of the
    instance that finishes last, each re-simulated exactly, accepted when the objective
    (read by the objective object from :func:`~optimizer.deployment.evaluate.scenario_from_timings`)
@@ -34,8 +36,12 @@ batch limit of :mod:`optimizer.deployment.batching`):
    one), and be on time only when that time is ≤ its deadline. ``work`` is the single-session
    service time when instances decode one session at a time, and the KV-read time of the
    session's steps when batched (every step reads every active session's KV once; a step is at
-   least its HBM time ``(weights + KV of the fullest rank)/bandwidth``, shared-model eq. 6-2),
-   with ``w_L`` the weight-read time of one step. The cost ``G·M/v`` is then at least
+   least its HBM time ``(weights + KV of the fullest rank)/bandwidth``, shared-model eq. 6-2,
+   plus the collectives of a one-token step), with ``w_L`` that fixed time of one step. Batched
+   kinds also get a *staircase*: ``m_{L,ν}`` instances decode at least ν tokens (for a grid of
+   ν), ``Σ_{new_c ≥ ν} work·x ≤ m_{L,ν}·(T − w_L·ν)``, their KV fits ``m_{L,ν}·(HBM − static)``,
+   ``m_{L,ν}`` falls with ν, and the time row counts ``w_L·Σ_ν (ν − ν_prev)·m_{L,ν}`` weight
+   reads instead of ``n_L·w_L·min_new``. The cost ``G·M/v`` is then at least
    ``G·T_k / v_max(T_{k+1})`` on every interval ``[T_k, T_{k+1})`` of a grid of thresholds
    (refined where the minimum is), the makespan at least the largest T whose LP cannot reach
    the on-time requirement. With very many classes the LP is built on a relaxed instance
@@ -66,6 +72,10 @@ from optimizer.model.layout import Layout
 EPS_S = 1e-9
 LP_MAX_CLASSES = 400  # beyond this the bound LP is built on a relaxed (rounded-down) instance
 DEADLINE_ROWS = 40  # deadline values with an EDD row in the bound LP
+# HiGHS options tried in turn when an LP ends neither optimal nor infeasible
+LP_RETRIES = (("presolve", "off"), ("solver", "ipm"))
+STAIRCASE_STEPS = 16
+PACK_CANDIDATES = 32  # instances of one kind whose deadlines Anytime.pack checks per session  # decode-length thresholds of the batched staircase rows in the bound LP
 
 # --progress: a callable receiving {"phase", "elapsed_s", "value", "bound", "gap", "unit"}
 PROGRESS: Optional[Callable[[dict], None]] = None
@@ -86,10 +96,20 @@ class muted:
         PROGRESS = self.saved
 
 
+_START = [0.0]
+
+
 def set_progress(callback: Optional[Callable[[dict], None]]) -> None:
-    """Install (or remove, with None) the progress callback used by :func:`report`."""
+    """Install (or remove, with None) the progress callback used by :func:`report`; elapsed
+    times of reports without their own start count from here (:func:`progress_start`)."""
     global PROGRESS
     PROGRESS = callback
+    _START[0] = time.perf_counter()
+
+
+def progress_start() -> float:
+    """When the progress display was installed (``time.perf_counter()``)."""
+    return _START[0]
 
 
 def report(phase: str, t0: float, value: Optional[float], bound: Optional[float], unit: str) -> None:
@@ -97,7 +117,7 @@ def report(phase: str, t0: float, value: Optional[float], bound: Optional[float]
     if PROGRESS is None:
         return
     now = time.perf_counter()
-    if phase == "local search" and now - _LAST[0] < 0.5:
+    if phase in ("local search", "LNS", "cp-sat") and now - _LAST[0] < 0.5:
         return  # at most two improvement lines a second
     _LAST[0] = now
     gap = None
@@ -136,9 +156,12 @@ class Kind:
 
 
 def _kv_and_weight_rates(perf, lay: Layout) -> tuple[float, float]:
-    """(weight-read seconds per step, KV-read seconds per token position) of ``lay``, summed
-    over stages, KV averaged over the attention-DP ranks: the HBM term of the shared model's
-    step (its ``local`` time), which every step takes at least."""
+    """(fixed seconds per step, KV-read seconds per token position) of ``lay``, summed over
+    stages, KV averaged over the attention-DP ranks. A step of the shared model takes
+    ``max(local, compute) + AllReduce + All-to-All`` (``local``: HBM time of weights and KV,
+    eq. 6-2), and its collectives carry at least one token, so every step takes at least the
+    weight-read time plus the collectives of a one-token step, plus the KV-read time of its
+    sessions; the first element is that fixed part."""
     m = perf.model
     dp = lay.attention_dp
     w = kv = 0.0
@@ -148,7 +171,8 @@ def _kv_and_weight_rates(perf, lay: Layout) -> tuple[float, float]:
     for st in m.stages(lay.pp):
         l0 = float(np.max(m._stage_time(st, lay, zero, zero, 0.0, None)[1]))
         l1 = float(np.max(m._stage_time(st, lay, zero, one, 0.0, None)[1])) - l0
-        w += l0
+        pieces = m._stage_time(st, lay, one, zero, 1.0, None)  # one token: collectives of b = 1
+        w += l0 + float(np.max(pieces[3])) + float(np.max(pieces[4]))
         kv += max(0.0, l1) / dp
     return w, kv
 
@@ -207,6 +231,10 @@ class Anytime:
         self.dl = np.array([s.deadline_s if s.deadline_s is not None else np.inf for s in self.sess])
         self.mem = problem.gpu.memory_bytes * (1 - 1e-9)
         self.need = max(problem.required_on_time, objective.min_on_time)
+        # batch limit rule of :meth:`run`: None, the most sessions on time (then the shortest
+        # makespan); a number μ (s per on-time session), the least ``makespan − μ·on time``
+        self.tradeoff: Optional[float] = None
+        self.rule_of: dict[int, Optional[float]] = {}  # the rule each constructive plan was run under
 
     # ------------------------------------------------------------------ one instance
     def run(self, inst: Inst) -> Inst:
@@ -229,11 +257,39 @@ class Anytime:
             else:
                 fin = np.array(simulate(self.perf, k.layout, [(jobs[o][0], jobs[o][1]) for o in order], b)[1])
             on = int(np.sum(fin <= self.dl[[idx[o] for o in order]] + EPS_S))
-            key = (-on, float(fin.max()))
+            if self.tradeoff is None:
+                key = (-on, float(fin.max()))
+            else:
+                key = (float(fin.max()) - self.tradeoff * on, -on)
             if best is None or key < best[0]:
                 best = (key, [idx[o] for o in order], b, fin)
         inst.order, inst.batch, inst.finish = best[1], best[2], best[3]
         return inst
+
+    def rerun(self, insts: list[Inst]) -> list[Inst]:
+        """``insts`` run again under the present batch limit rule."""
+        return [self.run(Inst(it.kind, list(it.sessions))) for it in insts if it.sessions]
+
+    def choose_rule(self, insts: list[Inst]) -> list[Inst]:
+        """Set the batch limit rule (:attr:`tradeoff`) that gives ``insts`` the better objective:
+        most sessions on time, or the exchange rate ``makespan/on time`` of the plan (a batch
+        limit that saves makespan at the price of a session on time pays off when all
+        instances finish near the makespan); returns the instances run under it."""
+        if all(self.kinds[it.kind].batch_cap == 1 for it in insts):
+            return insts
+        saved = self.tradeoff
+        options = []
+        for rule in (None, "rate"):
+            if rule == "rate":
+                r = self.scenario(options[0][2])
+                rule = r.makespan_s / max(1, r.on_time)
+            self.tradeoff = rule
+            trial = self.rerun(insts)
+            options.append((self.score(trial), len(options), trial, rule))
+        best = min(options, key=lambda o: o[:2])
+        self.tradeoff = best[3] if math.isfinite(best[0]) else saved
+        self.rule_of[id(best[2])] = self.tradeoff
+        return best[2]
 
     def fits(self, inst_kind: int, sessions: list[int]) -> bool:
         k = self.kinds[inst_kind]
@@ -399,6 +455,131 @@ class Anytime:
         insts = [Inst(k, members[k][j]) for k in kinds for j in range(mix[k]) if members[k][j]]
         return [self.run(it) for it in insts]
 
+    def pack(self, mix: dict[int, int], T: float, prefer: Optional[np.ndarray] = None,
+             deadline: Optional[float] = None) -> Optional[list[Inst]]:
+        """Bin packing of the sessions into the instances of ``mix`` under a makespan target
+        ``T`` (s), as First Fit Decreasing with deadlines: sessions that must run early (deadline
+        below twice their time on their kind) first in deadline order, then the rest by
+        decreasing time (batched: by decreasing new tokens, so that sessions of similar length
+        share the weight reads of their steps); each goes, on its kind (``prefer``, else the kind
+        where it takes the fewest GPU·s) and then on the other kinds, to the instance where it
+        adds the least time (then the fullest) among those where it fits the memory, keeps the
+        load within T and (when it can be on time) keeps every on-time session of the instance
+        on time in deadline order. One session at a time the load and deadline
+        checks are exact; batched, the surrogate ``w·max new + Σ work`` (and
+        ``w·new_s + Σ work·min(1, new_s/new_s')`` for a finish) of :mod:`optimizer.deployment.lns`
+        is used. Sessions placed on time nowhere go, late, to the instance with the least load
+        after them. None when a session fits no instance's memory (or at ``deadline``,
+        a ``time.perf_counter()`` value)."""
+        kinds = [k for k in mix if mix[k] > 0]
+        if not kinds:
+            return None
+        S = len(self.sess)
+        news = np.array([s.new for s in self.sess], dtype=np.float64)
+        # per kind: arrays over its instances
+        load = {k: np.zeros(mix[k]) for k in kinds}  # one at a time: Σ alone; batched: surrogate
+        maxnew = {k: np.zeros(mix[k]) for k in kinds}
+        worksum = {k: np.zeros(mix[k]) for k in kinds}
+        mem = {k: np.tile(self.kinds[k].static, (mix[k], 1)) for k in kinds}
+        members = {k: [[] for _ in range(mix[k])] for k in kinds}
+        ontime = {k: [[] for _ in range(mix[k])] for k in kinds}
+
+        def cost(k, i):
+            kd = self.kinds[k]
+            return kd.gpus * kd.alone[self.cls[i]] if kd.fits[self.cls[i]] else np.inf
+
+        home = np.array([int(prefer[i]) if prefer is not None and prefer[i] in mix else
+                         min(kinds, key=lambda k: cost(k, i)) for i in range(S)])
+        size = np.array([self.kinds[home[i]].alone[self.cls[i]] for i in range(S)])
+        if all(self.kinds[k].batch_cap == 1 for k in kinds):
+            early = [i for i in range(S) if self.dl[i] < 2 * size[i]]
+            early.sort(key=lambda i: (self.dl[i], -size[i]))
+            rest = sorted(set(range(S)) - set(early), key=lambda i: -size[i])
+        else:  # batched: longest decodes first, so that instances group sessions of similar length
+            early, rest = [], sorted(range(S), key=lambda i: (-self.sess[i].new, -size[i], i))
+
+        def on_time_ok(k, j, i) -> bool:
+            """Every on-time session of instance j of kind k, with i added, meets its deadline."""
+            kd = self.kinds[k]
+            on = ontime[k][j] + [i]
+            if kd.batch_cap == 1:
+                o = sorted(on, key=lambda x: self.dl[x])
+                fin = np.cumsum(kd.alone[self.cls[o]])
+                return bool(np.all(fin <= self.dl[o] + EPS_S))
+            sess = members[k][j] + [i]
+            nn = news[sess]
+            work = kd.work[self.cls[sess]]
+            for m in on:
+                fin = kd.w_step * news[m] + float(np.sum(work * np.minimum(1.0, news[m] / nn)))
+                if fin > self.dl[m] + EPS_S:
+                    return False
+            return True
+
+        def after(k, i):
+            """(load of every instance of kind k with i added, memory fits) as arrays."""
+            kd, c = self.kinds[k], self.cls[i]
+            if kd.batch_cap == 1:
+                ld = load[k] + kd.alone[c]
+            else:
+                ld = kd.w_step * np.maximum(maxnew[k], news[i]) + worksum[k] + kd.work[c]
+            ok = np.all(mem[k] + kd.kv[:, c] <= self.mem, axis=1)
+            return ld, ok
+
+        def place(i, want_on: bool, limit: float):
+            order = [home[i]] + sorted((k for k in kinds if k != home[i]), key=lambda k: cost(k, i))
+            for k in order:
+                kd, c = self.kinds[k], self.cls[i]
+                if not kd.fits[c] or kd.alone[c] > limit or (want_on and kd.alone[c] > self.dl[i] + EPS_S):
+                    continue
+                ld, ok = after(k, i)
+                ok &= ld <= limit * (1 + 1e-12)
+                cand = np.nonzero(ok)[0]
+                if not len(cand):
+                    continue
+                added = ld[cand] - load[k][cand]
+                # the least added time, then the fullest (the first PACK_CANDIDATES of them)
+                for j in cand[np.lexsort((-ld[cand], added))][:PACK_CANDIDATES]:
+                    if not want_on or on_time_ok(k, int(j), i):
+                        return k, int(j), float(ld[j])
+            return None
+
+        def put(k, j, i, ld, on):
+            kd = self.kinds[k]
+            members[k][j].append(i)
+            if on:
+                ontime[k][j].append(i)
+            load[k][j] = ld
+            maxnew[k][j] = max(maxnew[k][j], news[i])
+            worksum[k][j] += kd.work[self.cls[i]]
+            mem[k][j] = mem[k][j] + kd.kv[:, self.cls[i]]
+
+        late = []
+        for n, i in enumerate(early + rest):
+            if deadline is not None and n % 64 == 0 and time.perf_counter() >= deadline:
+                return None
+            got = place(i, True, T)
+            if got is None:
+                late.append(i)
+                continue
+            put(*got[:2], i, got[2], True)
+        for i in sorted(late, key=lambda i: -size[i]):
+            got = place(i, False, T)
+            if got is None:  # nothing within T: the least load after it
+                best = None
+                for k in kinds:
+                    if not self.kinds[k].fits[self.cls[i]]:
+                        continue
+                    ld, ok = after(k, i)
+                    if ok.any():
+                        j = int(np.argmin(np.where(ok, ld, np.inf)))
+                        if best is None or ld[j] < best[2]:
+                            best = (k, j, float(ld[j]))
+                if best is None:
+                    return None
+                got = best
+            put(*got[:2], i, got[2], False)
+        return [self.run(Inst(k, members[k][j])) for k in kinds for j in range(mix[k]) if members[k][j]]
+
     def construct(self, deadline: float, lp_mix=None, targets=()) -> Optional[list[Inst]]:
         """The best greedy plan over the mixes (and makespan ``targets``, s) tried before
         ``deadline`` (at least one)."""
@@ -411,19 +592,24 @@ class Anytime:
         found = []
         best, best_v = None, math.inf
         prefer = lp_mix.prefer(self.problem) if lp_mix is not None else None
+        self.tradeoff = None  # every greedy plan is run under both rules (choose_rule)
         for n, mix in enumerate(self.mixes(lp_mix)):
             pref = [prefer] if (prefer is not None and n == 0) else []
             for target, pr in [(None, p) for p in pref] + [(t, p) for p in pref for t in targets] + \
                     [(None, None)] + [(t, None) for t in targets]:
                 if time.perf_counter() >= deadline and best is not None:
+                    self.tradeoff = self.rule_of.get(id(best))
                     return [x for _, _, x in sorted(found, key=lambda t: t[:2])]
                 sol = self.greedy(mix, target, pr)
                 if sol is None:
                     continue
+                sol = self.choose_rule(sol)
                 v = self.score(sol)
                 found.append((v, len(found), sol))
                 if best is None or v < best_v:
                     best, best_v = sol, v
+        if best is not None:
+            self.tradeoff = self.rule_of.get(id(best))
         return [x for _, _, x in sorted(found, key=lambda t: t[:2])]
 
     # ------------------------------------------------------------------ improvement
@@ -727,16 +913,25 @@ class BoundLP:
         if len(dls) > DEADLINE_ROWS:
             dls = np.unique(dls[np.linspace(0, len(dls) - 1, DEADLINE_ROWS).round().astype(int)])
         self.dpoints = dls
+        self.best_T: Optional[float] = None  # makespan (s) of the LP solution at the bound
         C = len(self.d.count)
         self.t_floor = float(np.max([min((kd[1][c] for kd in self.d.kinds if np.isfinite(kd[1][c])), default=np.inf)
                                      for c in range(C)]))
+        news = np.unique(self.d.new)
+        mn = float(news.min()) if len(news) else 0.0
+        news = news[news > mn]
+        if len(news) > STAIRCASE_STEPS:
+            news = np.unique(news[np.linspace(0, len(news) - 1, STAIRCASE_STEPS).round().astype(int)])
+        self.steps = [float(v) for v in news]  # decode-step thresholds of the batched staircase
         G = problem.total_gpus
         work = sum(self.d.count[c] * min(kd[0] * kd[2][c] for kd in self.d.kinds) for c in range(C))
         self.t_floor = max(self.t_floor, work / G)
 
     def max_on_time(self, T: float) -> tuple[float, Optional[dict[int, float]]]:
         """LP maximum of on-time sessions with makespan ≤ T (−1 if infeasible), and the
-        instance counts per kind of the LP solution."""
+        instance counts per kind of the LP solution. An LP that HiGHS ends neither optimal nor
+        infeasible is solved again without presolve, then by the interior-point method; if it
+        still ends unknown, every session counts as on time (the bound stays valid)."""
         import highspy
 
         from optimizer.highs import new_highs, single_thread
@@ -759,6 +954,13 @@ class BoundLP:
         ncol = {}
         for k in range(K):
             ncol[k] = col; col += 1; cost.append(0.0)
+        # staircase of batched kinds: m[k, i] instances of kind k whose longest session decodes
+        # at least STEPS[i] tokens (each such instance reads its weights on at least that many steps)
+        mcol = {}
+        for k, kd in enumerate(d.kinds):
+            if kd[3] > 0:
+                for i in range(len(self.steps)):
+                    mcol[k, i] = col; col += 1; cost.append(0.0)
         r = 0
         for c in range(C):  # assignment
             for k in range(K):
@@ -782,7 +984,32 @@ class BoundLP:
                     if (k, c) in m:
                         entries.append((r, m[k, c], float(work[c])))
             entries.append((r, ncol[k], w * mn - T))
+            prev = mn
+            for i, nu in enumerate(self.steps if w > 0 else ()):  # + w·Σ_i (ν_i − ν_{i−1})·m_i
+                entries.append((r, mcol[k, i], w * (nu - prev)))
+                prev = nu
             row_lo.append(-np.inf); row_hi.append(0.0); r += 1
+            for i, nu in enumerate(self.steps if w > 0 else ()):
+                # Σ_{new_c ≥ ν} work_c·x_kc ≤ m_i·(T − w·ν); Σ_{new_c ≥ ν} kv_c·x_kc ≤ m_i·room
+                # (per stage); m_i ≤ m_{i−1} ≤ n_k
+                for c in range(C):
+                    if d.new[c] >= nu:
+                        for m in (ycol, zcol):
+                            if (k, c) in m:
+                                entries.append((r, m[k, c], float(work[c])))
+                entries.append((r, mcol[k, i], -(T - w * nu)))
+                row_lo.append(-np.inf); row_hi.append(0.0); r += 1
+                for s_ in range(kv.shape[0]):
+                    for c in range(C):
+                        if d.new[c] >= nu and kv[s_, c] > 0:
+                            for m in (ycol, zcol):
+                                if (k, c) in m:
+                                    entries.append((r, m[k, c], float(kv[s_, c])))
+                    entries.append((r, mcol[k, i], -float(room[s_])))
+                    row_lo.append(-np.inf); row_hi.append(0.0); r += 1
+                entries.append((r, mcol[k, i], 1.0))
+                entries.append((r, mcol[k, i - 1] if i else ncol[k], -1.0))
+                row_lo.append(-np.inf); row_hi.append(0.0); r += 1
             # dual-feasible-function cuts (Fekete-Schepers u^(q)): per bin Σ size ≤ 1 implies
             # Σ u^(q)(size) ≤ 1; bins: instances (time, one at a time) and DP ranks (memory)
             for q in DFF_ORDERS:
@@ -832,6 +1059,15 @@ class BoundLP:
         h.run()
         self.solves += 1
         st = h.getModelStatus()
+        done = (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kInfeasible)
+        for option, value in LP_RETRIES:  # HiGHS sometimes ends "unknown": solve again another way
+            if st in done:
+                break
+            h.clearSolver()
+            h.setOptionValue(option, value)
+            h.run()
+            self.solves += 1
+            st = h.getModelStatus()
         if st == highspy.HighsModelStatus.kInfeasible:
             return -1.0, None
         if st != highspy.HighsModelStatus.kOptimal:
@@ -899,6 +1135,7 @@ class BoundLP:
                 b = interval_bound(pts[i], pts[i + 1])
                 if b < best:
                     mix = mixes.get(pts[i + 1])
+                    self.best_T = pts[i + 1]
             best = min(best, b)
         return best * (1 - 1e-7), mix
 
@@ -922,6 +1159,7 @@ class BoundLP:
                 hi, mix = mid, mm
             else:
                 lo = mid
+        self.best_T = hi
         return lo * (1 - 1e-9), mix
 
 

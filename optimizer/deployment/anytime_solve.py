@@ -5,24 +5,30 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
 1. constructive plan (:meth:`~optimizer.deployment.anytime.Anytime.construct`), re-checked by
    the independent evaluator: at most 10 % of the budget (the first mix always finishes);
 2. LP bound (:class:`~optimizer.deployment.anytime.BoundLP`): up to 15 %; then local search
-   from the best ``MULTI_STARTS`` constructive plans (the LP's instance mix among the mixes);
+   from the best ``MULTI_STARTS`` constructive plans (the LP's instance mix among the mixes),
+   ``START_SHARE`` of what is left;
 3. exact search: with at most ``EXACT_CLASSES`` classes (exact equality) the exact
    formulations of :mod:`optimizer.deployment.solver` on the real instance with up to 60 % of
-   what is left (a proven optimum is returned as is: small instances are solved as before);
+   what is left (25 % above ``SMALL_SESSIONS`` sessions) (a proven optimum is returned as is: small instances are solved as before);
    otherwise rounded instances (:func:`~optimizer.deployment.anytime.rounded_problem`) of
-   growing size with up to 30 % of what is left (after a first pass of local search);
-4. local improvement on the real instance until the deadline.
+   growing size with up to ``ROUNDED_SHARE`` of what is left (at most 5 % of the budget);
+4. local improvement on the real instance (:meth:`~optimizer.deployment.anytime.Anytime.improve`,
+   ``LOCAL_SHARE`` of what is left), then large-neighbourhood search
+   (:func:`~optimizer.deployment.lns.lns`: a few instances freed and re-decided by CP-SAT, kinds
+   included) until the deadline or until the plan meets the bound.
 
 The result states which of these produced the plan (``formulation`` and ``notes``).
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 
 from optimizer.deployment import anytime as at
 from optimizer.deployment.evaluate import evaluate
+from optimizer.deployment.lns import lns
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.model.layout import Layout
@@ -30,7 +36,11 @@ from optimizer.result import SolverStats, Status
 
 EXACT_CLASSES = 16  # up to this many exact classes the exact search runs on the real instance
 EXACT_SHARE = 0.6  # share of the time left that the exact search gets on the real instance
+EXACT_SHARE_LARGE = 0.25  # the same above SMALL_SESSIONS sessions (LNS gets the rest)
 MULTI_STARTS = 6  # constructive plans improved by local search
+START_SHARE = 0.15  # share of the time left for local moves from the constructive plans (step 2)
+ROUNDED_SHARE = 0.1  # share of the time left for the rounded instances (step 3)
+LOCAL_SHARE = 0.1  # share of the time left for local moves before LNS (step 4)
 ROUNDED_LEVELS = [(2, 2, 1), (2, 2, 2), (3, 2, 2)]  # (contexts, new tokens, deadlines)
 
 
@@ -75,6 +85,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     if ev is None or ev.violations:
         return _no_plan(problem, perf, obj, A, allowed, t0, deadline)
     best, best_v, source = sol, obj.value(ev), "list scheduling"
+    rule = [A.tradeoff]  # the batch limit rule the best plan was run under
     at.report("constructive plan", t0, best_v, None, unit)
     reserve = 1.5 * eval_s + 0.05
 
@@ -88,6 +99,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         v = A.score(cand)
         if v < best_v * (1 - 1e-12):
             best, best_v, source = cand, v, why
+            rule[0] = A.rule_of.get(id(cand), A.tradeoff)
             at.report(why, t0, best_v, bound, unit)
 
     # 2. bound
@@ -110,20 +122,38 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         nonlocal best, best_v, source
         if v < best_v * (1 - 1e-12):
             best, best_v = insts, v
+            rule[0] = A.tradeoff
             if "local search" not in source:
                 source += " + local search"
             at.report("local search", t0, best_v, bound, unit)
 
+    if not proven() and lp.best_T is not None and left() > 0:  # packings at the LP's makespan
+        packs = _packings(A, lp, mix, time.perf_counter() + min(0.1 * total, 0.2 * left()))
+        for cand in packs:
+            offer(cand, "packing at the LP makespan")
     if not proven() and left() > 0:  # local search from the best few constructive plans
-        starts = A.construct_many(time.perf_counter() + max(0.05, 0.05 * total), mix)[:MULTI_STARTS]
+        first, first_rule = best, rule[0]
+        starts = [first] + A.construct_many(time.perf_counter() + max(0.05, 0.05 * total), mix)[:MULTI_STARTS - 1]
+        A.rule_of[id(first)] = first_rule
         for n, start in enumerate(starts):
             if left() <= 0 or proven():
                 break
-            A.improve(start, time.perf_counter() + 0.4 * left() / (len(starts) - n), better)
+            A.tradeoff = A.rule_of.get(id(start), A.tradeoff)
+            A.improve(start, time.perf_counter() + START_SHARE * left() / (len(starts) - n), better)
+    def better_lns(insts, v):
+        nonlocal best, best_v, source
+        if v < best_v * (1 - 1e-12):
+            best, best_v = insts, v
+            rule[0] = A.tradeoff
+            if "LNS" not in source:
+                source += " + LNS"
+            at.report("LNS", t0, best_v, bound, unit)
+
     # 3. exact search
     exact = "none"
     if not proven() and len(problem.classes) <= EXACT_CLASSES and left() > 0.2:
-        out = _solve_exact(problem, obj, time.perf_counter() + EXACT_SHARE * left(), degrees, perf, layouts)
+        share = EXACT_SHARE if len(problem.sessions) <= SMALL_SESSIONS else EXACT_SHARE_LARGE
+        out = _solve_exact(problem, obj, time.perf_counter() + share * left(), degrees, perf, layouts)
         stats.solves += out.stats.solves
         if out.status == Status.OPTIMAL:
             return out  # small instances: the exact search's proven optimum, as before
@@ -140,7 +170,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
             rp = at.rounded_problem(problem, lv)
             if len(rp.classes) >= len(problem.classes):
                 break
-            share = time.perf_counter() + min(0.1 * total, 0.3 * left()) / max(1, len(ROUNDED_LEVELS) - len(tried))
+            share = time.perf_counter() + min(0.05 * total, ROUNDED_SHARE * left()) / max(1, len(ROUNDED_LEVELS) - len(tried))
             out = _solve_exact(rp, obj, share, degrees, PerfModel(rp), layouts)
             stats.solves += out.stats.solves
             tried.append(f"{len(rp.classes)} classes: {out.status.value}")
@@ -148,9 +178,12 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 offer(A.from_plan(out.evaluation.plan), f"rounded instance ({len(rp.classes)} classes)")
         if tried:
             exact = "rounded instances (lengths up, deadlines down) by the exact search: " + ", ".join(tried)
-    # 4. improvement
+    # 4. improvement: local moves, then large-neighbourhood search until the deadline
+    A.tradeoff = rule[0]
     if not proven() and left() > 0:
-        A.improve(best, time.perf_counter() + max(0.0, left()), better)
+        A.improve(best, time.perf_counter() + max(0.0, LOCAL_SHARE * left()), better)
+    if not proven() and left() > 0.1:
+        lns(A, best, time.perf_counter() + left(), better_lns, bound=bound)
     plan = A.plan(best)
     ev = evaluate(problem, plan, perf)
     if ev.violations:
@@ -168,6 +201,38 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     at.report("done", t0, value, bound, unit)
     return out
 
+
+
+PACK_SLACK = (1.02, 1.06, 1.12, 1.2)  # makespan targets of the packings, times the LP's makespan
+
+
+def _packings(A, lp, mix, deadline: float) -> list:
+    """Plans by :meth:`~optimizer.deployment.anytime.Anytime.pack` at makespan targets a little
+    above the LP solution's (``PACK_SLACK``), on the LP's instance mix rounded to whole instances
+    and on every single-kind mix, each run under the better batch limit rule; stops at
+    ``deadline``."""
+    G = A.problem.total_gpus
+    mixes = []
+    if mix is not None:
+        counts = {k: int(math.floor(n + 1e-6)) for k, n in mix.counts.items() if n > 1e-6}
+        free = G - sum(A.kinds[k].gpus * n for k, n in counts.items())
+        for k in sorted(counts, key=lambda k: -(mix.counts[k] - counts[k])):
+            if free >= A.kinds[k].gpus:
+                counts[k] += 1
+                free -= A.kinds[k].gpus
+        mixes.append(({k: n for k, n in counts.items() if n > 0}, mix.prefer(A.problem)))
+    mixes += [({k: G // kd.gpus}, None) for k, kd in enumerate(A.kinds) if G // kd.gpus > 0]
+    out = []
+    for f in PACK_SLACK:
+        for m, pref in mixes:
+            if out and time.perf_counter() >= deadline:
+                return out
+            if not m:
+                continue
+            sol = A.pack(m, lp.best_T * f, pref, deadline=deadline)
+            if sol is not None:
+                out.append(A.choose_rule(sol))
+    return out
 
 
 SMALL_SESSIONS = 60  # without a constructive plan, problems up to this size go to the exact path

@@ -20,6 +20,9 @@ from optimizer.schema_base import apply_overrides, read_yaml
 DEFAULT_OBJECTIVE = "cost"
 DEFAULT_TIME_LIMIT_S = 60.0
 MAIN_SHARE = 0.6  # share of the budget for the main solve; explanations get the rest
+# problems of more sessions than this (traffic at scale: the anytime search improves until its
+# deadline, and the comparison rows cannot finish anyway) give the main solve a larger share
+LARGE_SESSIONS, LARGE_MAIN_SHARE = 60, 0.85
 # the budget: 92% of --time-limit less 0.4 s (process start-up, binding limits, output), so that
 # the whole command ends within the limit + 10%
 HARD_SHARE, HARD_MARGIN_S = 0.92, 0.4
@@ -46,7 +49,7 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
         time_limit_s: wall-clock budget of the whole call, explanations included (default:
             60 s for the main solve, then 1.5x its time, within 2-10 s, for explanations). With a
             limit T the budget is 92% of T less 0.4 s, counted from :data:`optimizer.clock.COMMAND_START` when the
-            CLI set it; the main solve gets 60% of it and the comparison rows and conflict
+            CLI set it; the main solve gets 60% of it (85% above 60 sessions) and the comparison rows and conflict
             explanation share the rest; parts cut short are listed in ``cut_short``.
         explain: also compute the per-degree comparison and binding constraints.
     Returns:
@@ -64,7 +67,8 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
         main_s, end = DEFAULT_TIME_LIMIT_S, None
     else:  # keep a margin for start-up, the binding limits and printing
         budget = max(0.5 * time_limit_s, HARD_SHARE * time_limit_s - HARD_MARGIN_S)
-        main_s, end = MAIN_SHARE * budget, t0 + budget
+        share = LARGE_MAIN_SHARE if len(problem.sessions) > LARGE_SESSIONS else MAIN_SHARE
+        main_s, end = share * budget, t0 + budget
     outcome = solve_deployment(problem, obj, main_s, perf=perf)
     report = DeploymentReport(problem, outcome, perf=perf)
 

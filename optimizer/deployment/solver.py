@@ -121,7 +121,11 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
         done = solve_anytime(problem, perf, obj, deadline, degrees, layouts)
         if done is not None:
             return done
-    return _solve_exact(problem, obj, deadline, degrees, perf, layouts)
+    out = _solve_exact(problem, obj, deadline, degrees, perf, layouts)
+    from optimizer.deployment import anytime as at
+
+    at.report("done", at.progress_start(), out.value, out.bound, obj.unit)  # --progress: the final row
+    return out
 
 
 def _anytime_applies(problem: Problem, perf: PerfModel, obj, degrees) -> bool:
@@ -210,7 +214,8 @@ def _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, se
         hint_from_plan(f, seed_plan, spt=obj.kind == "finish_sum")
     left = max(0.05, deadline - time.perf_counter())
     share = left * 0.7 if obj.kind == "count" else left
-    out = solve_cp(f.model, share, workers=_workers(f) if obj.kind == "finish_sum" else 2)
+    out = solve_cp(f.model, share, workers=_workers(f) if obj.kind == "finish_sum" else 2,
+                   on_solution=_cp_progress(problem, obj))
     stats.time_s += out.time_s
     stats.solves += 1
     if out.status in (Status.INFEASIBLE, Status.TIME_LIMIT):
@@ -235,11 +240,33 @@ def _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, se
     return _finish(out.status, obj, value, min(bound, value), ev, stats, allowed, mode)
 
 
+def _cp_progress(problem, obj):
+    """``--progress`` for a CP-SAT solve with the objective set directly: each improving
+    solution's objective and proven bound, in the objective's unit (None without a display)."""
+    from optimizer.deployment import anytime as at
+
+    if at.PROGRESS is None:
+        return None
+    return lambda o, b: at.report("cp-sat", at.progress_start(), obj.bound_in_unit(problem, o),
+                                  obj.bound_in_unit(problem, b), obj.unit)
+
+
+def _ratio_progress(problem, obj, lam, bound_ratio) -> None:
+    """``--progress`` for a Dinkelbach iteration: the ratio reached and the proven bound."""
+    from optimizer.deployment import anytime as at
+
+    if at.PROGRESS is None:
+        return
+    b = None if bound_ratio is None else max(0.0, obj.ratio_in_unit(problem, bound_ratio) - obj.rounding_slack(problem))
+    at.report("Dinkelbach", at.progress_start(), obj.ratio_in_unit(problem, lam), b, obj.unit)
+
+
 def _dinkelbach(problem, perf, usable, obj, lam, bound_ratio, out, f, deadline, stats):
     """Dinkelbach iterations on the compact formulation (ratio objectives)."""
     best_f, best_solver = f, out.solver
     proven = False
     hint = _solution(out.solver, f)
+    _ratio_progress(problem, obj, lam, bound_ratio)
     while time.perf_counter() < deadline:
         f = build(problem, perf, usable, obj)
         obj.apply(f, lam)
@@ -262,6 +289,7 @@ def _dinkelbach(problem, perf, usable, obj, lam, bound_ratio, out, f, deadline, 
         if new_lam < lam:
             lam, best_f, best_solver = new_lam, f, out.solver
             hint = _solution(out.solver, f)
+            _ratio_progress(problem, obj, lam, bound_ratio)
         else:
             break  # no progress within the time limit
     return extract_plan(best_f, best_solver), lam, bound_ratio, proven
