@@ -178,6 +178,7 @@ def _progress_display():
     def close() -> None:
         anytime.set_progress(None)
         live.stop()
+        click.echo("", err=True)  # end the table's last line
 
     return close
 

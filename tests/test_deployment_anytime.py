@@ -280,3 +280,49 @@ def test_time_limit_counts_the_interpreter_start_up():
     assert 0.0 <= age < 60.0
     if Path("/proc/self/stat").exists():
         assert age > 0.0
+
+
+def test_short_limit_still_gives_a_plan(tmp_path):
+    """200 distinct batched sessions with --time-limit 2: the constructive phase runs past its
+    share until some plan meets the on-time requirement, so a plan (not `time_limit`) comes back."""
+    path = _mixed(tmp_path, max_batch=None, seed=3)
+    res = subprocess.run([sys.executable, "-m", "optimizer.cli", str(path), "--time-limit", "2", "--format", "json"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert d["status"] in ("feasible", "optimal") and d["objective"]["value"] is not None
+
+
+def test_limit_holds_when_even_the_first_plan_takes_too_long():
+    """100,000 identical sessions, --time-limit 5: the list scheduling gives up at the deadline
+    and the command ends within the limit + 10 % with `time_limit` and the reason (exit 4)."""
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "optimizer.cli", "instances/qwen32b_128k.yaml",
+                          "--set", "workload.sessions.0.context_tokens=1000", "--set", "workload.sessions.0.count=100000",
+                          "--set", "workload.min_on_time_fraction=0", "--set", "hardware.servers=64",
+                          "--time-limit", "5", "--format", "json", "--progress"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    elapsed = time.perf_counter() - t0
+    assert elapsed <= 5 * 1.1
+    d = json.loads(res.stdout)
+    if res.returncode == 4:
+        assert d["status"] == "time_limit" and d["objective"]["value"] is None
+        assert any("within the time limit" in n for n in d["notes"])
+    else:
+        assert res.returncode == 0 and d["status"] in ("feasible", "optimal")
+    assert res.stderr.endswith("\n")  # the progress table's last line is ended
+
+
+def test_progress_shows_no_gap_without_a_plan():
+    """A constructive plan that misses the on-time requirement (value inf) shows no incumbent and no gap."""
+    from optimizer.deployment import anytime as at
+
+    rows = []
+    at.set_progress(rows.append)
+    try:
+        at.report("constructive plan", time.perf_counter(), math.inf, 0.5, "x")
+        at.report("LP bound", time.perf_counter(), 1.0, 0.5, "x")
+    finally:
+        at.set_progress(None)
+    assert rows[0]["value"] is None and rows[0]["gap"] is None
+    assert rows[1]["gap"] == pytest.approx(0.5)

@@ -121,6 +121,8 @@ def report(phase: str, t0: float, value: Optional[float], bound: Optional[float]
         return  # at most two improvement lines a second
     _LAST[0] = now
     gap = None
+    if value is not None and not math.isfinite(value):
+        value = None  # no plan meets the on-time requirement yet
     if value is not None and bound is not None and value > 0:
         gap = max(0.0, (value - bound) / abs(value))
     PROGRESS({"phase": phase, "elapsed_s": time.perf_counter() - t0, "value": value, "bound": bound, "gap": gap,
@@ -235,6 +237,7 @@ class Anytime:
         # makespan); a number μ (s per on-time session), the least ``makespan − μ·on time``
         self.tradeoff: Optional[float] = None
         self.rule_of: dict[int, Optional[float]] = {}  # the rule each constructive plan was run under
+        self.stop_at: Optional[float] = None  # greedy plans give up at this time (perf_counter)
 
     # ------------------------------------------------------------------ one instance
     def run(self, inst: Inst) -> Inst:
@@ -348,7 +351,24 @@ class Anytime:
             m = {k: n for k, n in m.items() if n > 0}
             if m and m not in uniq:
                 uniq.append(m)
-        return uniq
+        # the LP's mix first, then by a fluid makespan estimate (when time runs short, the
+        # promising mixes have been tried): max(longest session, Σ work / instances), each
+        # session on its cheapest kind of the mix that fits it
+        head = uniq[:1] if lp_mix is not None else []
+        return head + sorted(uniq[len(head):], key=self._fluid_makespan)
+
+    def _fluid_makespan(self, mix: dict[int, int]) -> float:
+        """Fluid makespan estimate (s) of ``mix`` (see :meth:`mixes`); inf when a session fits none."""
+        alone = np.full(len(self.sess), np.inf)
+        work = np.full(len(self.sess), np.inf)
+        for k in mix:
+            kd = self.kinds[k]
+            ok = kd.fits[self.cls]
+            alone = np.where(ok, np.minimum(alone, kd.alone[self.cls]), alone)
+            work = np.where(ok, np.minimum(work, kd.work[self.cls]), work)
+        if not np.all(np.isfinite(alone)):
+            return math.inf
+        return max(float(alone.max()), float(work.sum()) / max(1, sum(mix.values())))
 
     def greedy(self, mix: dict[int, int], target: Optional[float] = None,
                prefer: Optional[np.ndarray] = None) -> Optional[list[Inst]]:
@@ -431,7 +451,9 @@ class Anytime:
             mem[k][j] += kd.kv[:, c]
             members[k][j].append(int(i))
 
-        for i in order:
+        for n, i in enumerate(order):
+            if self.stop_at is not None and n % 256 == 0 and time.perf_counter() >= self.stop_at:
+                return None  # out of time (construct_many's hard deadline)
             if target is None:
                 b = choose(i, None)
                 if b is None:
@@ -580,25 +602,30 @@ class Anytime:
             put(*got[:2], i, got[2], False)
         return [self.run(Inst(k, members[k][j])) for k in kinds for j in range(mix[k]) if members[k][j]]
 
-    def construct(self, deadline: float, lp_mix=None, targets=()) -> Optional[list[Inst]]:
+    def construct(self, deadline: float, lp_mix=None, targets=(), hard: Optional[float] = None) -> Optional[list[Inst]]:
         """The best greedy plan over the mixes (and makespan ``targets``, s) tried before
-        ``deadline`` (at least one)."""
-        ranked = self.construct_many(deadline, lp_mix, targets)
+        ``deadline`` (at least one; until ``hard`` while none meets the on-time requirement)."""
+        ranked = self.construct_many(deadline, lp_mix, targets, hard)
         return ranked[0] if ranked else None
 
-    def construct_many(self, deadline: float, lp_mix=None, targets=()) -> list[list[Inst]]:
-        """Every greedy plan built before ``deadline`` (at least one when any exists), best
-        first (starting points for :meth:`improve`)."""
+    def construct_many(self, deadline: float, lp_mix=None, targets=(), hard: Optional[float] = None) -> list[list[Inst]]:
+        """Every greedy plan built before ``deadline`` (at least one when any exists; past it,
+        until ``hard``, while none meets the on-time requirement), best first (starting points
+        for :meth:`improve`)."""
         found = []
         best, best_v = None, math.inf
         prefer = lp_mix.prefer(self.problem) if lp_mix is not None else None
         self.tradeoff = None  # every greedy plan is run under both rules (choose_rule)
+        self.stop_at = hard
         for n, mix in enumerate(self.mixes(lp_mix)):
             pref = [prefer] if (prefer is not None and n == 0) else []
             for target, pr in [(None, p) for p in pref] + [(t, p) for p in pref for t in targets] + \
                     [(None, None)] + [(t, None) for t in targets]:
-                if time.perf_counter() >= deadline and best is not None:
-                    self.tradeoff = self.rule_of.get(id(best))
+                now = time.perf_counter()
+                if (now >= deadline and best is not None and (math.isfinite(best_v) or hard is None)) or \
+                        (hard is not None and now >= hard):
+                    self.stop_at = None
+                    self.tradeoff = self.rule_of.get(id(best)) if best is not None else None
                     return [x for _, _, x in sorted(found, key=lambda t: t[:2])]
                 sol = self.greedy(mix, target, pr)
                 if sol is None:
@@ -608,6 +635,7 @@ class Anytime:
                 found.append((v, len(found), sol))
                 if best is None or v < best_v:
                     best, best_v = sol, v
+        self.stop_at = None
         if best is not None:
             self.tradeoff = self.rule_of.get(id(best))
         return [x for _, _, x in sorted(found, key=lambda t: t[:2])]
@@ -1109,6 +1137,8 @@ class BoundLP:
 
         def v(T):
             if T not in vals:
+                if time.perf_counter() >= deadline:
+                    return N  # not evaluated in time: every session on time (a valid, weak bound)
                 vals[T], mixes[T] = self.max_on_time(T)
             return vals[T]
 

@@ -9,7 +9,8 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
    ``START_SHARE`` of what is left;
 3. exact search: with at most ``EXACT_CLASSES`` classes (exact equality) the exact
    formulations of :mod:`optimizer.deployment.solver` on the real instance with up to 60 % of
-   what is left (25 % above ``SMALL_SESSIONS`` sessions) (a proven optimum is returned as is: small instances are solved as before);
+   what is left (25 % above ``EXACT_SESSIONS`` sessions; a proven optimum is returned as is:
+   small instances are solved as before);
    otherwise rounded instances (:func:`~optimizer.deployment.anytime.rounded_problem`) of
    growing size with up to ``ROUNDED_SHARE`` of what is left (at most 5 % of the budget);
 4. local improvement on the real instance (:meth:`~optimizer.deployment.anytime.Anytime.improve`,
@@ -34,9 +35,11 @@ from optimizer.deployment.schema import Problem
 from optimizer.model.layout import Layout
 from optimizer.result import SolverStats, Status
 
+OPTIMAL_GAP = 1e-6  # a plan returned within this relative gap of its bound is reported optimal
 EXACT_CLASSES = 16  # up to this many exact classes the exact search runs on the real instance
 EXACT_SHARE = 0.6  # share of the time left that the exact search gets on the real instance
-EXACT_SHARE_LARGE = 0.25  # the same above SMALL_SESSIONS sessions (LNS gets the rest)
+EXACT_SESSIONS = 200  # above this many sessions the exact search gets EXACT_SHARE_LARGE
+EXACT_SHARE_LARGE = 0.25  # (LNS gets the rest)
 MULTI_STARTS = 6  # constructive plans improved by local search
 START_SHARE = 0.15  # share of the time left for local moves from the constructive plans (step 2)
 ROUNDED_SHARE = 0.1  # share of the time left for the rounded instances (step 3)
@@ -78,7 +81,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, st, allowed, mode)
     unit = obj.unit
     notes: list[str] = []
-    sol = A.construct(t0 + 0.1 * total)
+    sol = A.construct(t0 + 0.1 * total, hard=deadline)
     te = time.perf_counter()
     ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
     eval_s = time.perf_counter() - te
@@ -113,7 +116,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         notes.append(f"LP bound not computed: {exc}")
     at.report("LP bound", t0, best_v, bound, unit)
 
-    def proven() -> bool:
+    def proven() -> bool:  # strict: small instances still go on to the exact search's proof
         return bound is not None and bound >= best_v * (1 - 1e-9)
 
     stats = SolverStats("anytime (list scheduling, HiGHS LP bound)", Status.FEASIBLE, 0.0, solves=lp.solves)
@@ -152,7 +155,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     # 3. exact search
     exact = "none"
     if not proven() and len(problem.classes) <= EXACT_CLASSES and left() > 0.2:
-        share = EXACT_SHARE if len(problem.sessions) <= SMALL_SESSIONS else EXACT_SHARE_LARGE
+        share = EXACT_SHARE if len(problem.sessions) <= EXACT_SESSIONS else EXACT_SHARE_LARGE
         out = _solve_exact(problem, obj, time.perf_counter() + share * left(), degrees, perf, layouts)
         stats.solves += out.stats.solves
         if out.status == Status.OPTIMAL:
@@ -196,7 +199,9 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     mode = f"anytime ({source})"
     notes.append(f"{len(problem.sessions)} sessions in {n_cls} classes by exact equality; plan from {source}; "
                  f"exact part: {exact}; bound: LP relaxation (HiGHS, {lp.solves} solves)")
-    out = _finish(Status.FEASIBLE, obj, value, bound, ev, stats, allowed, mode)
+    status = Status.OPTIMAL if bound is not None and bound >= value * (1 - OPTIMAL_GAP) else Status.FEASIBLE
+    stats.status = status
+    out = _finish(status, obj, value, bound, ev, stats, allowed, mode)
     out.notes = notes + out.notes
     at.report("done", t0, value, bound, unit)
     return out
@@ -266,6 +271,7 @@ def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float
         return out
     stats.status = Status.TIME_LIMIT
     out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, "anytime")
-    out.notes.append(f"no plan with {need} sessions on time found by list scheduling; the LP relaxation allows "
+    out.notes.append(f"no plan with {need} sessions on time found by list scheduling within the time limit; "
+                     f"the LP relaxation allows "
                      f"up to {most:.1f}")
     return out

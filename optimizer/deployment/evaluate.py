@@ -168,12 +168,17 @@ def _timeline(perf: PerfModel, problem: Problem, inst: PlannedInstance, fault: O
         return _batched_timeline(perf, inst, by_id)
     out, t = [], 0.0
     hit = False
+    memo = perf.__dict__.setdefault("_evaluator_service_s", {})  # identical sessions: one sum
     for sid in inst.sessions:
         s = by_id[sid]
-        if inst.layout is None:
-            svc = perf.service_time_s(inst.degree, s.context, s.new)
-        else:
-            svc = float(perf.model.single_session_step_s(inst.layout, np.arange(s.context, s.context + s.new)).sum())
+        key = (inst.degree if inst.layout is None else inst.layout, s.context, s.new)
+        svc = memo.get(key)
+        if svc is None:
+            if inst.layout is None:
+                svc = perf.service_time_s(inst.degree, s.context, s.new)
+            else:
+                svc = float(perf.model.single_session_step_s(inst.layout, np.arange(s.context, s.context + s.new)).sum())
+            memo[key] = svc
         start, finish = t, t + svc
         if fault is not None and not hit and finish > fault.at_s:
             hit = True  # running at the fault: restart from the first step after the stall
