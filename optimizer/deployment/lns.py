@@ -16,6 +16,12 @@ instance mix (e.g. a TP8 for the longest sessions where the plan runs TP4). Each
 3. **Accepts** the new plan when the objective of the whole plan, re-simulated exactly by
    :meth:`~optimizer.deployment.anytime.Anytime.run`, improves.
 
+Every ``RESCUE_EVERY``-th step instead moves late sessions (alone, or swapped with a session of
+the target, or into an instance twice as wide) to where they are on time, each candidate
+simulated exactly (:meth:`~optimizer.deployment.anytime.Anytime._rescue_late`): with batching a
+session with a tight deadline is late on an instance with many co-running sessions, a case the
+surrogate of the repair model sees only roughly.
+
 Repair model (instance slots ``j`` of kind ``k`` with ``g_k`` GPUs, freed sessions ``s``):
 ``open_j ∈ {0,1}``, ``x_sj ∈ {0,1}`` (s runs on j), ``y_sj ≤ x_sj`` (s on time on j);
 ``Σ_j x_sj = 1``; ``Σ_j g_j·open_j ≤ B``; ``x_sj ≤ open_j``; memory per pipeline stage
@@ -54,6 +60,8 @@ MAX_SLOTS_PER_KIND = 10  # candidate instances of one kind in the repair model
 SUB_TIME_S = 0.6  # CP-SAT time per repair
 REPAIR_WORKERS = 2  # CP-SAT workers per repair (the target machine has 2 cores)
 KIB = 1024
+RESCUE_EVERY = 5  # every 5th step moves late sessions to where they are on time, simulated exactly
+RESCUE_SLICE_S = 1.0  # at most this long per such step
 
 
 def lns(A, insts: list, deadline: float, on_better: Optional[Callable] = None, seed: int = 0,
@@ -81,6 +89,13 @@ def lns(A, insts: list, deadline: float, on_better: Optional[Callable] = None, s
         if A.tradeoff is not None:  # the batch limit rule follows the plan's exchange rate
             A.tradeoff = M / max(1, len(A.sess) - sum(late))
         used = sum(A.kinds[it.kind].gpus for it in insts)
+        if any(late) and step % RESCUE_EVERY == 0:  # exact moves of late sessions (Anytime._rescue_late)
+            moved = A._rescue_late(insts, cur, min(deadline, time.perf_counter() + RESCUE_SLICE_S))
+            if moved is not None:
+                insts, cur = moved
+                if on_better is not None:
+                    on_better(insts, cur)
+            continue
         mode = "shrink" if (step % 3 != 0 or not any(late)) else "late"
         if mode == "shrink":
             target = M * (1 - delta)
