@@ -155,6 +155,7 @@ class Kind:
     fits: np.ndarray
     work: np.ndarray
     w_step: float
+    est: Optional[np.ndarray] = None  # work plus each step's growth of collectives and compute with one more token (heuristics only)
 
 
 def _kv_and_weight_rates(perf, lay: Layout) -> tuple[float, float]:
@@ -177,6 +178,24 @@ def _kv_and_weight_rates(perf, lay: Layout) -> tuple[float, float]:
         w += l0 + float(np.max(pieces[3])) + float(np.max(pieces[4]))
         kv += max(0.0, l1) / dp
     return w, kv
+
+
+def _token_rate(perf, lay: Layout, tokens: int = 16) -> float:
+    """Seconds one more decoding session adds to a step of ``lay`` besides its KV reads (larger
+    collectives and compute), from the shared model's step at ``tokens`` against one token at
+    zero context: an estimate for the constructive and LNS surrogates (the LP bound does not use
+    it)."""
+    m = perf.model
+    dp = lay.attention_dp
+    zero = np.zeros(dp)
+    total = 0.0
+    for st in m.stages(lay.pp):
+        one, many = np.zeros(dp), np.zeros(dp)
+        one[0], many[:] = 1.0, tokens / dp
+        t1 = float(np.max(m._stage_time(st, lay, one, zero, 1.0, None)[0]))
+        tn = float(np.max(m._stage_time(st, lay, many, zero, float(tokens), None)[0]))
+        total += max(0.0, tn - t1) / (tokens - 1)
+    return total
 
 
 def instance_kinds(problem: Problem, perf, layouts) -> list[Kind]:
@@ -202,7 +221,8 @@ def instance_kinds(problem: Problem, perf, layouts) -> list[Kind]:
         # Σ_{s=ctx}^{ctx+new-1} (s+1) token positions read over the session's steps
         positions = new * ctx + new * (new + 1) / 2
         work = alone if cap == 1 else kv_rate * positions
-        out.append(Kind(lay, lay.gpus, cap, problem.tp_only, alone, static, kv, fits, work, w))
+        est = work if cap == 1 else work + new * _token_rate(perf, lay)
+        out.append(Kind(lay, lay.gpus, cap, problem.tp_only, alone, static, kv, fits, work, w, est))
     return out
 
 
@@ -411,7 +431,7 @@ class Anytime:
             else:
                 new = self.sess[i].new
                 st = np.maximum(np.maximum(steps[k], new), np.ceil((nsum[k] + new) / kd.batch_cap))
-                fin = np.maximum(kd.w_step * st + kvw[k] + kd.work[c], kd.alone[c])
+                fin = np.maximum(kd.w_step * st + kvw[k] + kd.est[c], kd.alone[c])
             fin = np.where(ok, fin, np.inf)
             return fin, kd.gpus * (fin - proxy(k))
 
@@ -447,7 +467,7 @@ class Anytime:
             load[k][j] += kd.alone[c]
             steps[k][j] = max(steps[k][j], self.sess[i].new)
             nsum[k][j] += self.sess[i].new
-            kvw[k][j] += kd.work[c]
+            kvw[k][j] += kd.est[c]
             mem[k][j] += kd.kv[:, c]
             members[k][j].append(int(i))
 
@@ -520,22 +540,30 @@ class Anytime:
         else:  # batched: longest decodes first, so that instances group sessions of similar length
             early, rest = [], sorted(range(S), key=lambda i: (-self.sess[i].new, -size[i], i))
 
+        # batched surrogate finishes of each instance's on-time sessions, kept up to date by put()
+        fin_on = {k: [np.zeros(0) for _ in range(mix[k])] for k in kinds}
+
+        def batched_finishes(k, j, i):
+            """(finishes of j's on-time sessions with i added, i's own finish), surrogate."""
+            kd = self.kinds[k]
+            on = ontime[k][j]
+            wi = kd.est[self.cls[i]]
+            others = fin_on[k][j] + wi * np.minimum(1.0, news[on] / news[i]) if on else fin_on[k][j]
+            sess = members[k][j]
+            own = kd.w_step * news[i] + wi
+            if sess:
+                own += float(np.sum(kd.est[self.cls[sess]] * np.minimum(1.0, news[i] / news[sess])))
+            return others, own
+
         def on_time_ok(k, j, i) -> bool:
             """Every on-time session of instance j of kind k, with i added, meets its deadline."""
             kd = self.kinds[k]
-            on = ontime[k][j] + [i]
             if kd.batch_cap == 1:
-                o = sorted(on, key=lambda x: self.dl[x])
+                o = sorted(ontime[k][j] + [i], key=lambda x: self.dl[x])
                 fin = np.cumsum(kd.alone[self.cls[o]])
                 return bool(np.all(fin <= self.dl[o] + EPS_S))
-            sess = members[k][j] + [i]
-            nn = news[sess]
-            work = kd.work[self.cls[sess]]
-            for m in on:
-                fin = kd.w_step * news[m] + float(np.sum(work * np.minimum(1.0, news[m] / nn)))
-                if fin > self.dl[m] + EPS_S:
-                    return False
-            return True
+            others, own = batched_finishes(k, j, i)
+            return own <= self.dl[i] + EPS_S and bool(np.all(others <= self.dl[ontime[k][j]] + EPS_S))
 
         def after(k, i):
             """(load of every instance of kind k with i added, memory fits) as arrays."""
@@ -543,7 +571,7 @@ class Anytime:
             if kd.batch_cap == 1:
                 ld = load[k] + kd.alone[c]
             else:
-                ld = kd.w_step * np.maximum(maxnew[k], news[i]) + worksum[k] + kd.work[c]
+                ld = kd.w_step * np.maximum(maxnew[k], news[i]) + worksum[k] + kd.est[c]
             ok = np.all(mem[k] + kd.kv[:, c] <= self.mem, axis=1)
             return ld, ok
 
@@ -567,12 +595,15 @@ class Anytime:
 
         def put(k, j, i, ld, on):
             kd = self.kinds[k]
+            if kd.batch_cap > 1:
+                others, own = batched_finishes(k, j, i)
+                fin_on[k][j] = np.append(others, own) if on else others
             members[k][j].append(i)
             if on:
                 ontime[k][j].append(i)
             load[k][j] = ld
             maxnew[k][j] = max(maxnew[k][j], news[i])
-            worksum[k][j] += kd.work[self.cls[i]]
+            worksum[k][j] += kd.est[self.cls[i]]
             mem[k][j] = mem[k][j] + kd.kv[:, self.cls[i]]
 
         late = []
@@ -945,6 +976,11 @@ class BoundLP:
         C = len(self.d.count)
         self.t_floor = float(np.max([min((kd[1][c] for kd in self.d.kinds if np.isfinite(kd[1][c])), default=np.inf)
                                      for c in range(C)]))
+        # the makespan is at least the longest session alone on the fastest kind it fits: taken
+        # from the real classes (the LP's relaxed classes round lengths down)
+        alone = np.array([np.where(k.fits, k.alone, np.inf) for k in kinds])
+        if alone.size:
+            self.t_floor = max(self.t_floor, float(np.max(np.min(alone, axis=0))))
         news = np.unique(self.d.new)
         mn = float(news.min()) if len(news) else 0.0
         news = news[news > mn]

@@ -271,7 +271,7 @@ def repair(A, sessions: list[int], budget: int, t_sub: float, need: int, time_s:
                     m.add(ConstraintKey("deadline", f"{name}, {d * 1e3:.1f} ms"), sum(terms) <= ticks_down(d))
         else:
             w = kd.w_step * scale
-            work = {i: kd.work[A.cls[i]] * scale for i in here}
+            work = {i: kd.est[A.cls[i]] * scale for i in here}
             steps = mdl.new_int_var(0, max(A.sess[i].new for i in here) if here else 0, f"steps[{j}]")
             for i in here:
                 mdl.add(steps >= A.sess[i].new * x[i, j])
@@ -317,9 +317,10 @@ def repair(A, sessions: list[int], budget: int, t_sub: float, need: int, time_s:
 
 
 def _surrogate(A, k: int, sessions: list[int]) -> float:
-    """Surrogate batched makespan ``w·max new + Σ work`` (s) of ``sessions`` on kind ``k``."""
+    """Surrogate batched makespan ``w·max new + Σ work`` (s) of ``sessions`` on kind ``k`` (work
+    with each step's growth per session, :attr:`~optimizer.deployment.anytime.Kind.est`)."""
     kd = A.kinds[k]
-    return kd.w_step * max(A.sess[i].new for i in sessions) + float(sum(kd.work[A.cls[i]] for i in sessions))
+    return kd.w_step * max(A.sess[i].new for i in sessions) + float(sum(kd.est[A.cls[i]] for i in sessions))
 
 
 def _hint(A, mdl, old: list, slots, x, y) -> None:
