@@ -45,7 +45,9 @@ batch limit of :mod:`optimizer.deployment.batching`):
    ``G·T_k / v_max(T_{k+1})`` on every interval ``[T_k, T_{k+1})`` of a grid of thresholds
    (refined where the minimum is), the makespan at least the largest T whose LP cannot reach
    the on-time requirement. With very many classes the LP is built on a relaxed instance
-   (contexts and new tokens rounded down, deadlines up), which only lowers the bound.
+   (contexts and new tokens rounded down, deadlines up), which only lowers the bound; the
+   makespan floor (the longest session alone on the fastest kind it fits) is taken from the
+   real classes.
 4. **Aggregation** (:func:`rounded_problem`): sessions in exact-equality classes first; when
    there are too many, a rounded instance (contexts and new tokens rounded up to a few grid
    values, deadlines down) is solved by the exact configuration search; its plans, with the same
