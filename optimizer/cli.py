@@ -102,13 +102,8 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
             files += [str(f) for f in getattr(report, "outputs", None) or []]
             files.append(str(output_dir / "result.json"))
             _write_result(report, output_dir, files)
-    except InputError as exc:
-        click.echo(exc.line(), err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except OSError as exc:  # an output or plot folder that cannot be written
-        where = exc.filename or output_dir or plot_dir
-        click.echo(f"error: {where}: cannot write: {exc.strerror or exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    except (InputError, OSError) as exc:  # OSError: an output or plot folder that cannot be written
+        _exit_bad_input(exc, output_dir or plot_dir)
     finally:
         clock.COMMAND_START = None
         if live is not None:
@@ -192,6 +187,16 @@ def _result_dict(report, files: list[str]) -> dict:
     return d
 
 
+def _exit_bad_input(exc: Exception, where, what: str = "cannot write: ") -> None:
+    """One line on stderr and exit code 2: an :class:`InputError` says file, field and problem;
+    an ``OSError`` names the path (``where`` when the error has none) and ``what`` failed."""
+    if isinstance(exc, InputError):
+        click.echo(exc.line(), err=True)
+    else:
+        click.echo(f"error: {exc.filename or where}: {what}{exc.strerror or exc}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
 def _write_result(report, output_dir: Path, files: list[str]) -> None:
     """``--output DIR``: every problem writes ``DIR/result.json`` (the ``--format json`` object);
     expert placement also writes its placement files there."""
@@ -227,12 +232,8 @@ def calibrate_cmd(measurements: Path, models, hardware, seed: int, starts: int, 
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(cal.yaml_fragment(res, measurements.name))
-    except InputError as exc:
-        click.echo(exc.line(), err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except OSError as exc:
-        click.echo(f"error: {exc.filename or output}: cannot write: {exc.strerror or exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    except (InputError, OSError) as exc:
+        _exit_bad_input(exc, output)
     if fmt == "json":
         click.echo(json.dumps(res.to_dict() | ({"files": [str(output)]} if output else {}), indent=2))
     else:
@@ -264,12 +265,8 @@ def sweep_cmd(grid: Path, output_dir: Path, scheduler: str | None, workers: int 
             raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
         g = load_grid(grid)
         res = run_sweep(g, output_dir, scheduler, workers, time_limit, progress=not no_progress)
-    except InputError as exc:
-        click.echo(exc.line(), err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except OSError as exc:
-        click.echo(f"error: {exc.filename or output_dir}: {exc.strerror or exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    except (InputError, OSError) as exc:
+        _exit_bad_input(exc, output_dir, what="")
     counts: dict[str, int] = {}
     for r in res.rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

@@ -723,7 +723,7 @@ class Anytime:
                     if on_better is not None:
                         on_better(insts, cur)
                     continue
-                done = self._rescue_late(insts, cur, deadline)
+                done = self.rescue_late(insts, cur, deadline)
                 if done is None:
                     break
                 insts, cur = done
@@ -756,7 +756,7 @@ class Anytime:
                     best = (trial, v)
         return best
 
-    def _rescue_late(self, insts: list[Inst], cur: float, deadline: float):
+    def rescue_late(self, insts: list[Inst], cur: float, deadline: float):
         """Move one late session to another instance (or swap it with one there) when that
         improves the objective; (instances, value) or None."""
         late = []

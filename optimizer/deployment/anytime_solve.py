@@ -121,14 +121,19 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
 
     stats = SolverStats("anytime (list scheduling, HiGHS LP bound)", Status.FEASIBLE, 0.0, solves=lp.solves)
 
-    def better(insts, v):
-        nonlocal best, best_v, source
-        if v < best_v * (1 - 1e-12):
-            best, best_v = insts, v
-            rule[0] = A.tradeoff
-            if "local search" not in source:
-                source += " + local search"
-            at.report("local search", t0, best_v, bound, unit)
+    def improved_by(phase: str):
+        """Callback for a search phase: keep a better plan, name the phase in ``source``."""
+        def keep(insts, v):
+            nonlocal best, best_v, source
+            if v < best_v * (1 - 1e-12):
+                best, best_v = insts, v
+                rule[0] = A.tradeoff
+                if phase not in source:
+                    source += f" + {phase}"
+                at.report(phase, t0, best_v, bound, unit)
+        return keep
+
+    better = improved_by("local search")
 
     if not proven() and lp.best_T is not None and left() > 0:  # packings at the LP's makespan
         packs = _packings(A, lp, mix, time.perf_counter() + min(0.1 * total, 0.2 * left()))
@@ -143,14 +148,6 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 break
             A.tradeoff = A.rule_of.get(id(start), A.tradeoff)
             A.improve(start, time.perf_counter() + START_SHARE * left() / (len(starts) - n), better)
-    def better_lns(insts, v):
-        nonlocal best, best_v, source
-        if v < best_v * (1 - 1e-12):
-            best, best_v = insts, v
-            rule[0] = A.tradeoff
-            if "LNS" not in source:
-                source += " + LNS"
-            at.report("LNS", t0, best_v, bound, unit)
 
     # 3. exact search
     exact = "none"
@@ -186,7 +183,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     if not proven() and left() > 0:
         A.improve(best, time.perf_counter() + max(0.0, LOCAL_SHARE * left()), better)
     if not proven() and left() > 0.1:
-        lns(A, best, time.perf_counter() + left(), better_lns, bound=bound)
+        lns(A, best, time.perf_counter() + left(), improved_by("LNS"), bound=bound)
     plan = A.plan(best)
     ev = evaluate(problem, plan, perf)
     if ev.violations:

@@ -18,7 +18,7 @@ instance mix (e.g. a TP8 for the longest sessions where the plan runs TP4). Each
 
 Every ``RESCUE_EVERY``-th step instead moves late sessions (alone, or swapped with a session of
 the target, or into an instance twice as wide) to where they are on time, each candidate
-simulated exactly (:meth:`~optimizer.deployment.anytime.Anytime._rescue_late`): with batching a
+simulated exactly (:meth:`~optimizer.deployment.anytime.Anytime.rescue_late`): with batching a
 session with a tight deadline is late on an instance with many co-running sessions, a case the
 surrogate of the repair model sees only roughly.
 
@@ -89,8 +89,8 @@ def lns(A, insts: list, deadline: float, on_better: Optional[Callable] = None, s
         if A.tradeoff is not None:  # the batch limit rule follows the plan's exchange rate
             A.tradeoff = M / max(1, len(A.sess) - sum(late))
         used = sum(A.kinds[it.kind].gpus for it in insts)
-        if any(late) and step % RESCUE_EVERY == 0:  # exact moves of late sessions (Anytime._rescue_late)
-            moved = A._rescue_late(insts, cur, min(deadline, time.perf_counter() + RESCUE_SLICE_S))
+        if any(late) and step % RESCUE_EVERY == 0:  # exact moves of late sessions (Anytime.rescue_late)
+            moved = A.rescue_late(insts, cur, min(deadline, time.perf_counter() + RESCUE_SLICE_S))
             if moved is not None:
                 insts, cur = moved
                 if on_better is not None:
