@@ -78,7 +78,6 @@ def lns(A, insts: list, deadline: float, on_better: Optional[Callable] = None, s
     G = A.problem.total_gpus
     delta = 0.02  # relative makespan cut tried by a "shrink" step; adapts to success
     step = 0
-    fails = 0
     while time.perf_counter() < deadline - 0.02:
         if bound is not None and cur <= bound * (1 + 1e-9):
             break
@@ -133,31 +132,22 @@ def lns(A, insts: list, deadline: float, on_better: Optional[Callable] = None, s
         same = [insts[j].kind for j in chosen] if rng.random() < 0.5 else None
         new = repair(A, sessions, budget, t_sub, need, min(SUB_TIME_S, left - 0.02),
                      [insts[j] for j in chosen], seed + step, kinds=same)
-        if new is None:
-            fails += 1
-            if mode == "shrink":
-                delta = max(delta / 2, 1e-4)
-            continue
-        trial = rest + new
-        v = A.score(trial)
-        if v < cur * (1 - 1e-12):
-            insts, cur = trial, v
-            if mode == "shrink":
-                delta = min(0.1, delta * 1.5)
+        v = A.score(rest + new) if new is not None else math.inf
+        accepted = v < cur * (1 - 1e-12)
+        if accepted:
+            insts, cur = rest + new, v
             if on_better is not None:
                 on_better(insts, v)
-        else:
-            fails += 1
-            if mode == "shrink":
-                delta = max(delta / 2, 1e-4)
+        if mode == "shrink":  # a bolder cut after a success, a smaller one after a failure
+            delta = min(0.1, delta * 1.5) if accepted else max(delta / 2, 1e-4)
     return insts
 
 
 def _need_on_time(A, cur: float, makespan: float, v_rest: int, v_sub: int, mode: str) -> int:
     """Fewest on-time sessions the repaired neighbourhood must have for the plan to improve:
     more than the present ones in a "late"/"random" step; in a "shrink" step, enough that
-    ``value(makespan, v_rest + v)`` beats ``cur`` (read through the objective on a probe) and
-    the global on-time requirement holds."""
+    ``G·makespan/(v_rest + v)`` beats ``cur`` for the cost objective (the present count for
+    the others), and the global on-time requirement holds."""
     floor = max(0, A.need - v_rest)
     if mode != "shrink":
         return max(floor, v_sub + 1)
