@@ -1056,14 +1056,18 @@ class BoundLP:
                 prev = nu
             row_lo.append(-np.inf); row_hi.append(0.0); r += 1
             for i, nu in enumerate(self.steps if w > 0 else ()):
-                # Σ_{new_c ≥ ν} work_c·x_kc ≤ m_i·(T − w·ν); Σ_{new_c ≥ ν} kv_c·x_kc ≤ m_i·room
-                # (per stage); m_i ≤ m_{i−1} ≤ n_k
+                # the m_i instances that decode ≥ ν_i tokens carry every session with new_c ≥ ν_i
+                # and read their weights on Σ of their decode lengths ≥ ν_i·m_i + Σ_{j>i}
+                # (ν_j − ν_{j−1})·m_j steps: Σ_{new_c ≥ ν} work_c·x_kc + w·(that) ≤ m_i·T;
+                # Σ_{new_c ≥ ν} kv_c·x_kc ≤ m_i·room (per stage); m_i ≤ m_{i−1} ≤ n_k
                 for c in range(C):
                     if d.new[c] >= nu:
                         for m in (ycol, zcol):
                             if (k, c) in m:
                                 entries.append((r, m[k, c], float(work[c])))
                 entries.append((r, mcol[k, i], -(T - w * nu)))
+                for j in range(i + 1, len(self.steps)):
+                    entries.append((r, mcol[k, j], w * (self.steps[j] - self.steps[j - 1])))
                 row_lo.append(-np.inf); row_hi.append(0.0); r += 1
                 for s_ in range(kv.shape[0]):
                     for c in range(C):
