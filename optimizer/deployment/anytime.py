@@ -41,13 +41,18 @@ batch limit of :mod:`optimizer.deployment.batching`):
    kinds also get a *staircase*: ``m_{L,ν}`` instances decode at least ν tokens (for a grid of
    ν), ``Σ_{new_c ≥ ν} work·x ≤ m_{L,ν}·(T − w_L·ν)``, their KV fits ``m_{L,ν}·(HBM − static)``,
    ``m_{L,ν}`` falls with ν, and the time row counts ``w_L·Σ_ν (ν − ν_prev)·m_{L,ν}`` weight
-   reads instead of ``n_L·w_L·min_new``. The cost ``G·M/v`` is then at least
+   reads instead of ``n_L·w_L·min_new``; each staircase row also charges its ``m_{L,ν}``
+   instances for the weight reads of their steps beyond ν (``w_L·Σ_{ν'>ν} (ν' − ν'_prev)·m_{L,ν'}``:
+   an instance decoding ≥ ν' tokens is among those decoding ≥ ν). The cost ``G·M/v`` is then at least
    ``G·T_k / v_max(T_{k+1})`` on every interval ``[T_k, T_{k+1})`` of a grid of thresholds
    (refined where the minimum is), the makespan at least the largest T whose LP cannot reach
    the on-time requirement. With very many classes the LP is built on a relaxed instance
    (contexts and new tokens rounded down, deadlines up), which only lowers the bound; the
    makespan floor (the longest session alone on the fastest kind it fits) is taken from the
-   real classes.
+   real classes. One session at a time with few classes, the thresholds that decide the cost
+   bound are then tightened by the configuration LP of :mod:`optimizer.deployment.colgen`
+   (column generation; its Farley bound holds at every iteration), whose integer master also
+   gives plans (:meth:`BoundLP.refine_cost_bound`).
 4. **Aggregation** (:func:`rounded_problem`): sessions in exact-equality classes first; when
    there are too many, a rounded instance (contexts and new tokens rounded up to a few grid
    values, deadlines down) is solved by the exact configuration search; its plans, with the same
@@ -829,6 +834,36 @@ class Anytime:
                 items.append((k.gpus, ids, k.layout, it.batch))
         return pack_on_servers(self.problem, items)
 
+    def from_classes(self, insts: list[tuple[int, np.ndarray]]) -> list[Inst]:
+        """Instances given as (kind, sessions per class), the sessions of each class dealt out
+        in order, each instance run under the present batch limit rule."""
+        members: dict[int, list[int]] = {}
+        for i, c in enumerate(self.cls):
+            members.setdefault(int(c), []).append(i)
+        ptr = {c: 0 for c in members}
+        out = []
+        for k, x in insts:
+            ss = []
+            for c, n in enumerate(x):
+                n = int(n)
+                if n:
+                    ss += members[c][ptr[c]:ptr[c] + n]
+                    ptr[c] += n
+            out.append(self.run(Inst(k, ss)))
+        return out
+
+    def columns(self, insts: list[Inst]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """Each instance as (kind, sessions per class, of them on time per class)."""
+        out = []
+        C = len(self.problem.classes)
+        for it in insts:
+            if it.sessions:
+                x = np.bincount(self.cls[it.sessions], minlength=C)
+                on = np.asarray(it.finish) <= self.dl[it.order] + EPS_S
+                y = np.bincount(self.cls[np.asarray(it.order)[on]], minlength=C) if on.any() else np.zeros(C, int)
+                out.append((it.kind, x, y))
+        return out
+
     def from_plan(self, plan: Plan) -> Optional[list[Inst]]:
         """Instances of an evaluated plan of this problem (e.g. from the rounded instance), re-run
         under this module's rules; None when a layout is not one of the kinds."""
@@ -992,6 +1027,11 @@ class BoundLP:
         G = problem.total_gpus
         work = sum(self.d.count[c] * min(kd[0] * kd[2][c] for kd in self.d.kinds) for c in range(C))
         self.t_floor = max(self.t_floor, work / G)
+        from optimizer.deployment.colgen import ConfigLP
+
+        self.cg = ConfigLP.for_problem(problem, kinds)  # None unless one at a time, few classes
+        self._cg_done: set = set()
+        self._grid = None
 
     def max_on_time(self, T: float) -> tuple[float, Optional[dict[int, float]]]:
         """LP maximum of on-time sessions with makespan ≤ T (−1 if infeasible), and the
@@ -1167,49 +1207,96 @@ class BoundLP:
     def cost_bound(self, need: int, t_hi: float, deadline: float) -> tuple[Optional[float], Optional[dict]]:
         """Lower bound (s·GPUs per on-time session) of ``G·M/v`` over plans with ≥ ``need`` on
         time, given that plans with ``M ≥ t_hi`` cannot beat the incumbent (``t_hi`` =
-        incumbent cost·N/G); and the LP mix at the best interval."""
+        incumbent cost·N/G); and the LP mix at the best interval. The grid and values are kept
+        for :meth:`refine_cost_bound`."""
         G, N = self.problem.total_gpus, float(self.d.count.sum())
         lo = self.t_floor
         if not math.isfinite(lo) or lo <= 0:
             return None, None
         hi = max(t_hi, lo * 1.0001)
-        pts = list(np.geomspace(lo, hi, 24))
-        vals = {}
-        mixes = {}
-
-        def v(T):
-            if T not in vals:
-                if time.perf_counter() >= deadline:
-                    return N  # not evaluated in time: every session on time (a valid, weak bound)
-                vals[T], mixes[T] = self.max_on_time(T)
-            return vals[T]
-
-        def interval_bound(a, b):
-            vb = v(b)
-            return math.inf if vb < need - 1e-6 else G * a / max(vb, 1e-12)
-
+        self._grid = (need, hi, list(np.geomspace(lo, hi, 24)), {}, {})
+        pts, vals, mixes = self._grid[2], self._grid[3], self._grid[4]
         for _ in range(200):
             if time.perf_counter() >= deadline:
                 break
-            bounds = [interval_bound(pts[i], pts[i + 1]) for i in range(len(pts) - 1)]
-            i = int(np.argmin(bounds))
+            i = int(np.argmin(self._intervals(deadline)))
             if pts[i + 1] / pts[i] < 1.0005:
                 break
             pts.insert(i + 1, math.sqrt(pts[i] * pts[i + 1]))
-        if time.perf_counter() >= deadline and len(vals) < len(pts):
-            # unevaluated points: keep the bound valid with the coarse intervals evaluated so far
-            pass
+        return self._grid_bound()
+
+    def _v(self, T: float, deadline: float) -> float:
+        """The LP's on-time maximum at T (cached on the grid; N when not evaluated in time)."""
+        vals, mixes = self._grid[3], self._grid[4]
+        if T not in vals:
+            if time.perf_counter() >= deadline:
+                return float(self.d.count.sum())  # not evaluated in time: a valid, weak value
+            vals[T], mixes[T] = self.max_on_time(T)
+            self._monotone()
+        return vals[T]
+
+    def _monotone(self) -> None:
+        """v(T) never falls as T grows: every evaluated value is capped by those above it."""
+        vals = self._grid[3]
+        low = math.inf
+        for t in sorted(vals, reverse=True):
+            low = min(low, vals[t])
+            vals[t] = low
+
+    def _intervals(self, deadline: float) -> list[float]:
+        """``G·T_i / v(T_{i+1})`` on every interval of the grid (inf where v < need)."""
+        need, hi, pts = self._grid[0], self._grid[1], self._grid[2]
+        G = self.problem.total_gpus
+        out = []
+        for i in range(len(pts) - 1):
+            vb = self._v(pts[i + 1], deadline)
+            out.append(math.inf if vb < need - 1e-6 else G * pts[i] / max(vb, 1e-12))
+        return out
+
+    def _grid_bound(self) -> tuple[float, Optional[dict]]:
+        """The cost bound of the grid as it stands (unevaluated points count every session on
+        time), and the LP mix at its best interval."""
+        need, hi, pts, vals, mixes = self._grid
+        G, N = self.problem.total_gpus, float(self.d.count.sum())
         best, mix = G * hi / N, None
         for i in range(len(pts) - 1):
             if pts[i + 1] not in vals:
                 b = G * pts[i] / N  # any v ≤ N
             else:
-                b = interval_bound(pts[i], pts[i + 1])
+                vb = vals[pts[i + 1]]
+                b = math.inf if vb < need - 1e-6 else G * pts[i] / max(vb, 1e-12)
                 if b < best:
                     mix = mixes.get(pts[i + 1])
                     self.best_T = pts[i + 1]
             best = min(best, b)
         return best * (1 - 1e-7), mix
+
+    def refine_cost_bound(self, deadline: float) -> Optional[float]:
+        """The cost bound of :meth:`cost_bound` tightened by the configuration LP
+        (:class:`~optimizer.deployment.colgen.ConfigLP`, instances one session at a time with at
+        most CG_MAX_CLASSES classes) at the grid points that decide it, until ``deadline``;
+        None when it does not apply (or cost_bound has not run)."""
+        if self.cg is None or getattr(self, "_grid", None) is None:
+            return None
+        need, hi, pts, vals, mixes = self._grid
+        while time.perf_counter() < deadline:
+            bounds = self._intervals(deadline)
+            i = int(np.argmin(bounds))
+            if not math.isfinite(bounds[i]):
+                break
+            b = pts[i + 1]
+            if b not in self._cg_done:
+                u = self.cg.upper(b, deadline)
+                if u is None:
+                    break
+                self._cg_done.add(b)
+                vals[b] = min(vals[b], u)
+                self._monotone()
+                continue
+            if pts[i + 1] / pts[i] < 1.0005:
+                break
+            pts.insert(i + 1, math.sqrt(pts[i] * pts[i + 1]))
+        return self._grid_bound()[0]
 
     def makespan_bound(self, need: int, t_hi: float, deadline: float) -> tuple[Optional[float], Optional[dict]]:
         """Largest T (s) at which the LP cannot reach ``need`` on time (makespan > T), by
@@ -1256,6 +1343,17 @@ def bound_in_unit(problem: Problem, objective, lp: BoundLP, incumbent, deadline:
             return None, None
         return objective.bound_in_unit(problem, math.floor(b / TIME_UNIT_S)), mix
     return None, None
+
+
+def refined_bound_in_unit(problem: Problem, objective, lp: BoundLP, deadline: float):
+    """:meth:`BoundLP.refine_cost_bound` in the objective's unit (cost objectives; None when
+    the configuration LP does not apply or reached nothing before ``deadline``)."""
+    if objective.search != "cost":
+        return None
+    b = lp.refine_cost_bound(deadline)
+    if b is None or not math.isfinite(b):
+        return None
+    return objective.ratio_in_unit(problem, Fraction(b / TIME_UNIT_S))
 
 
 # ---------------------------------------------------------------------------- aggregation

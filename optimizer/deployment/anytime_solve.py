@@ -7,6 +7,10 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
 2. LP bound (:class:`~optimizer.deployment.anytime.BoundLP`): up to 15 %; then local search
    from the best ``MULTI_STARTS`` constructive plans (the LP's instance mix among the mixes),
    ``START_SHARE`` of what is left;
+2b. configuration LP (:class:`~optimizer.deployment.colgen.ConfigLP`; one session at a time,
+   at most ``CG_MAX_CLASSES`` classes, cost objective): the LP bound tightened by column
+   generation at the makespan thresholds that decide it, ``CG_SHARE`` of what is left; plans
+   from its integer master at the bound's makespan and a few above it;
 3. exact search: with at most ``EXACT_CLASSES`` classes (exact equality) the exact
    formulations of :mod:`optimizer.deployment.solver` on the real instance with up to 60 % of
    what is left (25 % above ``EXACT_SESSIONS`` sessions; a proven optimum is returned as is:
@@ -45,6 +49,8 @@ START_SHARE = 0.15  # share of the time left for local moves from the constructi
 ROUNDED_SHARE = 0.1  # share of the time left for the rounded instances (step 3)
 LOCAL_SHARE = 0.1  # share of the time left for local moves before LNS (step 4)
 ROUNDED_LEVELS = [(2, 2, 1), (2, 2, 2), (3, 2, 2)]  # (contexts, new tokens, deadlines)
+CG_SHARE = 0.3  # share of the time left for the configuration LP bound (step 2b)
+CG_PLAN_SLACK = (1.0, 1.01, 1.02, 1.04, 1.06, 1.1)  # integer masters at these times the bound's makespan
 
 
 def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degrees=None, layouts=None):
@@ -134,6 +140,22 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         return keep
 
     better = improved_by("local search")
+
+    # 2b. configuration LP (one session at a time, few classes): a tighter bound by column
+    # generation, and plans from its integer master
+    if not proven() and lp.cg is not None and obj.search == "cost" and left() > 0.2:
+        cg_end = time.perf_counter() + CG_SHARE * left()
+        tighter = at.refined_bound_in_unit(problem, obj, lp, cg_end)
+        if tighter is not None and (bound is None or tighter > bound):
+            bound = min(tighter, best_v)
+            at.report("configuration LP bound", t0, best_v, bound, unit)
+        if lp.best_T is not None:
+            lp.cg.add_plan(A.columns(best))  # the incumbent's instances are configurations too
+            for f in CG_PLAN_SLACK:
+                if left() <= 0 or proven():
+                    break
+                got = lp.cg.integer_plan(lp.best_T * f, time.perf_counter() + min(2.0, 0.05 * left()))
+                offer(A.from_classes(got) if got else None, "configuration LP (integer master)")
 
     if not proven() and lp.best_T is not None and left() > 0:  # packings at the LP's makespan
         packs = _packings(A, lp, mix, time.perf_counter() + min(0.1 * total, 0.2 * left()))
