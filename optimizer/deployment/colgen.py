@@ -72,9 +72,11 @@ class ConfigLP:
         if key in self._keys or not x.any():
             return
         self._keys.add(key)
-        alone = self.kinds[k][1]
-        load = float(np.sum(np.where(x > 0, alone, 0.0) * x))
-        self.pool.append((k, x, float(y.sum()), load, y))
+        self.pool.append((k, x, float(y.sum()), self._load(k, x), y))
+
+    def _load(self, k: int, x: np.ndarray) -> float:
+        """Makespan (s) of configuration x on kind k: its sessions one after another."""
+        return float(np.sum(np.where(x > 0, self.kinds[k][1], 0.0) * x))
 
     def add_plan(self, columns) -> None:
         """Put a plan's instances, (kind, sessions per class, of them on time) each, in the pool."""
@@ -246,81 +248,25 @@ class ConfigLP:
         if base and np.all(rest >= 0) and gpus >= 0:
             if not rest.any():
                 return [(k, x) for k, x, _ in base]
-            cut = {}
+            cut = {}  # (kind, x) -> y with the most on time
             for k, x, on, load, y in cols:
                 xr = np.minimum(x, rest)
-                if xr.any():
-                    cut[(k, tuple(xr))] = max(cut.get((k, tuple(xr)), 0), int(np.minimum(y, xr).sum()))
+                yr = np.minimum(y, xr)
+                if xr.any() and ((k, tuple(xr)) not in cut or cut[(k, tuple(xr))].sum() < yr.sum()):
+                    cut[(k, tuple(xr))] = yr
             for k, (g, alone, kv, room) in enumerate(self.kinds):  # single sessions
                 for c in np.nonzero(rest)[0]:
                     if alone[c] <= T * (1 + 1e-12) and np.all(kv[:, c] <= room):
                         e = np.zeros(len(counts), dtype=np.int64)
                         e[c] = 1
-                        cut[(k, tuple(e))] = max(cut.get((k, tuple(e)), 0), int(alone[c] <= self.dl[c] * (1 + 1e-9)))
-            extra = self._master_mip([(k, np.array(x), on) for (k, x), on in cut.items()], rest, gpus, deadline)
+                        if (k, tuple(e)) not in cut:
+                            cut[(k, tuple(e))] = e * int(alone[c] <= self.dl[c] * (1 + 1e-9))
+            extra = cover_mip([(k, np.array(x), y, self._load(k, np.array(x))) for (k, x), y in cut.items()],
+                              rest, gpus, [kd[0] for kd in self.kinds], deadline)
             if extra is not None:
                 return [(k, x) for k, x, _ in base] + extra
-        return self._master_mip([(k, x, on) for k, x, on, load, y in cols], counts, self.G, deadline, cols)
-
-    def _master_mip(self, cols, rhs: np.ndarray, gpus: float, deadline: float, full=None):
-        """Integer master (HiGHS MIP until ``deadline``): λ_j copies of configuration
-        (kind, x, on time) j, most on time (then least load), every class covered at least
-        ``rhs`` times within ``gpus`` GPUs; extra copies dropped (late ones first when ``full``,
-        the pool entries with their on-time vectors, is given). Returns (kind, x) per instance
-        or None."""
-        import highspy
-
-        from optimizer.highs import new_highs, single_thread
-
-        C, J = len(rhs), len(cols)
-        if not J or time.perf_counter() >= deadline:
-            return None
-        loads = [float(np.dot(np.where(x > 0, self.kinds[k][1], 0.0), x)) for k, x, on in cols]
-        h = new_highs()
-        single_thread(h)
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = J, C + 1
-        top = max(max(loads), 1e-12)
-        lp.col_cost_ = np.array([on - 1e-6 * ld / top for (k, x, on), ld in zip(cols, loads)])
-        lp.col_lower_ = np.zeros(J)
-        lp.col_upper_ = np.full(J, highspy.kHighsInf)
-        lp.row_lower_ = np.concatenate([rhs.astype(float), [-highspy.kHighsInf]])
-        lp.row_upper_ = np.concatenate([np.full(C, highspy.kHighsInf), [float(gpus)]])
-        lp.sense_ = highspy.ObjSense.kMaximize
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * J
-        starts, idx, vals = [0], [], []
-        for k, x, on in cols:
-            nz = np.nonzero(x)[0]
-            idx += list(nz) + [C]
-            vals += list(np.asarray(x)[nz].astype(float)) + [float(self.kinds[k][0])]
-            starts.append(len(idx))
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
-        lp.a_matrix_.index_ = np.array(idx, dtype=np.int32)
-        lp.a_matrix_.value_ = np.array(vals)
-        h.passModel(lp)
-        h.setOptionValue("time_limit", max(0.01, deadline - time.perf_counter()))
-        h.run()
-        self.solves += 1
-        if not h.getInfo().primal_solution_status:
-            return None
-        lam = np.round(np.array(h.getSolution().col_value)).astype(int)
-        ys = [full[j][4] if full is not None else np.zeros(C, dtype=np.int64) for j in range(J)]
-        insts = [(cols[j][0], np.array(cols[j][1]).copy(), ys[j].copy()) for j in range(J) for _ in range(lam[j])]
-        if not insts:
-            return None
-        extra = np.sum([x for _, x, _ in insts], axis=0) - rhs.astype(np.int64)
-        for c in np.nonzero(extra > 0)[0]:  # drop extra copies: late ones first, then on-time
-            for late in (True, False):
-                for n in range(len(insts)):
-                    k, x, y = insts[n]
-                    while extra[c] > 0 and x[c] > 0 and (x[c] > y[c] or not late):
-                        x[c] -= 1
-                        y[c] = min(y[c], x[c])
-                        extra[c] -= 1
-        if np.any(extra != 0):
-            return None
-        return [(k, x) for k, x, _ in insts if x.any()]
+        return cover_mip([(k, x, y, load) for k, x, on, load, y in cols], counts, self.G,
+                         [kd[0] for kd in self.kinds], deadline)
 
     def lp_solution(self, T: float) -> list[tuple[float, int, np.ndarray, np.ndarray]]:
         """(λ, kind, x, y) of the restricted master over the pool's configurations of load ≤ T
@@ -348,3 +294,62 @@ class ConfigLP:
             return []
         lam = np.array(h.getSolution().col_value)[C:]
         return [(float(lam[j]), cols[j][0], cols[j][1], cols[j][4]) for j in range(len(cols)) if lam[j] > 1e-9]
+
+
+def cover_mip(cols, rhs: np.ndarray, gpus: float, kind_gpus: list, deadline: float):
+    """Integer master (HiGHS MIP until ``deadline``): λ_j copies of configuration
+    j = (kind, x, y, load) (x sessions per class, y of them on time, load its makespan s), most
+    sessions on time (then the least load), every class covered at least ``rhs`` times within
+    ``gpus`` GPUs (``kind_gpus``: GPUs per kind); extra copies are then dropped, late ones
+    first. Returns (kind, x) per instance, or None (no integer solution in time)."""
+    import highspy
+
+    from optimizer.highs import new_highs, single_thread
+
+    C, J = len(rhs), len(cols)
+    if not J or time.perf_counter() >= deadline:
+        return None
+    top = max(max(c[3] for c in cols), 1e-12)
+    h = new_highs()
+    single_thread(h)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = J, C + 1
+    lp.col_cost_ = np.array([float(np.sum(y)) - 1e-6 * load / top for k, x, y, load in cols])
+    lp.col_lower_ = np.zeros(J)
+    lp.col_upper_ = np.full(J, highspy.kHighsInf)
+    lp.row_lower_ = np.concatenate([rhs.astype(float), [-highspy.kHighsInf]])
+    lp.row_upper_ = np.concatenate([np.full(C, highspy.kHighsInf), [float(gpus)]])
+    lp.sense_ = highspy.ObjSense.kMaximize
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * J
+    starts, idx, vals = [0], [], []
+    for k, x, y, load in cols:
+        nz = np.nonzero(x)[0]
+        idx += list(nz) + [C]
+        vals += list(np.asarray(x)[nz].astype(float)) + [float(kind_gpus[k])]
+        starts.append(len(idx))
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.array(idx, dtype=np.int32)
+    lp.a_matrix_.value_ = np.array(vals)
+    h.passModel(lp)
+    h.setOptionValue("time_limit", max(0.01, deadline - time.perf_counter()))
+    h.run()
+    if not h.getInfo().primal_solution_status:
+        return None
+    lam = np.round(np.array(h.getSolution().col_value)).astype(int)
+    insts = [(cols[j][0], np.array(cols[j][1]).copy(), np.array(cols[j][2]).copy())
+             for j in range(J) for _ in range(max(0, lam[j]))]
+    if not insts:
+        return None
+    extra = np.sum([x for _, x, _ in insts], axis=0) - rhs.astype(np.int64)
+    for c in np.nonzero(extra > 0)[0]:  # drop extra copies: late ones first, then on-time
+        for late in (True, False):
+            for n in range(len(insts)):
+                k, x, y = insts[n]
+                while extra[c] > 0 and x[c] > 0 and (x[c] > y[c] or not late):
+                    x[c] -= 1
+                    y[c] = min(y[c], x[c])
+                    extra[c] -= 1
+    if np.any(extra != 0):
+        return None
+    return [(k, x) for k, x, _ in insts if x.any()]
