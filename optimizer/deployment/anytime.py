@@ -1032,6 +1032,7 @@ class BoundLP:
         self.cg = ConfigLP.for_problem(problem, kinds)  # None unless one at a time, few classes
         self._cg_done: set = set()
         self._grid = None
+        self._span = None
 
     def max_on_time(self, T: float) -> tuple[float, Optional[dict[int, float]]]:
         """LP maximum of on-time sessions with makespan ≤ T (−1 if infeasible), and the
@@ -1319,7 +1320,28 @@ class BoundLP:
             else:
                 lo = mid
         self.best_T = hi
+        self._span = (need, lo, t_hi)
         return lo * (1 - 1e-9), mix
+
+    def refine_makespan_bound(self, deadline: float) -> Optional[float]:
+        """The makespan bound of :meth:`makespan_bound` raised by the configuration LP: the
+        largest T (bisection up to the incumbent's makespan) at which its bound on the on-time
+        sessions stays below the requirement; None when it does not apply."""
+        if self.cg is None or getattr(self, "_span", None) is None:
+            return None
+        need, lo, hi = self._span
+        while hi / lo > 1.0002 and time.perf_counter() < deadline:
+            mid = math.sqrt(lo * hi)
+            u = self.cg.upper(mid, deadline)
+            if u is None:
+                break
+            if u < need - 1e-6:
+                lo = mid
+            else:
+                hi = mid
+                self.best_T = mid
+        self._span = (need, lo, hi)
+        return lo * (1 - 1e-9)
 
 
 def bound_in_unit(problem: Problem, objective, lp: BoundLP, incumbent, deadline: float):
@@ -1346,14 +1368,20 @@ def bound_in_unit(problem: Problem, objective, lp: BoundLP, incumbent, deadline:
 
 
 def refined_bound_in_unit(problem: Problem, objective, lp: BoundLP, deadline: float):
-    """:meth:`BoundLP.refine_cost_bound` in the objective's unit (cost objectives; None when
-    the configuration LP does not apply or reached nothing before ``deadline``)."""
-    if objective.search != "cost":
-        return None
-    b = lp.refine_cost_bound(deadline)
-    if b is None or not math.isfinite(b):
-        return None
-    return objective.ratio_in_unit(problem, Fraction(b / TIME_UNIT_S))
+    """The bound of :func:`bound_in_unit` tightened by the configuration LP
+    (:meth:`BoundLP.refine_cost_bound`, :meth:`BoundLP.refine_makespan_bound`), in the
+    objective's unit; None when it does not apply or reached nothing before ``deadline``."""
+    if objective.search == "cost":
+        b = lp.refine_cost_bound(deadline)
+        if b is None or not math.isfinite(b):
+            return None
+        return objective.ratio_in_unit(problem, Fraction(b / TIME_UNIT_S))
+    if objective.search == "makespan":
+        b = lp.refine_makespan_bound(deadline)
+        if b is None or not math.isfinite(b):
+            return None
+        return objective.bound_in_unit(problem, math.floor(b / TIME_UNIT_S))
+    return None
 
 
 # ---------------------------------------------------------------------------- aggregation

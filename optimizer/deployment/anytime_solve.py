@@ -143,14 +143,14 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
 
     # 2b. configuration LP (one session at a time, few classes): a tighter bound by column
     # generation, and plans from its integer master
-    if not proven() and lp.cg is not None and obj.search == "cost" and left() > 0.2:
+    if not proven() and lp.cg is not None and obj.search in ("cost", "makespan") and left() > 0.2:
         cg_end = time.perf_counter() + CG_SHARE * left()
+        lp.cg.add_plan(A.columns(best))  # the incumbent's instances are configurations too
         tighter = at.refined_bound_in_unit(problem, obj, lp, cg_end)
         if tighter is not None and (bound is None or tighter > bound):
             bound = min(tighter, best_v)
             at.report("configuration LP bound", t0, best_v, bound, unit)
         if lp.best_T is not None:
-            lp.cg.add_plan(A.columns(best))  # the incumbent's instances are configurations too
             for f in CG_PLAN_SLACK:
                 if left() <= 0 or proven():
                     break
