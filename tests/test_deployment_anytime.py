@@ -412,3 +412,21 @@ def test_configuration_lp_closes_the_fluid_gap_on_twelve_session_types(tmp_path)
     ev = evaluate(problem, a.plan(a.from_classes(got)), perf)
     assert not ev.violations
     assert obj.value(ev) <= r * 1.02, (obj.value(ev), r)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_configuration_lp_bound_never_above_batched_brute_force(seed, tmp_path):
+    """Layouts and batched decode: the configuration LP's relaxed columns (batch limits, the
+    urgent window) keep the bound ≤ the exhaustive optimum of the search space. The odd seeds
+    draw deadlines close to the sessions' single-session times, so that the urgent-window rows
+    take part (about half of those instances)."""
+    problem = random_batched(seed, tmp_path, **({"deadlines": range(5, 80, 2)} if seed % 4 >= 2 else {}))
+    objective = ("cost", "makespan")[seed % 2]
+    best = brute_force_batched(problem, objective)
+    b, r, a, lp = _cg_bounds(problem, objective)
+    if b is None or lp.cg is None or r is None:
+        return
+    assert r >= b * (1 - 1e-9)
+    if best is None:
+        return
+    assert r <= best * (1 + 1e-9) + 1e-12, (r, best)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -32,22 +33,105 @@ import numpy as np
 CG_MAX_CLASSES = 64  # the configuration LP is built up to this many classes
 SLACK_PENALTY = 2.0  # objective of an uncovered session in the restricted master (> any on-time gain)
 PRICE_GAP = 1e-6  # relative MIP gap of the pricing problems
+URGENT_SLACK = 1.5  # batched: classes with deadline ≤ this × their fastest single-session time are urgent
+
+
+@dataclass
+class _Kind:
+    """Constants of one kind for the configuration LP (arrays over classes).
+
+    gpus: GPUs; alone: single-session time (s, inf where one session does not fit); kv: KV bytes
+    per GPU [stage, class]; room: bytes per GPU left for KV [stage]; batched: decodes in
+    batches; w: fixed time of a step (s); work: KV-read time of a session's steps (s); kv1: its
+    first step's KV-read time (s); cap: batch cap; queue_limits: batch limits b that can leave
+    sessions queued (powers of two and the cap)."""
+
+    gpus: int
+    alone: np.ndarray
+    kv: np.ndarray
+    room: np.ndarray
+    batched: bool = False
+    w: float = 0.0
+    work: Optional[np.ndarray] = None
+    kv1: Optional[np.ndarray] = None
+    cap: int = 1
+    queue_limits: tuple = ()
+
+
+class _Mip:
+    """A small HiGHS MIP built row by row (maximisation)."""
+
+    def __init__(self):
+        self.lo, self.hi, self.cost, self.integer = [], [], [], []
+        self.rows: list[tuple[dict, float, float]] = []
+
+    def var(self, lo: float, hi: float, cost: float, integer: bool = True) -> int:
+        self.lo.append(lo); self.hi.append(hi); self.cost.append(cost); self.integer.append(integer)
+        return len(self.lo) - 1
+
+    def row(self, coefs: dict, hi: float, lo: float = -math.inf) -> None:
+        self.rows.append((coefs, lo, hi))
+
+    def solve(self, maximise: bool, deadline: float):
+        """(solution or None, dual bound of the objective) — None when infeasible."""
+        import highspy
+
+        from optimizer.highs import new_highs, single_thread
+
+        nv, nr = len(self.lo), len(self.rows)
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = nv, nr
+        lp.col_cost_ = np.array(self.cost, dtype=float)
+        lp.col_lower_ = np.array(self.lo, dtype=float)
+        lp.col_upper_ = np.array(self.hi, dtype=float)
+        lp.row_lower_ = np.array([r[1] for r in self.rows], dtype=float)
+        lp.row_upper_ = np.array([r[2] for r in self.rows], dtype=float)
+        lp.sense_ = highspy.ObjSense.kMaximize if maximise else highspy.ObjSense.kMinimize
+        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
+                           for i in self.integer]
+        trip = sorted((j, i, float(v)) for i, (coefs, _, _) in enumerate(self.rows) for j, v in coefs.items() if v != 0)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        cols = np.array([t[0] for t in trip], dtype=np.int64)
+        lp.a_matrix_.start_ = np.searchsorted(cols, np.arange(nv + 1)).astype(np.int32)
+        lp.a_matrix_.index_ = np.array([t[1] for t in trip], dtype=np.int32)
+        lp.a_matrix_.value_ = np.array([t[2] for t in trip], dtype=float)
+        h = new_highs()
+        single_thread(h)
+        h.passModel(lp)
+        h.setOptionValue("mip_rel_gap", PRICE_GAP)
+        h.setOptionValue("mip_abs_gap", 1e-9)
+        h.setOptionValue("time_limit", max(0.01, deadline - time.perf_counter()))
+        h.run()
+        if h.getModelStatus() == highspy.HighsModelStatus.kInfeasible:
+            return None
+        info = h.getInfo()
+        dual = float(info.mip_dual_bound)
+        if not math.isfinite(dual):  # the trivial bound
+            dual = float(np.sum(np.maximum(lp.col_cost_, 0) * np.where(np.isfinite(lp.col_upper_), lp.col_upper_, 0)))
+            if np.any((lp.col_cost_ > 0) & ~np.isfinite(lp.col_upper_)):
+                dual = math.inf
+        sol = np.array(h.getSolution().col_value) if info.primal_solution_status else None
+        return sol, dual
 
 
 class ConfigLP:
-    """Column generation over the configurations of one problem (all kinds one at a time).
+    """Column generation over the configurations of one problem.
 
     Args:
-        counts: sessions per class [C]; dl: deadline per class (s, inf: none) [C].
-        kinds: per kind (gpus, alone [C] s, kv [S, C] bytes per GPU, room [S] bytes per GPU).
-        gpus: GPUs available.
+        counts: sessions per class [C]; dl: deadline per class (s, inf: none) [C]; new: new
+            tokens per class [C].
+        kinds: :class:`_Kind` per kind. gpus: GPUs available.
+        urgent: (d*, ν0) of the batched window rows, or None.
     """
 
-    def __init__(self, counts: np.ndarray, dl: np.ndarray, kinds: list, gpus: int):
+    def __init__(self, counts: np.ndarray, dl: np.ndarray, kinds: list, gpus: int,
+                 new: Optional[np.ndarray] = None, urgent: Optional[tuple[float, float]] = None):
         self.counts = np.asarray(counts, dtype=float)
         self.dl = np.asarray(dl, dtype=float)
+        self.new = np.zeros(len(self.counts)) if new is None else np.asarray(new, dtype=float)
         self.kinds = kinds
         self.G = float(gpus)
+        self.urgent = urgent
         self.pool: list[tuple[int, np.ndarray, float, float, np.ndarray]] = []  # (kind, x, on time, load s, y)
         self._keys: set = set()
         self.solves = 0
@@ -55,14 +139,41 @@ class ConfigLP:
     @classmethod
     def for_problem(cls, problem, kinds) -> Optional["ConfigLP"]:
         """The configuration LP of ``problem`` with the :class:`~optimizer.deployment.anytime.Kind`
-        list ``kinds``, or None (a kind decodes in batches, or more than CG_MAX_CLASSES classes)."""
+        list ``kinds``, or None (more than CG_MAX_CLASSES classes). Batched kinds get the
+        relaxation of :meth:`batched_load`; d* is the largest deadline of an *urgent* class
+        (deadline ≤ URGENT_SLACK × its fastest single-session time on a batched kind)."""
+        from optimizer.deployment.anytime import _kv_and_weight_rates
+
         classes = problem.classes
-        if not kinds or len(classes) > CG_MAX_CLASSES or any(k.batch_cap != 1 for k in kinds):
+        if not kinds or len(classes) > CG_MAX_CLASSES:
             return None
         counts = np.array([c.count for c in classes], dtype=float)
         dl = np.array([c.deadline_s if c.deadline_s is not None else np.inf for c in classes])
-        ks = [(k.gpus, np.where(k.fits, k.alone, np.inf), k.kv, problem.gpu.memory_bytes - k.static) for k in kinds]
-        return cls(counts, dl, ks, problem.total_gpus)
+        new = np.array([c.new for c in classes], dtype=float)
+        ctx = np.array([c.context for c in classes], dtype=float)
+        n_all = int(counts.sum())
+        ks = []
+        for k in kinds:
+            alone = np.where(k.fits, k.alone, np.inf)
+            room = problem.gpu.memory_bytes - k.static
+            kv = k.kv / k.layout.attention_dp
+            if k.batch_cap == 1:
+                ks.append(_Kind(k.gpus, alone, kv, room))
+                continue
+            positions = new * ctx + new * (new + 1) / 2
+            kv1 = k.work * (ctx + 1) / np.maximum(positions, 1e-12)
+            limits = sorted({b for b in (2 ** i for i in range(31)) if b < min(n_all, k.batch_cap)} |
+                            ({k.batch_cap} if k.batch_cap < n_all else set()))
+            ks.append(_Kind(k.gpus, alone, kv, room, True, k.w_step, k.work, kv1, k.batch_cap, tuple(limits)))
+        urgent = None
+        batched = [kd for kd in ks if kd.batched]
+        if batched:
+            fastest = np.min([kd.alone for kd in batched], axis=0)
+            hot = np.isfinite(dl) & np.isfinite(fastest) & (dl <= URGENT_SLACK * fastest)
+            if hot.any():
+                ds = float(dl[hot].max())
+                urgent = (ds, float(new[dl <= ds].min()))
+        return cls(counts, dl, ks, problem.total_gpus, new, urgent)
 
     def add(self, k: int, x: np.ndarray, y: np.ndarray) -> None:
         """Put a configuration (kind, sessions per class, of them on time) in the pool."""
@@ -72,11 +183,17 @@ class ConfigLP:
         if key in self._keys or not x.any():
             return
         self._keys.add(key)
-        self.pool.append((k, x, float(y.sum()), self._load(k, x), y))
+        load = self._load(k, x, y)
+        if math.isfinite(load):
+            self.pool.append((k, x, float(y.sum()), load, y))
 
-    def _load(self, k: int, x: np.ndarray) -> float:
-        """Makespan (s) of configuration x on kind k: its sessions one after another."""
-        return float(np.sum(np.where(x > 0, self.kinds[k][1], 0.0) * x))
+    def _load(self, k: int, x: np.ndarray, y: Optional[np.ndarray] = None) -> float:
+        """Least makespan threshold (s) at which configuration x (y on time) of kind k is a
+        column: its sessions one after another, or :meth:`batched_load`."""
+        kd = self.kinds[k]
+        if kd.batched:
+            return self.batched_load(k, x, np.zeros_like(x) if y is None else y)
+        return float(np.sum(np.where(x > 0, kd.alone, 0.0) * x))
 
     def add_plan(self, columns) -> None:
         """Put a plan's instances, (kind, sessions per class, of them on time) each, in the pool."""
@@ -84,83 +201,174 @@ class ConfigLP:
             self.add(k, np.asarray(x), np.asarray(y))
 
     # -------------------------------------------------------------- pricing
-    def _price(self, k: int, T: float, pi: np.ndarray):
+    def _price(self, k: int, T: float, pi: np.ndarray, deadline: float):
         """Best configuration of kind k for duals ``pi``: (x, y, value, dual bound of the value)
-        or None (nothing fits); value = Σ y − Σ π·x."""
-        import highspy
-
-        from optimizer.highs import new_highs, single_thread
-
-        g, alone, kv, room = self.kinds[k]
+        or None (nothing fits); value = Σ y − Σ π·x (x None when the MIP found no solution in
+        time: the dual bound still holds)."""
+        kd = self.kinds[k]
         C = len(self.counts)
+        alone = kd.alone
         ok = np.isfinite(alone) & (alone <= T * (1 + 1e-12))
         if not ok.any():
             return None
         cols = [c for c in range(C) if ok[c]]
-        n = len(cols)
         ycan = [c for c in cols if alone[c] <= self.dl[c] * (1 + 1e-9)]
-        # variables: x_c (c in cols), then y_c (c in ycan)
-        nv = n + len(ycan)
-        cost = np.concatenate([-pi[cols], np.ones(len(ycan))])
-        ub = np.concatenate([np.minimum(self.counts[cols], np.floor(T * (1 + 1e-12) / alone[cols])),
-                             [self.counts[c] for c in ycan]])
-        rows = []  # (coefficients over variables, upper)
-        rows.append((np.concatenate([alone[cols], np.zeros(len(ycan))]), T * (1 + 1e-12)))
-        for s in range(kv.shape[0]):
-            rows.append((np.concatenate([kv[s, cols], np.zeros(len(ycan))]), float(room[s])))
-        xi = {c: i for i, c in enumerate(cols)}
-        for j, c in enumerate(ycan):  # y_c ≤ x_c
-            a = np.zeros(nv)
-            a[n + j], a[xi[c]] = 1.0, -1.0
-            rows.append((a, 0.0))
-        for dv in np.unique(self.dl[ycan]) if ycan else ():
-            if not math.isfinite(dv):
-                continue
-            a = np.zeros(nv)
-            for j, c in enumerate(ycan):
-                if self.dl[c] <= dv:
-                    a[n + j] = alone[c]
-            rows.append((a, dv * (1 + 1e-9)))
-        A = np.array([r[0] for r in rows])
-        h = new_highs()
-        single_thread(h)
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = nv, len(rows)
-        lp.col_cost_ = cost
-        lp.col_lower_ = np.zeros(nv)
-        lp.col_upper_ = ub
-        lp.row_lower_ = np.full(len(rows), -np.inf)
-        lp.row_upper_ = np.array([r[1] for r in rows])
-        lp.sense_ = highspy.ObjSense.kMaximize
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * nv
-        nz = np.nonzero(A)
-        order = np.lexsort((nz[0], nz[1]))
-        ri, ci = nz[0][order], nz[1][order]
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = np.searchsorted(ci, np.arange(nv + 1)).astype(np.int32)
-        lp.a_matrix_.index_ = ri.astype(np.int32)
-        lp.a_matrix_.value_ = A[ri, ci]
-        h.passModel(lp)
-        h.setOptionValue("mip_rel_gap", PRICE_GAP)
-        h.setOptionValue("mip_abs_gap", 1e-9)
-        h.run()
+        m = _Mip()
+        # one at a time at most T/alone sessions of a class; batched, memory decides
+        X = {c: m.var(0.0, float(self.counts[c] if kd.batched else
+                                 min(self.counts[c], math.floor(T * (1 + 1e-12) / alone[c]))), -pi[c]) for c in cols}
+        Y = {c: m.var(0.0, float(self.counts[c]), 1.0) for c in ycan}
+        for c in ycan:  # y_c ≤ x_c
+            m.row({Y[c]: 1.0, X[c]: -1.0}, 0.0)
+        for s in range(kd.kv.shape[0]):  # memory per stage
+            m.row({X[c]: float(kd.kv[s, c]) for c in cols}, float(kd.room[s]))
+        if not kd.batched:
+            m.row({X[c]: float(alone[c]) for c in cols}, T * (1 + 1e-12))
+            for dv in np.unique(self.dl[ycan]) if ycan else ():  # Jackson: on time in deadline order
+                if math.isfinite(dv):
+                    m.row({Y[c]: float(alone[c]) for c in ycan if self.dl[c] <= dv}, dv * (1 + 1e-9))
+        else:
+            self._batched_rows(m, kd, T, cols, ycan, X, Y)
+        got = m.solve(True, deadline)
         self.solves += 1
-        st = h.getModelStatus()
-        info = h.getInfo()
-        if st == highspy.HighsModelStatus.kInfeasible:
+        if got is None:
             return None
-        dual = float(info.mip_dual_bound)
-        if not math.isfinite(dual):
-            dual = float(np.sum(np.maximum(cost, 0) * ub))  # the trivial bound
-        sol = np.array(h.getSolution().col_value) if info.primal_solution_status else None
+        sol, dual = got
         if sol is None:
             return None, None, -math.inf, dual
         x = np.zeros(C)
         y = np.zeros(C)
-        x[cols] = np.round(sol[:n])
-        for j, c in enumerate(ycan):
-            y[c] = round(sol[n + j])
+        for c in cols:
+            x[c] = round(sol[X[c]])
+        for c in ycan:
+            y[c] = round(sol[Y[c]])
         return x, y, float(np.sum(y) - pi @ x), dual
+
+    def _batched_rows(self, m: "_Mip", kd, T: float, cols, ycan, X, Y) -> None:
+        """Rows of a batched configuration (a relaxation of :mod:`optimizer.deployment.batching`;
+        module docstring of :meth:`batched_load`)."""
+        new, work = self.new, kd.work
+        tokens = float(np.sum(new * self.counts))
+        n_all = float(np.sum(self.counts))
+        G = {c: m.var(0.0, 1.0, 0.0, True) for c in cols}  # class c present
+        S = m.var(0.0, math.inf, 0.0, False)  # steps
+        for c in cols:
+            m.row({X[c]: 1.0, G[c]: -float(self.counts[c])}, 0.0)
+            m.row({G[c]: float(new[c]), S: -1.0}, 0.0)  # S ≥ new_c if present
+        m.row({**{X[c]: float(work[c]) for c in cols}, S: kd.w}, T * (1 + 1e-12))
+        H = {c: m.var(0.0, 1.0, 0.0, True) for c in ycan}  # an on-time session of class c
+        for c in ycan:
+            m.row({Y[c]: 1.0, H[c]: -float(self.counts[c])}, 0.0)
+        for dv in np.unique(self.dl[ycan]) if ycan else ():
+            if not math.isfinite(dv):
+                continue
+            early = [c for c in ycan if self.dl[c] <= dv]
+            for c in early:  # the on-time sessions of deadline ≤ dv finish by dv: ≥ new_c steps
+                m.row({**{Y[c2]: float(work[c2]) for c2 in early}, H[c]: kd.w * float(new[c])}, dv * (1 + 1e-9))
+        # batch limit: all sessions at once (b ≥ n, n ≤ cap) or a queue behind b < n
+        A = m.var(0.0, 1.0, 0.0, True)
+        U = {b: m.var(0.0, 1.0, 0.0, True) for b in kd.queue_limits}
+        m.row({A: 1.0, **{U[b]: 1.0 for b in U}}, 1.0, 1.0)
+        m.row({**{X[c]: 1.0 for c in cols}, A: n_all}, kd.cap + n_all)
+        for b, ub in U.items():
+            m.row({**{X[c]: -1.0 for c in cols}, ub: float(b + 1)}, 0.0)  # n ≥ b + 1
+            m.row({**{X[c]: float(new[c]) for c in cols}, S: -float(b), ub: tokens}, tokens)  # b·S ≥ Σ new
+        if self.urgent is None:
+            return
+        ds, nu0 = self.urgent
+        D = [c for c in ycan if self.dl[c] <= ds]
+        if not D:
+            return
+        E = m.var(0.0, 1.0, 0.0, True)  # an on-time session of deadline ≤ d*
+        for c in D:
+            m.row({Y[c]: 1.0, E: -float(self.counts[c])}, 0.0)
+        kv1 = kd.kv1
+        lag = {c: float(kv1[c] * min(new[c], nu0)) for c in cols}
+        big = float(sum(lag[c] * self.counts[c] + work[c] * self.counts[c] for c in cols)) + kd.w * nu0
+        # all at once: every other session reads for min(new, ν0) steps of the window
+        row = {X[c]: lag[c] for c in cols}
+        for c in D:
+            row[Y[c]] = row.get(Y[c], 0.0) + float(work[c]) - lag[c]
+        row[E] = kd.w * nu0 + big
+        row[A] = big
+        m.row(row, ds * (1 + 1e-9) + 2 * big)
+        # queue: ≥ b·ν0 − Σ_short (ν0 − new)·x − ν0·|D| slot-steps of other sessions, each at
+        # least its kv1, at most min(new, ν0) per session
+        SG = {c: m.var(0.0, math.inf, 0.0, False) for c in cols}
+        for c in cols:
+            r = {SG[c]: 1.0, X[c]: -min(float(new[c]), nu0)}
+            if c in D:
+                r[Y[c]] = min(float(new[c]), nu0)
+            m.row(r, 0.0)
+        top = max(kd.queue_limits, default=0) * nu0
+        r = {SG[c]: -1.0 for c in cols}
+        for b, ub in U.items():
+            r[ub] = r.get(ub, 0.0) + b * nu0
+        for c in cols:
+            if new[c] < nu0:
+                r[X[c]] = r.get(X[c], 0.0) - (nu0 - float(new[c]))
+        for c in D:
+            r[Y[c]] = r.get(Y[c], 0.0) - nu0
+        r[E] = top
+        m.row(r, top)
+        m.row({**{Y[c]: float(work[c]) for c in D}, **{SG[c]: float(kv1[c]) for c in cols}, E: kd.w * nu0},
+              ds * (1 + 1e-9))
+
+    def batched_load(self, k: int, x: np.ndarray, y: np.ndarray) -> float:
+        """Least makespan threshold (s) at which the relaxation of :meth:`_batched_rows` admits
+        configuration (x, y) on batched kind k (inf: none).
+
+        Valid for every instance of the search space (EDD admission, batch limit b from
+        :func:`~optimizer.deployment.batching.batch_limits`): a step takes at least
+        ``w + Σ KV reads of its active sessions``, a session reads ``work_c`` over its steps and
+        at least kv1_c per step; S steps with ``S ≥ max new`` and ``b·S ≥ Σ new``; the on-time
+        sessions of deadline ≤ d finish by d after ≥ their longest decode in steps. With d* (the
+        urgent deadline) and ν0 (the shortest decode of a class with deadline ≤ d*), the on-time
+        sessions D of deadline ≤ d* finish by d* after ≥ ν0 steps, during which either every
+        session runs (b ≥ n: the others read ``kv1·min(new, ν0)`` each) or at least
+        ``b·ν0 − Σ_{new<ν0} (ν0 − new) − ν0·|D|`` slot-steps of other sessions run (b < n: a slot
+        idles only once the queue is empty, after a session shorter than ν0 finished)."""
+        kd = self.kinds[k]
+        new, work = self.new, kd.work
+        present = x > 0
+        if np.any(~np.isfinite(kd.alone[present])):
+            return math.inf
+        for dv in np.unique(self.dl[y > 0]):
+            early = (self.dl <= dv) & (y > 0)
+            if float(work[early] @ y[early]) + kd.w * float(new[early].max()) > dv * (1 + 1e-9):
+                return math.inf
+        n, maxnew, tok = float(x.sum()), float(new[present].max()), float(new @ x)
+        modes = ([("all", None)] if n <= kd.cap else []) + [("queue", b) for b in kd.queue_limits if n >= b + 1]
+        best = math.inf
+        for mode, b in modes:
+            if self.urgent is not None and not self._window_ok(kd, x, y, mode, b):
+                continue
+            steps = maxnew if mode == "all" else max(maxnew, tok / b)
+            best = min(best, float(work @ x) + kd.w * steps)
+        return best
+
+    def _window_ok(self, kd, x, y, mode, b) -> bool:
+        """The urgent-window condition of :meth:`batched_load` for one batch-limit mode."""
+        ds, nu0 = self.urgent
+        new, kv1 = self.new, kd.kv1
+        D = (self.dl <= ds) & (y > 0)
+        if not D.any():
+            return True
+        yd = np.where(D, y, 0)
+        own = float(kd.work[D] @ y[D]) + kd.w * nu0
+        if mode == "all":
+            return own + float(np.sum(kv1 * np.minimum(new, nu0) * (x - yd))) <= ds * (1 + 1e-9)
+        need = b * nu0 - float(np.sum(np.where(new < nu0, (nu0 - new) * x, 0.0))) - nu0 * float(yd.sum())
+        reads = 0.0
+        for c in np.argsort(kv1):  # the cheapest slot-steps first
+            if need <= 0:
+                break
+            take = min(need, min(float(new[c]), nu0) * float(x[c] - yd[c]))
+            reads += take * float(kv1[c])
+            need -= take
+        if need > 1e-9:
+            return False
+        return own + reads <= ds * (1 + 1e-9)
 
     # -------------------------------------------------------------- master
     def upper(self, T: float, deadline: float) -> Optional[float]:
@@ -188,7 +396,7 @@ class ConfigLP:
             k, x, on, load, _ = col
             idx = np.nonzero(x)[0]
             h.addCol(on, 0.0, inf, len(idx) + 1, np.concatenate([idx, [C]]).astype(np.int32),
-                     np.concatenate([x[idx].astype(float), [float(self.kinds[k][0])]]))
+                     np.concatenate([x[idx].astype(float), [float(self.kinds[k].gpus)]]))
 
         best = None
         while True:
@@ -215,11 +423,11 @@ class ConfigLP:
                 if time.perf_counter() >= deadline:
                     break
                 priced += 1
-                got = self._price(k, T, pi)
+                got = self._price(k, T, pi, deadline)
                 if got is None:
                     continue
                 x, y, val, dual = got
-                g = self.kinds[k][0]
+                g = self.kinds[k].gpus
                 rise = max(rise, (dual - sigma * g) / g)
                 if x is not None and val - sigma * g > 1e-7:
                     self.add(k, x, y)
@@ -244,7 +452,7 @@ class ConfigLP:
         counts = self.counts.astype(np.int64)
         base = [(k, x.copy(), y.copy()) for lam, k, x, y in self.lp_solution(T) for _ in range(int(math.floor(lam + 1e-9)))]
         rest = counts - (np.sum([x for _, x, _ in base], axis=0) if base else 0)
-        gpus = self.G - sum(self.kinds[k][0] for k, _, _ in base)
+        gpus = self.G - sum(self.kinds[k].gpus for k, _, _ in base)
         if base and np.all(rest >= 0) and gpus >= 0:
             if not rest.any():
                 return [(k, x) for k, x, _ in base]
@@ -254,19 +462,21 @@ class ConfigLP:
                 yr = np.minimum(y, xr)
                 if xr.any() and ((k, tuple(xr)) not in cut or cut[(k, tuple(xr))].sum() < yr.sum()):
                     cut[(k, tuple(xr))] = yr
-            for k, (g, alone, kv, room) in enumerate(self.kinds):  # single sessions
+            for k, kd in enumerate(self.kinds):  # single sessions
+                alone = kd.alone
                 for c in np.nonzero(rest)[0]:
-                    if alone[c] <= T * (1 + 1e-12) and np.all(kv[:, c] <= room):
+                    if alone[c] <= T * (1 + 1e-12) and np.all(kd.kv[:, c] <= kd.room):
                         e = np.zeros(len(counts), dtype=np.int64)
                         e[c] = 1
                         if (k, tuple(e)) not in cut:
                             cut[(k, tuple(e))] = e * int(alone[c] <= self.dl[c] * (1 + 1e-9))
-            extra = cover_mip([(k, np.array(x), y, self._load(k, np.array(x))) for (k, x), y in cut.items()],
-                              rest, gpus, [kd[0] for kd in self.kinds], deadline)
+            sub = [(k, np.array(x), y, self._load(k, np.array(x), y)) for (k, x), y in cut.items()]
+            extra = cover_mip([c for c in sub if math.isfinite(c[3])],
+                              rest, gpus, [kd.gpus for kd in self.kinds], deadline)
             if extra is not None:
                 return [(k, x) for k, x, _ in base] + extra
         return cover_mip([(k, x, y, load) for k, x, on, load, y in cols], counts, self.G,
-                         [kd[0] for kd in self.kinds], deadline)
+                         [kd.gpus for kd in self.kinds], deadline)
 
     def lp_solution(self, T: float) -> list[tuple[float, int, np.ndarray, np.ndarray]]:
         """(λ, kind, x, y) of the restricted master over the pool's configurations of load ≤ T
@@ -288,7 +498,7 @@ class ConfigLP:
         for k, x, on, load, y in cols:
             idx = np.nonzero(x)[0]
             h.addCol(on, 0.0, inf, len(idx) + 1, np.concatenate([idx, [C]]).astype(np.int32),
-                     np.concatenate([x[idx].astype(float), [float(self.kinds[k][0])]]))
+                     np.concatenate([x[idx].astype(float), [float(self.kinds[k].gpus)]]))
         h.run()
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             return []
