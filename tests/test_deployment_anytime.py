@@ -417,8 +417,8 @@ def test_configuration_lp_closes_the_fluid_gap_on_twelve_session_types(tmp_path)
 @pytest.mark.parametrize("seed", range(80))
 def test_configuration_lp_bound_never_above_batched_brute_force(seed, tmp_path):
     """Layouts and batched decode: the configuration LP's relaxed columns (batch limits, the
-    urgent window) keep the bound ≤ the exhaustive optimum of the search space. The odd seeds
-    draw deadlines close to the sessions' single-session times, so that the urgent-window rows
+    urgent window) keep the bound ≤ the exhaustive optimum of the search space. Half of the
+    seeds draw deadlines close to the sessions' single-session times, so that the urgent-window rows
     take part (about half of those instances)."""
     problem = random_batched(seed, tmp_path, **({"deadlines": range(5, 80, 2)} if seed % 4 >= 2 else {}))
     objective = ("cost", "makespan")[seed % 2]
@@ -430,3 +430,38 @@ def test_configuration_lp_bound_never_above_batched_brute_force(seed, tmp_path):
     if best is None:
         return
     assert r <= best * (1 + 1e-9) + 1e-12, (r, best)
+
+
+@pytest.mark.parametrize("max_batch", [1, None])
+def test_configuration_lp_never_below_a_plan_it_could_have_built(tmp_path, max_batch):
+    """At a heuristic plan's makespan M, the configuration LP's bound on the on-time sessions is
+    at least the plan's on-time count (a mid-size case the brute force cannot reach; uncovered
+    sessions in its master must not be read as infeasibility)."""
+    from optimizer.deployment.colgen import ConfigLP
+
+    raw = generate_mixed(300, 20, seed=1, types=8, fraction=0.6, max_batch=max_batch)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    problem = build_problem(raw, path)
+    perf = PerfModel(problem)
+    a = Anytime(problem, perf, get("cost"), _kinds_layouts(problem))
+    plan = a.construct(time.perf_counter() + 10)
+    r = a.scenario(plan)
+    cg = ConfigLP.for_problem(problem, a.kinds)
+    u = cg.upper(r.makespan_s, time.perf_counter() + 60)
+    assert u is not None and u >= r.on_time - 1e-6, (u, r.on_time)
+
+
+def test_configuration_lp_does_not_mistake_a_paying_uncovered_session_for_infeasibility():
+    """Two 1-GPU instances, makespan 1 s: a heavy session without deadline fills one instance's
+    memory, ten light ones (0.1 s, deadline 0.5 s) fit five on time per instance. Covering every
+    session gives 1 + 5 on time; leaving the heavy one out would give 10, more than its penalty
+    costs, so the master leaves it uncovered, yet a plan exists: the bound must be ≥ 6, not the
+    "no plan" −1."""
+    from optimizer.deployment.colgen import ConfigLP, _Kind
+
+    kind = _Kind(1, np.array([1.0, 0.1]), np.array([[10.0, 0.5]]), np.array([10.0]))
+    cg = ConfigLP(np.array([1.0, 10.0]), np.array([np.inf, 0.5]), [kind], 2)
+    u = cg.upper(1.0, time.perf_counter() + 30)
+    assert u is not None and u >= 6 - 1e-6, u
+    assert cg.upper(0.99, time.perf_counter() + 30) == -1.0  # the heavy session alone takes 1 s

@@ -7,8 +7,9 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
 2. LP bound (:class:`~optimizer.deployment.anytime.BoundLP`): up to 15 %; then local search
    from the best ``MULTI_STARTS`` constructive plans (the LP's instance mix among the mixes),
    ``START_SHARE`` of what is left;
-2b. configuration LP (:class:`~optimizer.deployment.colgen.ConfigLP`; one session at a time,
-   at most ``CG_MAX_CLASSES`` classes, cost objective): the LP bound tightened by column
+2b. configuration LP (:class:`~optimizer.deployment.colgen.ConfigLP`; at most
+   ``CG_MAX_CLASSES`` classes, cost and makespan objectives; batched kinds only with
+   ``CG_BATCHED_MIN_S`` left, their pricing being slower): the LP bound tightened by column
    generation at the makespan thresholds that decide it, ``CG_SHARE`` of what is left; plans
    from its integer master at the bound's makespan and a few above it;
 3. exact search: with at most ``EXACT_CLASSES`` classes (exact equality) the exact
@@ -51,6 +52,7 @@ LOCAL_SHARE = 0.1  # share of the time left for local moves before LNS (step 4)
 ROUNDED_LEVELS = [(2, 2, 1), (2, 2, 2), (3, 2, 2)]  # (contexts, new tokens, deadlines)
 CG_SHARE = 0.3  # share of the time left for the configuration LP bound (step 2b)
 CG_PLAN_SLACK = (1.0, 1.01, 1.02, 1.04, 1.06, 1.1)  # integer masters at these times the bound's makespan
+CG_BATCHED_MIN_S = 150.0  # batched kinds: the configuration LP runs only with this much time left
 
 
 def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degrees=None, layouts=None):
@@ -143,7 +145,9 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
 
     # 2b. configuration LP (one session at a time, few classes): a tighter bound by column
     # generation, and plans from its integer master
-    if not proven() and lp.cg is not None and obj.search in ("cost", "makespan") and left() > 0.2:
+    batched_cg = any(k.batch_cap > 1 for k in A.kinds)  # slower: ~10 s a threshold on 12 classes
+    if not proven() and lp.cg is not None and obj.search in ("cost", "makespan") and \
+            left() > (CG_BATCHED_MIN_S if batched_cg else 0.2):
         cg_end = time.perf_counter() + CG_SHARE * left()
         lp.cg.add_plan(A.columns(best))  # the incumbent's instances are configurations too
         tighter = at.refined_bound_in_unit(problem, obj, lp, cg_end)

@@ -201,10 +201,10 @@ class ConfigLP:
             self.add(k, np.asarray(x), np.asarray(y))
 
     # -------------------------------------------------------------- pricing
-    def _price(self, k: int, T: float, pi: np.ndarray, deadline: float):
+    def _price(self, k: int, T: float, pi: np.ndarray, deadline: float, weight: float = 1.0):
         """Best configuration of kind k for duals ``pi``: (x, y, value, dual bound of the value)
-        or None (nothing fits); value = Σ y − Σ π·x (x None when the MIP found no solution in
-        time: the dual bound still holds)."""
+        or None (nothing fits); value = weight·Σ y − Σ π·x (x None when the MIP found no
+        solution in time: the dual bound still holds)."""
         kd = self.kinds[k]
         C = len(self.counts)
         alone = kd.alone
@@ -217,7 +217,7 @@ class ConfigLP:
         # one at a time at most T/alone sessions of a class; batched, memory decides
         X = {c: m.var(0.0, float(self.counts[c] if kd.batched else
                                  min(self.counts[c], math.floor(T * (1 + 1e-12) / alone[c]))), -pi[c]) for c in cols}
-        Y = {c: m.var(0.0, float(self.counts[c]), 1.0) for c in ycan}
+        Y = {c: m.var(0.0, float(self.counts[c]), weight) for c in ycan}
         for c in ycan:  # y_c ≤ x_c
             m.row({Y[c]: 1.0, X[c]: -1.0}, 0.0)
         for s in range(kd.kv.shape[0]):  # memory per stage
@@ -242,7 +242,7 @@ class ConfigLP:
             x[c] = round(sol[X[c]])
         for c in ycan:
             y[c] = round(sol[Y[c]])
-        return x, y, float(np.sum(y) - pi @ x), dual
+        return x, y, float(weight * np.sum(y) - pi @ x), dual
 
     def _batched_rows(self, m: "_Mip", kd, T: float, cols, ycan, X, Y) -> None:
         """Rows of a batched configuration (a relaxation of :mod:`optimizer.deployment.batching`;
@@ -372,9 +372,22 @@ class ConfigLP:
 
     # -------------------------------------------------------------- master
     def upper(self, T: float, deadline: float) -> Optional[float]:
-        """Upper bound on the on-time sessions of any plan with makespan ≤ T (s); −1 when the
-        master (with every column priced) proves no plan fits; None when no bound was reached
-        before ``deadline`` (a ``time.perf_counter()`` value)."""
+        """Upper bound on the on-time sessions of any plan with makespan ≤ T (s); −1 when no
+        plan fits (proven by a phase-1 master whose Farley bound on −(uncovered sessions) is
+        negative); None when no bound was reached before ``deadline`` (a
+        ``time.perf_counter()`` value)."""
+        ub, slack, done = self._run(T, deadline, False)
+        if done and slack > 1e-6:
+            # sessions left uncovered may only pay (the penalty is finite): is any cover possible?
+            p1, _, _ = self._run(T, deadline, True)
+            if p1 is not None and p1 < -1e-7:
+                return -1.0
+        return ub
+
+    def _run(self, T: float, deadline: float, phase1: bool) -> tuple[Optional[float], float, bool]:
+        """Column generation at T: (least Farley bound found or None, uncovered sessions of the
+        last master, converged). Phase 1 maximises −(uncovered sessions) instead of the
+        on-time count (uncovered sessions cost SLACK_PENALTY each otherwise)."""
         import highspy
 
         from optimizer.highs import new_highs, single_thread
@@ -384,21 +397,22 @@ class ConfigLP:
         single_thread(h)
         h.changeObjectiveSense(highspy.ObjSense.kMaximize)
         inf = highspy.kHighsInf
-        for c in range(C):  # slack columns: uncovered sessions cost SLACK_PENALTY each
-            h.addCol(-SLACK_PENALTY, 0.0, inf, 0, np.array([], dtype=np.int32), np.array([]))
+        for c in range(C):  # slack columns: uncovered sessions
+            h.addCol(-1.0 if phase1 else -SLACK_PENALTY, 0.0, inf, 0, np.array([], dtype=np.int32), np.array([]))
         h.addRows(C + 1, np.concatenate([self.counts, [-inf]]), np.concatenate([self.counts, [self.G]]),
                   C, np.arange(C + 1, dtype=np.int32), np.arange(C, dtype=np.int32), np.ones(C))
         if h.getNumRow() != C + 1:
             raise RuntimeError("configuration LP: rows not added")
         used = 0
+        weight = 0.0 if phase1 else 1.0  # objective per on-time session
 
         def push(col):
             k, x, on, load, _ = col
             idx = np.nonzero(x)[0]
-            h.addCol(on, 0.0, inf, len(idx) + 1, np.concatenate([idx, [C]]).astype(np.int32),
+            h.addCol(weight * on, 0.0, inf, len(idx) + 1, np.concatenate([idx, [C]]).astype(np.int32),
                      np.concatenate([x[idx].astype(float), [float(self.kinds[k].gpus)]]))
 
-        best = None
+        best, slack = None, math.inf
         while True:
             for col in self.pool[used:]:
                 if col[3] <= T * (1 + 1e-12):
@@ -407,7 +421,7 @@ class ConfigLP:
             h.run()
             self.solves += 1
             if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-                return best
+                return best, slack, False
             sol = h.getSolution()
             duals = np.array(sol.row_dual)
             value = float(h.getInfo().objective_function_value)
@@ -423,7 +437,7 @@ class ConfigLP:
                 if time.perf_counter() >= deadline:
                     break
                 priced += 1
-                got = self._price(k, T, pi, deadline)
+                got = self._price(k, T, pi, deadline, weight)
                 if got is None:
                     continue
                 x, y, val, dual = got
@@ -435,10 +449,8 @@ class ConfigLP:
             if priced == len(self.kinds):  # every kind priced: a valid bound
                 ub = float(pi @ self.counts) + (sigma + max(0.0, rise)) * self.G
                 best = ub if best is None else min(best, ub)
-                if not added and rise <= 1e-9 and slack > 1e-6:
-                    return -1.0  # every column priced and sessions remain uncovered: infeasible
             if not added or time.perf_counter() >= deadline:
-                return best
+                return best, slack, not added and priced == len(self.kinds)
 
     def integer_plan(self, T: float, deadline: float) -> Optional[list[tuple[int, np.ndarray]]]:
         """Instances (kind, sessions per class) of load ≤ T from the pool (a price-and-branch
