@@ -1,14 +1,17 @@
-"""Configuration LP by column generation: a bound on the on-time sessions at a makespan threshold
-when instances decode one session at a time, tighter than the fluid LP of
-:class:`~optimizer.deployment.anytime.BoundLP`.
+"""Configuration LP by column generation: a bound on the on-time sessions at a makespan
+threshold, tighter than the fluid LP of :class:`~optimizer.deployment.anytime.BoundLP`.
 
 A *configuration* is one instance: a kind k (layout, g_k GPUs) and how many sessions x_c of each
-class it runs, y_c of them on time. It is feasible at makespan T when ``Σ_c alone_kc·x_c ≤ T``
-(one session at a time, no idle time), its sessions' KV fits every GPU
+class it runs, y_c of them on time. One session at a time it is feasible at makespan T when
+``Σ_c alone_kc·x_c ≤ T`` (no idle time), its sessions' KV fits every GPU
 (``Σ_c kv_kc·x_c ≤ room_k`` per pipeline stage, all of them resident for the run) and its on-time
 sessions meet their deadlines in deadline order (Jackson: for every deadline d,
 ``Σ_{d_c ≤ d} alone_kc·y_c ≤ d``); late sessions run after them, so Moore-Hodgson reaches that
-on-time count. The master LP chooses λ_j ≥ 0 instances of each configuration j:
+on-time count. Batched kinds use a relaxation of the simulated timeline (valid for every batch
+limit and admission order of :mod:`optimizer.deployment.batching`; see
+:meth:`ConfigLP.batched_load`), so their columns may include configurations no instance
+reaches, never the other way round. The master LP chooses λ_j ≥ 0 instances of each
+configuration j:
 
     max Σ_j on_j·λ_j   s.t.  Σ_j x_jc·λ_j = count_c (every class),  Σ_j g_j·λ_j ≤ G.
 
@@ -19,7 +22,9 @@ best reduced profit of a kind, from the pricing MIP's dual bound) are dual feasi
 master, so ``Σ π_c·count_c + σ'·G`` bounds the on-time count of every plan with makespan ≤ T
 (Farley's bound, Lübbecke and Desrosiers 2005, "Selected topics in column generation"). The
 bound is valid after any number of iterations and reaches the master's optimum when pricing
-finds nothing better.
+finds nothing better. The restricted master carries a penalised slack per class (uncovered
+sessions), so an uncovered session may simply pay; "no plan at T" is claimed only when a
+phase-1 master (maximise −uncovered) has a negative Farley bound.
 """
 from __future__ import annotations
 
