@@ -119,6 +119,47 @@ class _Mip:
         return sol, dual
 
 
+class _Master:
+    """The restricted master LP in HiGHS: a slack column per class (uncovered sessions, at
+    ``slack_cost`` each), the class rows ``= count_c`` and the GPU row ``≤ G``; configurations
+    are added as columns with objective ``weight × on time``."""
+
+    def __init__(self, lp: "ConfigLP", slack_cost: float, weight: float):
+        import highspy
+
+        from optimizer.highs import new_highs, single_thread
+
+        self.lp, self.weight, self.C = lp, weight, len(lp.counts)
+        self.cols: list = []
+        C = self.C
+        h = self.h = new_highs()
+        single_thread(h)
+        h.changeObjectiveSense(highspy.ObjSense.kMaximize)
+        inf = self.inf = highspy.kHighsInf
+        for c in range(C):
+            h.addCol(-slack_cost, 0.0, inf, 0, np.array([], dtype=np.int32), np.array([]))
+        h.addRows(C + 1, np.concatenate([lp.counts, [-inf]]), np.concatenate([lp.counts, [lp.G]]),
+                  C, np.arange(C + 1, dtype=np.int32), np.arange(C, dtype=np.int32), np.ones(C))
+        if h.getNumRow() != C + 1:
+            raise RuntimeError("configuration LP: rows not added")
+
+    def push(self, col) -> None:
+        """Add a pool entry (kind, x, on time, load, y) as a column."""
+        k, x, on, load, _ = col
+        idx = np.nonzero(x)[0]
+        self.h.addCol(self.weight * on, 0.0, self.inf, len(idx) + 1, np.concatenate([idx, [self.C]]).astype(np.int32),
+                      np.concatenate([x[idx].astype(float), [float(self.lp.kinds[k].gpus)]]))
+        self.cols.append(col)
+
+    def solve(self) -> bool:
+        """Solve; True when optimal."""
+        import highspy
+
+        self.h.run()
+        self.lp.solves += 1
+        return self.h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+
+
 class ConfigLP:
     """Column generation over the configurations of one problem.
 
@@ -393,39 +434,18 @@ class ConfigLP:
         """Column generation at T: (least Farley bound found or None, uncovered sessions of the
         last master, converged). Phase 1 maximises −(uncovered sessions) instead of the
         on-time count (uncovered sessions cost SLACK_PENALTY each otherwise)."""
-        import highspy
-
-        from optimizer.highs import new_highs, single_thread
-
         C = len(self.counts)
-        h = new_highs()
-        single_thread(h)
-        h.changeObjectiveSense(highspy.ObjSense.kMaximize)
-        inf = highspy.kHighsInf
-        for c in range(C):  # slack columns: uncovered sessions
-            h.addCol(-1.0 if phase1 else -SLACK_PENALTY, 0.0, inf, 0, np.array([], dtype=np.int32), np.array([]))
-        h.addRows(C + 1, np.concatenate([self.counts, [-inf]]), np.concatenate([self.counts, [self.G]]),
-                  C, np.arange(C + 1, dtype=np.int32), np.arange(C, dtype=np.int32), np.ones(C))
-        if h.getNumRow() != C + 1:
-            raise RuntimeError("configuration LP: rows not added")
-        used = 0
         weight = 0.0 if phase1 else 1.0  # objective per on-time session
-
-        def push(col):
-            k, x, on, load, _ = col
-            idx = np.nonzero(x)[0]
-            h.addCol(weight * on, 0.0, inf, len(idx) + 1, np.concatenate([idx, [C]]).astype(np.int32),
-                     np.concatenate([x[idx].astype(float), [float(self.kinds[k].gpus)]]))
-
+        m = _Master(self, 1.0 if phase1 else SLACK_PENALTY, weight)
+        h = m.h
+        used = 0
         best, slack = None, math.inf
         while True:
             for col in self.pool[used:]:
                 if col[3] <= T * (1 + 1e-12):
-                    push(col)
+                    m.push(col)
             used = len(self.pool)
-            h.run()
-            self.solves += 1
-            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            if not m.solve():
                 return best, slack, False
             sol = h.getSolution()
             duals = np.array(sol.row_dual)
@@ -498,30 +518,14 @@ class ConfigLP:
     def lp_solution(self, T: float) -> list[tuple[float, int, np.ndarray, np.ndarray]]:
         """(λ, kind, x, y) of the restricted master over the pool's configurations of load ≤ T
         (positive λ only; empty when the master is not solved to optimality)."""
-        import highspy
-
-        from optimizer.highs import new_highs, single_thread
-
-        cols = [c for c in self.pool if c[3] <= T * (1 + 1e-12)]
-        C = len(self.counts)
-        h = new_highs()
-        single_thread(h)
-        h.changeObjectiveSense(highspy.ObjSense.kMaximize)
-        inf = highspy.kHighsInf
-        for c in range(C):
-            h.addCol(-SLACK_PENALTY, 0.0, inf, 0, np.array([], dtype=np.int32), np.array([]))
-        h.addRows(C + 1, np.concatenate([self.counts, [-inf]]), np.concatenate([self.counts, [self.G]]),
-                  C, np.arange(C + 1, dtype=np.int32), np.arange(C, dtype=np.int32), np.ones(C))
-        for k, x, on, load, y in cols:
-            idx = np.nonzero(x)[0]
-            h.addCol(on, 0.0, inf, len(idx) + 1, np.concatenate([idx, [C]]).astype(np.int32),
-                     np.concatenate([x[idx].astype(float), [float(self.kinds[k].gpus)]]))
-        h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        m = _Master(self, SLACK_PENALTY, 1.0)
+        for col in self.pool:
+            if col[3] <= T * (1 + 1e-12):
+                m.push(col)
+        if not m.solve():
             return []
-        lam = np.array(h.getSolution().col_value)[C:]
-        return [(float(lam[j]), cols[j][0], cols[j][1], cols[j][4]) for j in range(len(cols)) if lam[j] > 1e-9]
-
+        lam = np.array(m.h.getSolution().col_value)[len(self.counts):]
+        return [(float(lam[j]), col[0], col[1], col[4]) for j, col in enumerate(m.cols) if lam[j] > 1e-9]
 
 def cover_mip(cols, rhs: np.ndarray, gpus: float, kind_gpus: list, deadline: float):
     """Integer master (HiGHS MIP until ``deadline``): λ_j copies of configuration
