@@ -50,7 +50,7 @@ START_SHARE = 0.15  # share of the time left for local moves from the constructi
 ROUNDED_SHARE = 0.1  # share of the time left for the rounded instances (step 3)
 LOCAL_SHARE = 0.1  # share of the time left for local moves before LNS (step 4)
 ROUNDED_LEVELS = [(2, 2, 1), (2, 2, 2), (3, 2, 2)]  # (contexts, new tokens, deadlines)
-CG_SHARE = 0.3  # share of the time left for the configuration LP bound (step 2b)
+CG_SHARE = 0.5  # share of the time left for the configuration LP bound (step 2b)
 CG_PLAN_SLACK = (1.0, 1.01, 1.02, 1.04, 1.06, 1.1)  # integer masters at these times the bound's makespan
 CG_BATCHED_MIN_S = 150.0  # batched kinds: the configuration LP runs only with this much time left
 
