@@ -9,8 +9,9 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
    ``START_SHARE`` of what is left;
 2b. configuration LP (:class:`~optimizer.deployment.colgen.ConfigLP`; at most
    ``CG_MAX_CLASSES`` classes, cost and makespan objectives; batched kinds only with
-   ``CG_BATCHED_MIN_S`` left, their pricing being slower): the LP bound tightened by column
-   generation at the makespan thresholds that decide it, ``CG_SHARE`` of what is left; plans
+   ``CG_BATCHED_MIN_S`` left, their pricing being slower), after the packings at the LP's
+   makespan: the LP bound tightened by column generation at the makespan thresholds that decide
+   it, ``CG_SHARE`` of what is left (``CG_SHARE_BATCHED`` batched); plans
    from its integer master at the bound's makespan and a few above it;
 3. exact search: with at most ``EXACT_CLASSES`` classes (exact equality) the exact
    formulations of :mod:`optimizer.deployment.solver` on the real instance with up to 60 % of
@@ -53,6 +54,7 @@ ROUNDED_LEVELS = [(2, 2, 1), (2, 2, 2), (3, 2, 2)]  # (contexts, new tokens, dea
 CG_SHARE = 0.5  # share of the time left for the configuration LP bound (step 2b)
 CG_PLAN_SLACK = (1.0, 1.01, 1.02, 1.04, 1.06, 1.1)  # integer masters at these times the bound's makespan
 CG_BATCHED_MIN_S = 150.0  # batched kinds: the configuration LP runs only with this much time left
+CG_SHARE_BATCHED = 0.3  # and gets this share of it (the plan search needs the rest)
 
 
 def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degrees=None, layouts=None):
@@ -143,12 +145,16 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
 
     better = improved_by("local search")
 
+    if not proven() and lp.best_T is not None and left() > 0:  # packings at the LP's makespan
+        packs = _packings(A, lp, mix, time.perf_counter() + min(0.1 * total, 0.2 * left()))
+        for cand in packs:
+            offer(cand, "packing at the LP makespan")
     # 2b. configuration LP (one session at a time, few classes): a tighter bound by column
     # generation, and plans from its integer master
     batched_cg = any(k.batch_cap > 1 for k in A.kinds)  # slower: ~10 s a threshold on 12 classes
     if not proven() and lp.cg is not None and obj.search in ("cost", "makespan") and \
             left() > (CG_BATCHED_MIN_S if batched_cg else 0.2):
-        cg_end = time.perf_counter() + CG_SHARE * left()
+        cg_end = time.perf_counter() + (CG_SHARE_BATCHED if batched_cg else CG_SHARE) * left()
         lp.cg.add_plan(A.columns(best))  # the incumbent's instances are configurations too
         tighter = at.refined_bound_in_unit(problem, obj, lp, cg_end)
         if tighter is not None and (bound is None or tighter > bound):
@@ -161,10 +167,6 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 got = lp.cg.integer_plan(lp.best_T * f, time.perf_counter() + min(2.0, 0.05 * left()))
                 offer(A.from_classes(got) if got else None, "configuration LP (integer master)")
 
-    if not proven() and lp.best_T is not None and left() > 0:  # packings at the LP's makespan
-        packs = _packings(A, lp, mix, time.perf_counter() + min(0.1 * total, 0.2 * left()))
-        for cand in packs:
-            offer(cand, "packing at the LP makespan")
     if not proven() and left() > 0:  # local search from the best few constructive plans
         first, first_rule = best, rule[0]
         starts = [first] + A.construct_many(time.perf_counter() + max(0.05, 0.05 * total), mix)[:MULTI_STARTS - 1]
