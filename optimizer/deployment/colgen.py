@@ -36,7 +36,7 @@ from typing import Optional
 import numpy as np
 
 CG_MAX_CLASSES = 64  # the configuration LP is built up to this many classes
-SLACK_PENALTY = 2.0  # objective of an uncovered session in the restricted master (> any on-time gain)
+SLACK_PENALTY = 2.0  # cost of an uncovered session in the restricted master (finite: phase 1 decides feasibility)
 PRICE_GAP = 1e-6  # relative MIP gap of the pricing problems
 URGENT_SLACK = 1.5  # batched: classes with deadline ≤ this × their fastest single-session time are urgent
 
