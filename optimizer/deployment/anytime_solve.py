@@ -8,7 +8,8 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
    from the best ``MULTI_STARTS`` constructive plans (the LP's instance mix among the mixes),
    ``START_SHARE`` of what is left;
 2b. configuration LP (:class:`~optimizer.deployment.colgen.ConfigLP`; at most
-   ``CG_MAX_CLASSES`` classes, cost and makespan objectives; batched kinds only with
+   ``CG_MAX_CLASSES`` classes, beyond what the exact search proves (more than ``EXACT_CLASSES``
+   classes or ``EXACT_SESSIONS`` sessions), cost and makespan objectives; batched kinds only with
    ``CG_BATCHED_MIN_S`` left, their pricing being slower), after the packings at the LP's
    makespan: the LP bound tightened by column generation at the makespan thresholds that decide
    it, ``CG_SHARE`` of what is left (``CG_SHARE_BATCHED`` batched); plans
@@ -152,7 +153,8 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     # 2b. configuration LP (one session at a time, few classes): a tighter bound by column
     # generation, and plans from its integer master
     batched_cg = any(k.batch_cap > 1 for k in A.kinds)  # slower: ~10 s a threshold on 12 classes
-    if not proven() and lp.cg is not None and obj.search in ("cost", "makespan") and \
+    exact_first = len(problem.classes) <= EXACT_CLASSES and len(problem.sessions) <= EXACT_SESSIONS
+    if not proven() and lp.cg is not None and not exact_first and obj.search in ("cost", "makespan") and \
             left() > (CG_BATCHED_MIN_S if batched_cg else 0.2):
         cg_end = time.perf_counter() + (CG_SHARE_BATCHED if batched_cg else CG_SHARE) * left()
         lp.cg.add_plan(A.columns(best))  # the incumbent's instances are configurations too
