@@ -125,16 +125,18 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if p.is_dir():
         raise InputError(p, "", "is a folder, expected a YAML file")
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(p, "", f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(p, f"byte {exc.start}", "not UTF-8 text (a YAML file is expected)") from None
     try:
         data = load_yaml_text(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise InputError(p, where, f"not valid YAML: {problem}") from None
+        problem = getattr(exc, "problem", None)
+        raise InputError(p, where, f"not valid YAML: {problem}" if problem else "not valid YAML") from None
     if not isinstance(data, dict):
         raise InputError(p, "", "expected a YAML mapping at the top level")
     return data

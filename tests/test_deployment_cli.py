@@ -68,6 +68,18 @@ def test_malformed_yaml(cli, tmp_path):
     assert_one_line_error(cli(p), "bad.yaml", "not valid YAML")
 
 
+def test_file_that_is_not_utf8(cli, tmp_path):
+    """A Latin-1 file (or any binary) is bad input: one line, exit 2, not a decoding traceback."""
+    p = tmp_path / "latin1.yaml"
+    p.write_bytes(b"name: caf\xe9\n")
+    assert_one_line_error(cli(p), "latin1.yaml", "byte 9", "not UTF-8")
+    q = tmp_path / "nul.yaml"
+    q.write_bytes(b"\0\0abc")
+    out = cli(q)
+    assert_one_line_error(out, "nul.yaml", "not valid YAML")
+    assert "not valid YAML: not valid YAML" not in out.stderr
+
+
 def _copy_book(tmp_path, config_text: str):
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "qwen3-32b.json").write_text(config_text)
