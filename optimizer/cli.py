@@ -80,6 +80,8 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     try:
         if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
             raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
+        if objective is not None and not objective.strip():
+            raise InputError("--objective", "", "is empty: name an objective (see --help) or leave the option out")
         raw = read_yaml(instance)
         raw = apply_overrides(raw, list(overrides), instance)
         if isinstance(raw, dict) and "grid" in raw and "base" in raw:

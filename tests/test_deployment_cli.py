@@ -68,6 +68,10 @@ def test_malformed_yaml(cli, tmp_path):
     assert_one_line_error(cli(p), "bad.yaml", "not valid YAML")
 
 
+def test_empty_objective_is_bad_input(cli):
+    assert_one_line_error(cli(BOOK, "--objective", ""), "--objective", "empty")
+
+
 def test_file_that_is_not_utf8(cli, tmp_path):
     """A Latin-1 file (or any binary) is bad input: one line, exit 2, not a decoding traceback."""
     p = tmp_path / "latin1.yaml"
