@@ -96,11 +96,16 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     te = time.perf_counter()
     ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
     eval_s = time.perf_counter() - te
+    source = "list scheduling"
+    if ev is None or ev.violations:  # the configuration LP's most-on-time plan, where it applies
+        sol = _most_on_time_plan(problem, A, t0 + 0.5 * total)
+        ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
+        source = "configuration LP (integer master, most on time)"
     if ev is None or ev.violations:
         return _no_plan(problem, perf, obj, A, allowed, t0, deadline)
-    best, best_v, source = sol, obj.value(ev), "list scheduling"
+    best, best_v = sol, obj.value(ev)
     rule = [A.tradeoff]  # the batch limit rule the best plan was run under
-    at.report("constructive plan", t0, best_v, None, unit)
+    at.report("constructive plan" if source == "list scheduling" else source, t0, best_v, None, unit)
     reserve = 1.5 * eval_s + 0.05
 
     def left() -> float:
@@ -270,6 +275,34 @@ def _packings(A, lp, mix, deadline: float) -> list:
 SMALL_SESSIONS = 60  # without a constructive plan, problems up to this size go to the exact path
 
 
+def _horizon(problem: Problem, A) -> float:
+    """A makespan (s) no plan needs to exceed: every session one after another on its slowest
+    kind (so a threshold at it limits nothing)."""
+    return float(sum(c.count for c in problem.classes)) * max(
+        float(np.max(np.where(np.isfinite(k.alone), k.alone, 0.0))) for k in A.kinds) + 1.0
+
+
+def _most_on_time_plan(problem: Problem, A, deadline: float):
+    """When list scheduling misses the on-time requirement: the configuration LP's integer
+    master at an unlimited makespan (the most sessions on time it finds), or None (it does not
+    apply, or its plan misses the requirement too)."""
+    from optimizer.deployment.colgen import ConfigLP
+
+    cg = ConfigLP.for_problem(problem, A.kinds)
+    if cg is None or time.perf_counter() >= deadline:
+        return None
+    T = _horizon(problem, A)
+    need = A.need
+    u = cg.upper(T, time.perf_counter() + 0.7 * max(0.0, deadline - time.perf_counter()))
+    if u is not None and u < need - 1e-6:
+        return None  # not even the configuration LP reaches the requirement
+    got = cg.integer_plan(T, deadline)
+    if not got:
+        return None
+    sol = A.choose_rule(A.from_classes(got))
+    return sol if A.scenario(sol).on_time >= need else None
+
+
 def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float):
     """No constructive plan meets the on-time requirement: small problems go to the exact
     formulations (None: they decide and explain); for large ones the LP relaxation without a
@@ -281,9 +314,7 @@ def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float
         return None  # the exact formulations decide and explain (e.g. the most sessions on time)
     need = max(problem.required_on_time, obj.min_on_time)
     lp = at.BoundLP(problem, perf, A.kinds)
-    horizon = float(sum(c.count for c in problem.classes)) * max(
-        float(np.max(np.where(np.isfinite(k.alone), k.alone, 0.0))) for k in A.kinds) + 1.0
-    most, _ = lp.max_on_time(horizon)  # every session one after another on one instance: no tighter T
+    most, _ = lp.max_on_time(_horizon(problem, A))  # every session one after another: no tighter T
     stats = SolverStats("anytime (list scheduling, HiGHS LP bound)", Status.INFEASIBLE, 0.0, solves=lp.solves)
     stats.time_s = time.perf_counter() - t0
     if most < 0:
