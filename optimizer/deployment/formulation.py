@@ -21,6 +21,7 @@ Integer resolution (CP-SAT needs integer coefficients):
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -138,6 +139,10 @@ def build_slots(problem: Problem, options: dict[int, Option], pooled: bool = Fal
     return slots
 
 
+class BuildTimeout(Exception):
+    """Building the CP-SAT model reached the solve's deadline (the time limit holds)."""
+
+
 class Formulation:
     """Builds the CP-SAT model for one deployment problem.
 
@@ -151,8 +156,9 @@ class Formulation:
     """
 
     def __init__(self, problem: Problem, perf: PerfModel, degrees, mode: str,
-                 latency: bool = False, explain: bool = False):
+                 latency: bool = False, explain: bool = False, deadline: Optional[float] = None):
         self.problem = problem
+        self.deadline = deadline  # time.perf_counter() value; building past it raises BuildTimeout
         self.perf = perf
         self.mode = mode
         self.latency = latency
@@ -252,6 +258,7 @@ class Formulation:
         self.Q: dict[int, int] = {}
         self.finish_terms = []
         for k in self.slots:
+            self.check_time()
             Q = self.positions(k)
             if self.nm.explain:
                 Q = min(Q + 1, self.n_sessions)  # one more than memory allows: memory must say no
@@ -312,18 +319,26 @@ class Formulation:
         terms = getattr(self, "finish_terms", None)
         return sum(terms) if terms else 0
 
+    def check_time(self) -> None:
+        """Raise :class:`BuildTimeout` once the deadline has passed."""
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            raise BuildTimeout(f"building the {self.mode} model for {self.n_sessions} sessions reached the time limit")
+
     def build(self) -> "Formulation":
-        """Add every constraint family, then the nominal scenario (and fault scenarios)."""
+        """Add every constraint family, then the nominal scenario (and fault scenarios).
+
+        Raises:
+            BuildTimeout: the deadline passed while building (checked between families and
+                per instance slot of the sequence variables).
+        """
         from constraints.deployment import (assignment, deadline, fault, gpus_per_server, makespan, memory, on_time,
                                             symmetry)
 
-        gpus_per_server.add(self)
-        assignment.add(self)
-        memory.add(self)
-        deadline.add(self)
-        makespan.add(self)
-        symmetry.add(self)
+        for family in (gpus_per_server, assignment, memory, deadline, makespan, symmetry):
+            self.check_time()
+            family.add(self)
         self.scenarios.append(Scenario("nominal", [self.M], self.on_time_total, self.finish_sum()))
-        fault.add(self)
-        on_time.add(self)
+        for family in (fault, on_time):
+            self.check_time()
+            family.add(self)
         return self

@@ -84,10 +84,12 @@ def usable_degrees(problem: Problem, perf: PerfModel, degrees) -> list[int]:
     return out
 
 
-def build(problem: Problem, perf: PerfModel, degrees, objective, explain: bool = False) -> Formulation:
+def build(problem: Problem, perf: PerfModel, degrees, objective, explain: bool = False,
+          deadline: Optional[float] = None) -> Formulation:
+    """The CP-SAT formulation for ``objective`` (raises BuildTimeout past ``deadline``)."""
     obj = get_objective(objective)
     mode = choose_mode(problem, obj)
-    f = Formulation(problem, perf, degrees, mode, latency=obj.needs_sequence, explain=explain)
+    f = Formulation(problem, perf, degrees, mode, latency=obj.needs_sequence, explain=explain, deadline=deadline)
     f.required = max(f.required, obj.min_on_time)
     return f.build()
 
@@ -208,7 +210,15 @@ def _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, se
     """One CP-SAT solve of the compact/sequence formulation with the objective set directly
     (makespan, energy, latency); for ``count`` objectives a second solve with the count fixed
     picks the smallest makespan among the optimal plans."""
-    f = build(problem, perf, usable, obj)
+    from optimizer.deployment.formulation import BuildTimeout
+
+    try:
+        f = build(problem, perf, usable, obj, deadline=deadline)
+    except BuildTimeout as exc:
+        stats.status = Status.TIME_LIMIT
+        out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, mode)
+        out.notes.append(f"{exc}: no plan (the {obj.name} objective uses the {choose_mode(problem, obj)} formulation)")
+        return out
     obj.apply(f)
     if seed_plan is not None:
         hint_from_plan(f, seed_plan, spt=obj.kind == "finish_sum")
