@@ -49,7 +49,7 @@ batch limit of :mod:`optimizer.deployment.batching`):
    the on-time requirement. With very many classes the LP is built on a relaxed instance
    (contexts and new tokens rounded down, deadlines up), which only lowers the bound; the
    makespan floor (the longest session alone on the fastest kind it fits) is taken from the
-   real classes. One session at a time with few classes, the thresholds that decide the cost
+   real classes. With few classes, the thresholds that decide the cost (or makespan)
    bound are then tightened by the configuration LP of :mod:`optimizer.deployment.colgen`
    (column generation; its Farley bound holds at every iteration), whose integer master also
    gives plans (:meth:`BoundLP.refine_cost_bound`).
@@ -921,6 +921,18 @@ class LpMix:
 
 
 @dataclass
+class _Grid:
+    """Threshold grid of :meth:`BoundLP.cost_bound`: on-time requirement, top threshold (s),
+    thresholds (s, ascending), LP values and mixes by threshold."""
+
+    need: int
+    hi: float
+    pts: list
+    vals: dict = field(default_factory=dict)
+    mixes: dict = field(default_factory=dict)
+
+
+@dataclass
 class _LpData:
     count: np.ndarray  # [C]
     dl: np.ndarray  # [C] deadline s (inf: none)
@@ -1029,10 +1041,10 @@ class BoundLP:
         self.t_floor = max(self.t_floor, work / G)
         from optimizer.deployment.colgen import ConfigLP
 
-        self.cg = ConfigLP.for_problem(problem, kinds)  # None unless one at a time, few classes
-        self._cg_done: set = set()
-        self._grid = None
-        self._span = None
+        self.cg = ConfigLP.for_problem(problem, kinds)  # None beyond CG_MAX_CLASSES classes
+        self._cg_done: set = set()  # thresholds the configuration LP has bounded
+        self._grid: Optional[_Grid] = None  # set by cost_bound
+        self._span: Optional[tuple[int, float, float]] = None  # (need, lo, hi) of makespan_bound
 
     def max_on_time(self, T: float) -> tuple[float, Optional[dict[int, float]]]:
         """LP maximum of on-time sessions with makespan ≤ T (−1 if infeasible), and the
@@ -1215,8 +1227,8 @@ class BoundLP:
         if not math.isfinite(lo) or lo <= 0:
             return None, None
         hi = max(t_hi, lo * 1.0001)
-        self._grid = (need, hi, list(np.geomspace(lo, hi, 24)), {}, {})
-        pts, vals, mixes = self._grid[2], self._grid[3], self._grid[4]
+        self._grid = _Grid(need, hi, list(np.geomspace(lo, hi, 24)))
+        pts = self._grid.pts
         for _ in range(200):
             if time.perf_counter() >= deadline:
                 break
@@ -1228,17 +1240,17 @@ class BoundLP:
 
     def _v(self, T: float, deadline: float) -> float:
         """The LP's on-time maximum at T (cached on the grid; N when not evaluated in time)."""
-        vals, mixes = self._grid[3], self._grid[4]
-        if T not in vals:
+        g = self._grid
+        if T not in g.vals:
             if time.perf_counter() >= deadline:
                 return float(self.d.count.sum())  # not evaluated in time: a valid, weak value
-            vals[T], mixes[T] = self.max_on_time(T)
+            g.vals[T], g.mixes[T] = self.max_on_time(T)
             self._monotone()
-        return vals[T]
+        return g.vals[T]
 
     def _monotone(self) -> None:
         """v(T) never falls as T grows: every evaluated value is capped by those above it."""
-        vals = self._grid[3]
+        vals = self._grid.vals
         low = math.inf
         for t in sorted(vals, reverse=True):
             low = min(low, vals[t])
@@ -1246,40 +1258,39 @@ class BoundLP:
 
     def _intervals(self, deadline: float) -> list[float]:
         """``G·T_i / v(T_{i+1})`` on every interval of the grid (inf where v < need)."""
-        need, hi, pts = self._grid[0], self._grid[1], self._grid[2]
-        G = self.problem.total_gpus
-        out = []
-        for i in range(len(pts) - 1):
-            vb = self._v(pts[i + 1], deadline)
-            out.append(math.inf if vb < need - 1e-6 else G * pts[i] / max(vb, 1e-12))
-        return out
+        pts = self._grid.pts
+        return [self._interval(i, self._v(pts[i + 1], deadline)) for i in range(len(pts) - 1)]
+
+    def _interval(self, i: int, vb: float) -> float:
+        """``G·T_i / v`` for v = v(T_{i+1}) (inf when v misses the requirement)."""
+        g = self._grid
+        return math.inf if vb < g.need - 1e-6 else self.problem.total_gpus * g.pts[i] / max(vb, 1e-12)
 
     def _grid_bound(self) -> tuple[float, Optional[dict]]:
         """The cost bound of the grid as it stands (unevaluated points count every session on
         time), and the LP mix at its best interval."""
-        need, hi, pts, vals, mixes = self._grid
+        g = self._grid
         G, N = self.problem.total_gpus, float(self.d.count.sum())
-        best, mix = G * hi / N, None
-        for i in range(len(pts) - 1):
-            if pts[i + 1] not in vals:
-                b = G * pts[i] / N  # any v ≤ N
+        best, mix = G * g.hi / N, None
+        for i in range(len(g.pts) - 1):
+            if g.pts[i + 1] not in g.vals:
+                b = G * g.pts[i] / N  # any v ≤ N
             else:
-                vb = vals[pts[i + 1]]
-                b = math.inf if vb < need - 1e-6 else G * pts[i] / max(vb, 1e-12)
+                b = self._interval(i, g.vals[g.pts[i + 1]])
                 if b < best:
-                    mix = mixes.get(pts[i + 1])
-                    self.best_T = pts[i + 1]
+                    mix = g.mixes.get(g.pts[i + 1])
+                    self.best_T = g.pts[i + 1]
             best = min(best, b)
         return best * (1 - 1e-7), mix
 
     def refine_cost_bound(self, deadline: float) -> Optional[float]:
         """The cost bound of :meth:`cost_bound` tightened by the configuration LP
-        (:class:`~optimizer.deployment.colgen.ConfigLP`, instances one session at a time with at
-        most CG_MAX_CLASSES classes) at the grid points that decide it, until ``deadline``;
-        None when it does not apply (or cost_bound has not run)."""
-        if self.cg is None or getattr(self, "_grid", None) is None:
+        (:class:`~optimizer.deployment.colgen.ConfigLP`, at most CG_MAX_CLASSES classes) at the
+        grid points that decide it, until ``deadline``; None when it does not apply (or
+        cost_bound has not run)."""
+        if self.cg is None or self._grid is None:
             return None
-        need, hi, pts, vals, mixes = self._grid
+        pts, vals = self._grid.pts, self._grid.vals
         while time.perf_counter() < deadline:
             bounds = self._intervals(deadline)
             i = int(np.argmin(bounds))
@@ -1327,7 +1338,7 @@ class BoundLP:
         """The makespan bound of :meth:`makespan_bound` raised by the configuration LP: the
         largest T (bisection up to the incumbent's makespan) at which its bound on the on-time
         sessions stays below the requirement; None when it does not apply."""
-        if self.cg is None or getattr(self, "_span", None) is None:
+        if self.cg is None or self._span is None:
             return None
         need, lo, hi = self._span
         while hi / lo > 1.0002 and time.perf_counter() < deadline:
@@ -1355,16 +1366,22 @@ def bound_in_unit(problem: Problem, objective, lp: BoundLP, incumbent, deadline:
         ok = incumbent is not None and math.isfinite(incumbent.cost_gpu_s)
         t_hi = incumbent.cost_gpu_s * N / G if ok else lp.t_floor * 4
         b, mix = lp.cost_bound(max(need, 1), t_hi, deadline)
-        if b is None:
-            return None, None
-        return objective.ratio_in_unit(problem, Fraction(b / TIME_UNIT_S)), mix
-    if objective.search == "makespan":
+    elif objective.search == "makespan":
         t_hi = incumbent.makespan_s if incumbent is not None else lp.t_floor * 4
         b, mix = lp.makespan_bound(need, t_hi, deadline)
-        if b is None:
-            return None, None
-        return objective.bound_in_unit(problem, math.floor(b / TIME_UNIT_S)), mix
-    return None, None
+    else:
+        return None, None
+    return _in_unit(problem, objective, b), mix
+
+
+def _in_unit(problem: Problem, objective, b: Optional[float]):
+    """A bound in seconds (makespan search) or GPU·s per on-time session (cost search) in the
+    objective's unit; None for None or inf."""
+    if b is None or not math.isfinite(b):
+        return None
+    if objective.search == "cost":
+        return objective.ratio_in_unit(problem, Fraction(b / TIME_UNIT_S))
+    return objective.bound_in_unit(problem, math.floor(b / TIME_UNIT_S))
 
 
 def refined_bound_in_unit(problem: Problem, objective, lp: BoundLP, deadline: float):
@@ -1372,15 +1389,9 @@ def refined_bound_in_unit(problem: Problem, objective, lp: BoundLP, deadline: fl
     (:meth:`BoundLP.refine_cost_bound`, :meth:`BoundLP.refine_makespan_bound`), in the
     objective's unit; None when it does not apply or reached nothing before ``deadline``."""
     if objective.search == "cost":
-        b = lp.refine_cost_bound(deadline)
-        if b is None or not math.isfinite(b):
-            return None
-        return objective.ratio_in_unit(problem, Fraction(b / TIME_UNIT_S))
+        return _in_unit(problem, objective, lp.refine_cost_bound(deadline))
     if objective.search == "makespan":
-        b = lp.refine_makespan_bound(deadline)
-        if b is None or not math.isfinite(b):
-            return None
-        return objective.bound_in_unit(problem, math.floor(b / TIME_UNIT_S))
+        return _in_unit(problem, objective, lp.refine_makespan_bound(deadline))
     return None
 
 

@@ -155,8 +155,8 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         packs = _packings(A, lp, mix, time.perf_counter() + min(0.1 * total, 0.2 * left()))
         for cand in packs:
             offer(cand, "packing at the LP makespan")
-    # 2b. configuration LP (one session at a time, few classes): a tighter bound by column
-    # generation, and plans from its integer master
+    # 2b. configuration LP (few classes): a tighter bound by column generation, and plans from
+    # its integer master
     batched_cg = any(k.batch_cap > 1 for k in A.kinds)  # slower: ~10 s a threshold on 12 classes
     exact_first = len(problem.classes) <= EXACT_CLASSES and len(problem.sessions) <= EXACT_SESSIONS
     if not proven() and lp.cg is not None and not exact_first and obj.search in ("cost", "makespan") and \

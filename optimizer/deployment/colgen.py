@@ -77,8 +77,9 @@ class _Mip:
     def row(self, coefs: dict, hi: float, lo: float = -math.inf) -> None:
         self.rows.append((coefs, lo, hi))
 
-    def solve(self, maximise: bool, deadline: float):
-        """(solution or None, dual bound of the objective) — None when infeasible."""
+    def solve(self, deadline: float):
+        """Maximise until ``deadline``: (solution or None, dual bound of the objective), or None
+        when infeasible."""
         import highspy
 
         from optimizer.highs import new_highs, single_thread
@@ -91,7 +92,7 @@ class _Mip:
         lp.col_upper_ = np.array(self.hi, dtype=float)
         lp.row_lower_ = np.array([r[1] for r in self.rows], dtype=float)
         lp.row_upper_ = np.array([r[2] for r in self.rows], dtype=float)
-        lp.sense_ = highspy.ObjSense.kMaximize if maximise else highspy.ObjSense.kMinimize
+        lp.sense_ = highspy.ObjSense.kMaximize
         lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
                            for i in self.integer]
         trip = sorted((j, i, float(v)) for i, (coefs, _, _) in enumerate(self.rows) for j, v in coefs.items() if v != 0)
@@ -275,7 +276,7 @@ class ConfigLP:
                     m.row({Y[c]: float(alone[c]) for c in ycan if self.dl[c] <= dv}, dv * (1 + 1e-9))
         else:
             self._batched_rows(m, kd, T, cols, ycan, X, Y)
-        got = m.solve(True, deadline)
+        got = m.solve(deadline)
         self.solves += 1
         if got is None:
             return None
