@@ -499,3 +499,71 @@ def test_latency_objective_keeps_the_time_limit_on_a_large_case(tmp_path):
     assert d["status"] == "time_limit" and d["plan"] is None
     assert any("reached the time limit" in n for n in d.get("notes", []))
     assert wall <= 5 * 1.1, wall
+
+
+def test_batched_columns_admit_every_simulated_instance(tmp_path):
+    """Every instance the batched timeline runs (random class mixes with the urgent 37-token,
+    208 ms class and sessions shorter than it, every batch limit the search tries) is a column of
+    the configuration LP at its simulated makespan with its simulated on-time sessions: the
+    relaxation's load (:meth:`ConfigLP.batched_load`) is not above the makespan and the pricing
+    MIP admits it. Some mixes run queued behind a batch limit with idle slots bounded by
+    ``_idle`` below the per-session sum, so that bound is exercised."""
+    from optimizer.deployment.batching import admission_order, batch_limits, simulate
+    from optimizer.deployment.colgen import ConfigLP
+
+    problem, perf, a = _generated(tmp_path, 1000, 64, seed=0, types=12, fraction=0.6, max_batch=None)
+    cg = ConfigLP.for_problem(problem, a.kinds)
+    assert cg.urgent is not None
+    rng = np.random.default_rng(5)
+    classes = problem.classes
+    C = len(classes)
+    nu0 = cg.urgent[1]
+    weights = np.where((cg.dl <= cg.urgent[0]) | (cg.new < nu0), 3.0, 1.0)
+    tighter = checked = 0
+    big = [n for n, kd in enumerate(a.kinds) if kd.gpus >= 4]
+    # first a mix whose idle bound needs the longer short class (33 tokens) taken before the
+    # shorter (11) although the one between (19) is absent
+    mixes = [(big[-1], np.array([0, 5, 0, 0, 0, 0, 5, 0, 2, 0, 0, 1]))]
+    for trial in range(120):
+        x = np.bincount(rng.choice(C, size=int(rng.integers(3, 14)), p=weights / weights.sum()), minlength=C)
+        mixes.append((int(rng.choice(big)), x))
+    for k, x in mixes:
+        kind = a.kinds[k]
+        n = int(x.sum())
+        if np.any(kind.static + kind.kv @ x > problem.gpu.memory_bytes) or not np.all(np.isfinite(kind.alone[x > 0])):
+            continue
+        jobs = [(c.context, c.new, c.deadline_s) for c in classes for _ in range(x[c.index])]
+        cls = [c.index for c in classes for _ in range(x[c.index])]
+        for b in batch_limits(n, kind.batch_cap):
+            if b == 1:
+                continue
+            order = admission_order(jobs, [0] * n, b)
+            fin = np.array(simulate(perf, kind.layout, [jobs[o][:2] for o in order], b)[1])
+            on = [cls[o] for o, f in zip(order, fin) if f <= jobs[o][2] + 1e-9]
+            y = np.bincount(on, minlength=C) if on else np.zeros(C, dtype=np.int64)
+            M = float(fin.max())
+            assert cg.batched_load(k, x, y) <= M * (1 + 1e-9), (kind.layout.label(), b, x, y, M)
+            assert cg.admits(k, M * (1 + 1e-9), x, y, time.perf_counter() + 30), (kind.layout.label(), b, x, y, M)
+            # and the pricing MIP is no looser than the load the pool charges (else column
+            # generation stops at a column the pool rejects)
+            for y2 in (y, x * (cg.dl <= cg.urgent[0]) + y * (cg.dl > cg.urgent[0])):
+                L = cg.batched_load(k, x, y2)
+                if math.isfinite(L):
+                    assert not cg.admits(k, L * (1 - 1e-6), x, y2, time.perf_counter() + 30), (b, x, y2, L)
+            checked += 1
+            if b < n:
+                assert _idle_slot_steps([jobs[o][1] for o in order], b, int(nu0)) <= cg._idle(x, b) + 1e-9
+                tighter += cg._idle(x, b) < float(np.sum(np.maximum(nu0 - cg.new, 0) * x)) - 1e-9
+    assert checked >= 100 and tighter >= 20, (checked, tighter)
+
+
+def _idle_slot_steps(new: list[int], b: int, steps: int) -> int:
+    """Idle slot-steps in the first ``steps`` steps of sessions decoding ``new`` tokens each, in
+    this admission order, behind batch limit b (the slot model of the batched timeline)."""
+    queue, active, idle = list(new), [], 0
+    for _ in range(steps):
+        while queue and len(active) < b:
+            active.append(queue.pop(0))
+        idle += b - len(active)
+        active = [r - 1 for r in active if r > 1]
+    return idle

@@ -16,15 +16,15 @@ configuration j:
     max Σ_j on_j·λ_j   s.t.  Σ_j x_jc·λ_j = count_c (every class),  Σ_j g_j·λ_j ≤ G.
 
 Columns come from pricing: per kind, the integer program above with objective
-``Σ y_c − Σ π_c·x_c`` (π: the duals of the class rows) solved by HiGHS. Whatever the columns
-found so far, the restricted master's duals (π, σ) with σ raised by ``max_j δ_j/g_j`` (δ_j: the
-best reduced profit of a kind, from the pricing MIP's dual bound) are dual feasible for the full
-master, so ``Σ π_c·count_c + σ'·G`` bounds the on-time count of every plan with makespan ≤ T
-(Farley's bound, Lübbecke and Desrosiers 2005, "Selected topics in column generation"). The
-bound is valid after any number of iterations and reaches the master's optimum when pricing
-finds nothing better. The restricted master carries a penalised slack per class (uncovered
+``Σ y_c − Σ π_c·x_c`` (π: duals of the class rows) solved by HiGHS. For any duals π,
+``UB(π) = Σ π_c·count_c + G·max(0, max_k δ_k(π)/g_k)`` (δ_k: the pricing MIP's dual bound of kind
+k) bounds the on-time count of every plan with makespan ≤ T (Lagrangian relaxation of the class
+rows; at the restricted master's duals this is Farley's bound, Lübbecke and Desrosiers 2005,
+"Selected topics in column generation"), so the bound is valid after any number of iterations
+and reaches the master's optimum when pricing finds nothing better.
+The restricted master carries a penalised slack per class (uncovered
 sessions), so an uncovered session may simply pay; "no plan at T" is claimed only when a
-phase-1 master (maximise −uncovered) has a negative Farley bound.
+phase-1 master (maximise −uncovered) has a negative bound.
 """
 from __future__ import annotations
 
@@ -222,17 +222,19 @@ class ConfigLP:
                 urgent = (ds, float(new[dl <= ds].min()))
         return cls(counts, dl, ks, problem.total_gpus, new, urgent)
 
-    def add(self, k: int, x: np.ndarray, y: np.ndarray) -> None:
-        """Put a configuration (kind, sessions per class, of them on time) in the pool."""
+    def add(self, k: int, x: np.ndarray, y: np.ndarray) -> float:
+        """Put a configuration (kind, sessions per class, of them on time) in the pool; returns
+        its load (s; inf when it is not added: already there, empty or infeasible)."""
         x = np.round(x).astype(np.int64)
         y = np.minimum(np.round(y).astype(np.int64), x)
         key = (k, tuple(x), tuple(y))
         if key in self._keys or not x.any():
-            return
+            return math.inf
         self._keys.add(key)
         load = self._load(k, x, y)
         if math.isfinite(load):
             self.pool.append((k, x, float(y.sum()), load, y))
+        return load
 
     def _load(self, k: int, x: np.ndarray, y: Optional[np.ndarray] = None) -> float:
         """Least makespan threshold (s) at which configuration x (y on time) of kind k is a
@@ -248,10 +250,9 @@ class ConfigLP:
             self.add(k, np.asarray(x), np.asarray(y))
 
     # -------------------------------------------------------------- pricing
-    def _price(self, k: int, T: float, pi: np.ndarray, deadline: float, weight: float = 1.0):
-        """Best configuration of kind k for duals ``pi``: (x, y, value, dual bound of the value)
-        or None (nothing fits); value = weight·Σ y − Σ π·x (x None when the MIP found no
-        solution in time: the dual bound still holds)."""
+    def _pricing_mip(self, k: int, T: float, pi: np.ndarray, weight: float = 1.0):
+        """The pricing MIP of kind k at makespan T (objective weight·Σ y − Σ π·x): (mip, X, Y)
+        with X, Y the variables of x_c and y_c by class, or None when no session fits."""
         kd = self.kinds[k]
         C = len(self.counts)
         alone = kd.alone
@@ -267,8 +268,9 @@ class ConfigLP:
         Y = {c: m.var(0.0, float(self.counts[c]), weight) for c in ycan}
         for c in ycan:  # y_c ≤ x_c
             m.row({Y[c]: 1.0, X[c]: -1.0}, 0.0)
-        for s in range(kd.kv.shape[0]):  # memory per stage
-            m.row({X[c]: float(kd.kv[s, c]) for c in cols}, float(kd.room[s]))
+        for s in range(kd.kv.shape[0]):  # memory per stage, as shares of the room (in bytes
+            scale = max(abs(float(kd.room[s])), 1.0)  # HiGHS's MIP can stall on the bad scaling)
+            m.row({X[c]: float(kd.kv[s, c]) / scale for c in cols}, float(kd.room[s]) / scale)
         if not kd.batched:
             m.row({X[c]: float(alone[c]) for c in cols}, T * (1 + 1e-12))
             for dv in np.unique(self.dl[ycan]) if ycan else ():  # Jackson: on time in deadline order
@@ -276,6 +278,32 @@ class ConfigLP:
                     m.row({Y[c]: float(alone[c]) for c in ycan if self.dl[c] <= dv}, dv * (1 + 1e-9))
         else:
             self._batched_rows(m, kd, T, cols, ycan, X, Y)
+        return m, X, Y
+
+    def admits(self, k: int, T: float, x: np.ndarray, y: np.ndarray, deadline: float) -> bool:
+        """Whether the pricing MIP of kind k at makespan T admits configuration (x, y) (for
+        tests: every configuration an instance reaches must be admitted)."""
+        built = self._pricing_mip(k, T, np.zeros(len(self.counts)))
+        if built is None:
+            return False
+        m, X, Y = built
+        for c in range(len(self.counts)):
+            for V, v in ((X, x[c]), (Y, y[c])):
+                if c in V:
+                    m.lo[V[c]] = m.hi[V[c]] = float(v)
+                elif v:
+                    return False
+        return m.solve(deadline) is not None
+
+    def _price(self, k: int, T: float, pi: np.ndarray, deadline: float, weight: float = 1.0):
+        """Best configuration of kind k for duals ``pi``: (x, y, value, dual bound of the value)
+        or None (nothing fits); value = weight·Σ y − Σ π·x (x None when the MIP found no
+        solution in time: the dual bound still holds)."""
+        built = self._pricing_mip(k, T, pi, weight)
+        if built is None:
+            return None
+        m, X, Y = built
+        C = len(self.counts)
         got = m.solve(deadline)
         self.solves += 1
         if got is None:
@@ -285,10 +313,10 @@ class ConfigLP:
             return None, None, -math.inf, dual
         x = np.zeros(C)
         y = np.zeros(C)
-        for c in cols:
-            x[c] = round(sol[X[c]])
-        for c in ycan:
-            y[c] = round(sol[Y[c]])
+        for c, v in X.items():
+            x[c] = round(sol[v])
+        for c, v in Y.items():
+            y[c] = round(sol[v])
         return x, y, float(weight * np.sum(y) - pi @ x), dual
 
     def _batched_rows(self, m: "_Mip", kd, T: float, cols, ycan, X, Y) -> None:
@@ -339,21 +367,37 @@ class ConfigLP:
         row[E] = kd.w * nu0 + big
         row[A] = big
         m.row(row, ds * (1 + 1e-9) + 2 * big)
-        # queue: ≥ b·ν0 − Σ_short (ν0 − new)·x − ν0·|D| slot-steps of other sessions, each at
-        # least its kv1, at most min(new, ν0) per session
+        # queue: ≥ b·ν0 − idle − ν0·|D| slot-steps of other sessions, each at least its kv1, at
+        # most min(new, ν0) per session; idle (:meth:`_idle`): Q sessions' (ν0 − new), the
+        # longest of the short sessions first (Z: class fully taken), Q ≤ b − #long or none (W)
         SG = {c: m.var(0.0, math.inf, 0.0, False) for c in cols}
         for c in cols:
             r = {SG[c]: 1.0, X[c]: -min(float(new[c]), nu0)}
             if c in D:
                 r[Y[c]] = min(float(new[c]), nu0)
             m.row(r, 0.0)
+        short = sorted((c for c in cols if new[c] < nu0), key=lambda c: -new[c])
+        Q = {c: m.var(0.0, math.inf, 0.0, False) for c in short}
+        for c in short:
+            m.row({Q[c]: 1.0, X[c]: -1.0}, 0.0)
+        z_prev = None
+        for c, c2 in zip(short, short[1:]):
+            z = m.var(0.0, 1.0, 0.0, True)
+            m.row({X[c]: 1.0, Q[c]: -1.0, z: float(self.counts[c])}, float(self.counts[c]))  # z → Q_c = x_c
+            m.row({Q[c2]: 1.0, z: -float(self.counts[c2])}, 0.0)  # Q_c2 > 0 → z
+            if z_prev is not None:
+                m.row({z: 1.0, z_prev: -1.0}, 0.0)  # and every longer class fully taken
+            z_prev = z
+        W = m.var(0.0, 1.0, 0.0, True)
+        m.row({**{Q[c]: 1.0 for c in short}, **{X[c]: 1.0 for c in cols if new[c] >= nu0},
+               **{ub: -float(b) for b, ub in U.items()}, W: -n_all}, 0.0)
+        m.row({**{Q[c]: 1.0 for c in short}, W: n_all}, n_all)
         top = max(kd.queue_limits, default=0) * nu0
         r = {SG[c]: -1.0 for c in cols}
         for b, ub in U.items():
             r[ub] = r.get(ub, 0.0) + b * nu0
-        for c in cols:
-            if new[c] < nu0:
-                r[X[c]] = r.get(X[c], 0.0) - (nu0 - float(new[c]))
+        for c in short:
+            r[Q[c]] = -(nu0 - float(new[c]))
         for c in D:
             r[Y[c]] = r.get(Y[c], 0.0) - nu0
         r[E] = top
@@ -373,8 +417,7 @@ class ConfigLP:
         urgent deadline) and ν0 (the shortest decode of a class with deadline ≤ d*), the on-time
         sessions D of deadline ≤ d* finish by d* after ≥ ν0 steps, during which either every
         session runs (b ≥ n: the others read ``kv1·min(new, ν0)`` each) or at least
-        ``b·ν0 − Σ_{new<ν0} (ν0 − new) − ν0·|D|`` slot-steps of other sessions run (b < n: a slot
-        idles only once the queue is empty, after a session shorter than ν0 finished)."""
+        ``b·ν0 − idle − ν0·|D|`` slot-steps of other sessions run (b < n; idle: :meth:`_idle`)."""
         kd = self.kinds[k]
         new, work = self.new, kd.work
         present = x > 0
@@ -405,7 +448,7 @@ class ConfigLP:
         own = float(kd.work[D] @ y[D]) + kd.w * nu0
         if mode == "all":
             return own + float(np.sum(kv1 * np.minimum(new, nu0) * (x - yd))) <= ds * (1 + 1e-9)
-        need = b * nu0 - float(np.sum(np.where(new < nu0, (nu0 - new) * x, 0.0))) - nu0 * float(yd.sum())
+        need = b * nu0 - self._idle(x, b) - nu0 * float(yd.sum())
         reads = 0.0
         for c in np.argsort(kv1):  # the cheapest slot-steps first
             if need <= 0:
@@ -417,10 +460,20 @@ class ConfigLP:
             return False
         return own + reads <= ds * (1 + 1e-9)
 
+    def _idle(self, x: np.ndarray, b: int) -> float:
+        """Most idle slot-steps in the first ν0 steps of configuration x under batch limit b < n.
+        A slot idles only once the queue is empty, i.e. after the first n − b finishes, and then
+        from the finish to step ν0; the i-th finish (in time) is at step ≥ the i-th smallest
+        new-token count, so idle ≤ Σ_{i ≥ n−b} (ν0 − new_(i))⁺ over the sessions' new-token
+        counts sorted ascending (0-based): the longest of the sessions shorter than ν0 count."""
+        nu0 = self.urgent[1]
+        news = np.sort(np.repeat(self.new, np.asarray(x, dtype=np.int64)))
+        return float(np.sum(np.maximum(nu0 - news[max(0, len(news) - int(b)):], 0.0)))
+
     # -------------------------------------------------------------- master
     def upper(self, T: float, deadline: float) -> Optional[float]:
         """Upper bound on the on-time sessions of any plan with makespan ≤ T (s); −1 when no
-        plan fits (proven by a phase-1 master whose Farley bound on −(uncovered sessions) is
+        plan fits (proven by a phase-1 master whose bound on −(uncovered sessions) is
         negative); None when no bound was reached before ``deadline`` (a
         ``time.perf_counter()`` value)."""
         ub, slack, done = self._run(T, deadline, False)
@@ -432,9 +485,14 @@ class ConfigLP:
         return ub
 
     def _run(self, T: float, deadline: float, phase1: bool) -> tuple[Optional[float], float, bool]:
-        """Column generation at T: (least Farley bound found or None, uncovered sessions of the
-        last master, converged). Phase 1 maximises −(uncovered sessions) instead of the
-        on-time count (uncovered sessions cost SLACK_PENALTY each otherwise)."""
+        """Column generation at T: (least bound found or None, uncovered sessions of the last
+        master, converged). Phase 1 maximises −(uncovered sessions) instead of the on-time count
+        (uncovered sessions cost SLACK_PENALTY each otherwise).
+
+        The bound of any priced duals π is valid (Lagrangian relaxation of the class rows):
+        ``UB(π) = π·count + G·max(0, max_k δ_k(π)/g_k)`` with δ_k the pricing MIP's dual bound.
+        (Wentges' dual smoothing was measured and dropped: 1.6x slower to converge on the
+        12-class cases, and far from convergence on 200 classes either way.)"""
         C = len(self.counts)
         weight = 0.0 if phase1 else 1.0  # objective per on-time session
         m = _Master(self, 1.0 if phase1 else SLACK_PENALTY, weight)
@@ -458,25 +516,34 @@ class ConfigLP:
                 duals = -duals
             pi, sigma = duals[:C], max(0.0, float(duals[C]))
             slack = float(np.sum(np.array(sol.col_value)[:C]))
-            rise, added, priced = 0.0, False, 0
-            for k in range(len(self.kinds)):
-                if time.perf_counter() >= deadline:
-                    break
-                priced += 1
-                got = self._price(k, T, pi, deadline, weight)
-                if got is None:
-                    continue
-                x, y, val, dual = got
-                g = self.kinds[k].gpus
-                rise = max(rise, (dual - sigma * g) / g)
-                if x is not None and val - sigma * g > 1e-7:
-                    self.add(k, x, y)
-                    added = True
-            if priced == len(self.kinds):  # every kind priced: a valid bound
-                ub = float(pi @ self.counts) + (sigma + max(0.0, rise)) * self.G
-                best = ub if best is None else min(best, ub)
-            if not added or time.perf_counter() >= deadline:
-                return best, slack, not added and priced == len(self.kinds)
+            got = self._price_all(T, pi, sigma, deadline, weight)
+            if got is None:  # out of time before every kind was priced
+                return best, slack, False
+            ub, added = got
+            best = ub if best is None else min(best, ub)
+            if not added:
+                return best, slack, True
+            if time.perf_counter() >= deadline:
+                return best, slack, False
+
+    def _price_all(self, T: float, pi: np.ndarray, sigma: float, deadline: float,
+                   weight: float) -> Optional[tuple[float, bool]]:
+        """Price every kind at the master's duals (π, σ): (the bound UB(π) of :meth:`_run`,
+        whether a configuration with positive reduced profit was added), or None when the
+        deadline passed before every kind was priced."""
+        rise = 0.0
+        added = False
+        for k, kd in enumerate(self.kinds):
+            if time.perf_counter() >= deadline:
+                return None
+            got = self._price(k, T, pi, deadline, weight)
+            if got is None:
+                continue
+            x, y, _, dual = got
+            rise = max(rise, dual / kd.gpus)
+            if x is not None and weight * float(np.sum(y)) - float(pi @ x) - sigma * kd.gpus > 1e-7:
+                added |= self.add(k, x, y) <= T * (1 + 1e-12)
+        return float(pi @ self.counts) + rise * self.G, added
 
     def integer_plan(self, T: float, deadline: float) -> Optional[list[tuple[int, np.ndarray]]]:
         """Instances (kind, sessions per class) of load ≤ T from the pool (a price-and-branch
