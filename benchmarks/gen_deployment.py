@@ -50,13 +50,6 @@ def generate(n_sessions: int, servers: int, seed: int = 0, types: int = 6) -> di
     return base
 
 
-if __name__ == "__main__":
-    import sys
-
-    n, s = int(sys.argv[1]), int(sys.argv[2])
-    print(yaml.safe_dump(generate(n, s), sort_keys=False))
-
-
 def generate_batched(n_sessions: int = 24, servers: int = 2, seed: int = 0) -> dict:
     """A batched-decode instance: Qwen3-32B on ``servers`` HGX H100, ``n_sessions`` sessions of
     three mixed lengths (4K/256, 16K/128, 32K/64 tokens of context/new tokens, counts drawn
@@ -152,3 +145,35 @@ def generate_azure(csv_path, n_sessions: int = 5000, servers: int = 64, fraction
     base["workload"]["sessions"] = [{"name": f"r{i}", "count": c, "context_tokens": k[0], "new_tokens": k[1],
                                      "deadline_ms": k[2]} for i, (k, c) in enumerate(groups.items())]
     return base
+
+
+def main(argv=None) -> None:
+    """Print a generated instance as YAML: ``python -m benchmarks.gen_deployment mixed 200 16
+    --seed 0`` (``six-types``, ``batched`` or ``mixed``; ``--types``, ``--fraction`` and
+    ``--max-batch`` (0: no limit) for ``mixed``)."""
+    import click
+
+    @click.command(help="Print a generated deployment instance (YAML) on stdout.")
+    @click.argument("kind", type=click.Choice(["six-types", "batched", "mixed"]))
+    @click.argument("sessions", type=click.IntRange(min=1))
+    @click.argument("servers", type=click.IntRange(min=1))
+    @click.option("--seed", type=int, default=0, show_default=True)
+    @click.option("--types", type=click.IntRange(min=1), default=None, help="mixed: session types (default: all distinct)")
+    @click.option("--fraction", type=click.FloatRange(0, 1), default=0.8, show_default=True,
+                  help="mixed: share of sessions required on time")
+    @click.option("--max-batch", type=click.IntRange(min=0), default=1, show_default=True,
+                  help="mixed: batch limit (0: no limit but memory)")
+    def cli(kind, sessions, servers, seed, types, fraction, max_batch):
+        if kind == "six-types":
+            raw = generate(sessions, servers, seed)
+        elif kind == "batched":
+            raw = generate_batched(sessions, servers, seed)
+        else:
+            raw = generate_mixed(sessions, servers, seed, types, fraction, max_batch or None)
+        click.echo(yaml.safe_dump(raw, sort_keys=False))
+
+    cli.main(args=argv, prog_name="python -m benchmarks.gen_deployment", standalone_mode=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import INSTANCES, assert_one_line_error, shared
 
@@ -189,3 +193,19 @@ def test_console_usage_errors_are_one_line():
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "--format" in r.stderr
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_instance_generator_prints_yaml_and_refuses_bad_arguments():
+    """``python -m benchmarks.gen_deployment``: a YAML instance the loader accepts; a bad
+    argument is one usage line and exit 2 (it had been a ValueError traceback)."""
+    ok = subprocess.run([sys.executable, "-m", "benchmarks.gen_deployment", "mixed", "5", "1", "--max-batch", "0"],
+                        capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0, ok.stderr
+    raw = yaml.safe_load(ok.stdout)
+    assert sum(s["count"] for s in raw["workload"]["sessions"]) == 5 and "max_batch" not in raw.get("deployment", {})
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.gen_deployment", "mixed", "many", "1"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "SESSIONS" in bad.stderr

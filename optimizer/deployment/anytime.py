@@ -77,6 +77,8 @@ from optimizer.deployment.units import TIME_UNIT_S, ticks_up
 from optimizer.model.layout import Layout
 
 EPS_S = 1e-9
+SHORTFALL_PENALTY = 1e9  # score per session missing from the on-time requirement while repairing
+RUN_MEMO = 200_000  # instance timelines kept by Anytime.run (cleared beyond)
 LP_MAX_CLASSES = 400  # beyond this the bound LP is built on a relaxed (rounded-down) instance
 DEADLINE_ROWS = 40  # deadline values with an EDD row in the bound LP
 # HiGHS options tried in turn when an LP ends neither optimal nor infeasible
@@ -265,6 +267,8 @@ class Anytime:
         self.tradeoff: Optional[float] = None
         self.rule_of: dict[int, Optional[float]] = {}  # the rule each constructive plan was run under
         self.stop_at: Optional[float] = None  # greedy plans give up at this time (perf_counter)
+        self._runs: dict[tuple, tuple] = {}  # memo of :meth:`run`: (order positions, batch, finish)
+        self.repairing = False  # score plans short of the on-time requirement by the shortfall
 
     # ------------------------------------------------------------------ one instance
     def run(self, inst: Inst) -> Inst:
@@ -273,27 +277,37 @@ class Anytime:
         from optimizer.deployment.batching import admission_order, batch_limits, simulate
 
         k = self.kinds[inst.kind]
-        idx = inst.sessions
-        if not idx:
+        if not inst.sessions:
             inst.order, inst.finish, inst.batch = [], np.zeros(0), 1
             return inst
-        ticks = [ticks_up(k.alone[self.cls[i]]) for i in idx]
-        jobs = [(self.sess[i].context, self.sess[i].new, self.sess[i].deadline_s) for i in idx]
-        best = None
-        for b in batch_limits(len(idx), k.batch_cap):
-            order = admission_order(jobs, ticks, b)
-            if b == 1:
-                fin = np.cumsum([k.alone[self.cls[idx[o]]] for o in order])
-            else:
-                fin = np.array(simulate(self.perf, k.layout, [(jobs[o][0], jobs[o][1]) for o in order], b)[1])
-            on = int(np.sum(fin <= self.dl[[idx[o] for o in order]] + EPS_S))
-            if self.tradeoff is None:
-                key = (-on, float(fin.max()))
-            else:
-                key = (float(fin.max()) - self.tradeoff * on, -on)
-            if best is None or key < best[0]:
-                best = (key, [idx[o] for o in order], b, fin)
-        inst.order, inst.batch, inst.finish = best[1], best[2], best[3]
+        # sessions of one class are interchangeable: the timeline depends only on the kind, the
+        # rule and the class sequence (sorted by class), so it is computed once per such key
+        idx = sorted(inst.sessions, key=lambda i: (self.cls[i], i))
+        memo_key = (inst.kind, self.tradeoff, tuple(self.cls[idx].tolist()))
+        got = self._runs.get(memo_key)
+        if got is None:
+            ticks = [ticks_up(k.alone[self.cls[i]]) for i in idx]
+            jobs = [(self.sess[i].context, self.sess[i].new, self.sess[i].deadline_s) for i in idx]
+            best = None
+            for b in batch_limits(len(idx), k.batch_cap):
+                order = admission_order(jobs, ticks, b)
+                if b == 1:
+                    fin = np.cumsum([k.alone[self.cls[idx[o]]] for o in order])
+                else:
+                    fin = np.array(simulate(self.perf, k.layout, [(jobs[o][0], jobs[o][1]) for o in order], b)[1])
+                on = int(np.sum(fin <= self.dl[[idx[o] for o in order]] + EPS_S))
+                if self.tradeoff is None:
+                    key = (-on, float(fin.max()))
+                else:
+                    key = (float(fin.max()) - self.tradeoff * on, -on)
+                if best is None or key < best[0]:
+                    best = (key, order, b, fin)
+            got = best[1:]
+            if len(self._runs) > RUN_MEMO:
+                self._runs.clear()
+            self._runs[memo_key] = got
+        order, inst.batch, inst.finish = got
+        inst.order = [idx[o] for o in order]
         return inst
 
     def rerun(self, insts: list[Inst]) -> list[Inst]:
@@ -343,9 +357,12 @@ class Anytime:
         return scenario_from_timings(self.problem, Plan(fake), timings)
 
     def score(self, insts: list[Inst]) -> float:
+        """The objective's value of ``insts``; inf when fewer sessions than required are on
+        time, or, while :attr:`repairing`, SHORTFALL_PENALTY per missing session plus the
+        makespan (s), so that a search can climb towards the requirement."""
         r = self.scenario(insts)
         if r.on_time < self.need:
-            return math.inf
+            return SHORTFALL_PENALTY * (self.need - r.on_time) + r.makespan_s if self.repairing else math.inf
         return self.obj.scenario_value(self.problem, r)
 
     # ------------------------------------------------------------------ construction
@@ -649,7 +666,7 @@ class Anytime:
     def construct_many(self, deadline: float, lp_mix=None, targets=(), hard: Optional[float] = None) -> list[list[Inst]]:
         """Every greedy plan built before ``deadline`` (at least one when any exists; past it,
         until ``hard``, while none meets the on-time requirement), best first (starting points
-        for :meth:`improve`)."""
+        for :meth:`improve`; those short of the requirement after, fewest missing first)."""
         found = []
         best, best_v = None, math.inf
         prefer = lp_mix.prefer(self.problem) if lp_mix is not None else None
@@ -664,19 +681,19 @@ class Anytime:
                         (hard is not None and now >= hard):
                     self.stop_at = None
                     self.tradeoff = self.rule_of.get(id(best)) if best is not None else None
-                    return [x for _, _, x in sorted(found, key=lambda t: t[:2])]
+                    return [x for *_, x in sorted(found, key=lambda t: t[:3])]
                 sol = self.greedy(mix, target, pr)
                 if sol is None:
                     continue
                 sol = self.choose_rule(sol)
                 v = self.score(sol)
-                found.append((v, len(found), sol))
+                found.append((v, self.need - self.scenario(sol).on_time if math.isinf(v) else 0, len(found), sol))
                 if best is None or v < best_v:
                     best, best_v = sol, v
         self.stop_at = None
         if best is not None:
             self.tradeoff = self.rule_of.get(id(best))
-        return [x for _, _, x in sorted(found, key=lambda t: t[:2])]
+        return [x for *_, x in sorted(found, key=lambda t: t[:3])]
 
     # ------------------------------------------------------------------ improvement
     def improve(self, insts: list[Inst], deadline: float, on_better=None) -> list[Inst]:

@@ -3,7 +3,10 @@
 Budget of ``deadline − now`` (all parts stop by their share; the final evaluation is reserved):
 
 1. constructive plan (:meth:`~optimizer.deployment.anytime.Anytime.construct`), re-checked by
-   the independent evaluator: at most 10 % of the budget (the first mix always finishes);
+   the independent evaluator: at most 10 % of the budget (the first mix always finishes); when
+   none meets the on-time requirement, the configuration LP's most-on-time plan (few classes),
+   else LNS repairs the plan with the fewest sessions missing, one more on time per step,
+   until ``REPAIR_SHARE`` of the budget;
 2. LP bound (:class:`~optimizer.deployment.anytime.BoundLP`): up to 15 %; then local search
    from the best ``MULTI_STARTS`` constructive plans (the LP's instance mix among the mixes),
    ``START_SHARE`` of what is left;
@@ -56,6 +59,7 @@ CG_SHARE = 0.5  # share of the time left for the configuration LP bound (step 2b
 CG_PLAN_SLACK = (1.0, 1.01, 1.02, 1.04, 1.06, 1.1)  # integer masters at these times the bound's makespan
 CG_BATCHED_MIN_S = 150.0  # batched kinds: the configuration LP runs only with this much time left
 CG_SHARE_BATCHED = 0.3  # and gets this share of it (the plan search needs the rest)
+REPAIR_SHARE = 0.85  # no plan meets the on-time requirement: LNS repairs one until this share of the budget
 
 
 def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degrees=None, layouts=None):
@@ -98,9 +102,14 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     eval_s = time.perf_counter() - te
     source = "list scheduling"
     if ev is None or ev.violations:  # the configuration LP's most-on-time plan, where it applies
+        short = sol
         sol = _most_on_time_plan(problem, A, t0 + 0.5 * total)
         ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
         source = "configuration LP (integer master, most on time)"
+        if (ev is None or ev.violations) and short is not None:
+            sol = _repair(A, short, t0 + REPAIR_SHARE * total)
+            ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
+            source = "list scheduling repaired towards the on-time requirement by LNS"
     if ev is None or ev.violations:
         return _no_plan(problem, perf, obj, A, allowed, t0, deadline)
     best, best_v = sol, obj.value(ev)
@@ -230,7 +239,10 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     n_cls = len(problem.classes)
     mode = f"anytime ({source})"
     notes.append(f"{len(problem.sessions)} sessions in {n_cls} classes by exact equality; plan from {source}; "
-                 f"exact part: {exact}; bound: LP relaxation (HiGHS, {lp.solves} solves)")
+                 f"exact part: {exact}; bound: " +
+                 (f"LP relaxation (HiGHS, {lp.solves} solves)" if bound is not None else
+                  f"none (the {obj.name} objective has no threshold search)" if obj.search not in ("cost", "makespan")
+                  else "none reached in time"))
     status = Status.OPTIMAL if bound is not None and bound >= value * (1 - OPTIMAL_GAP) else Status.FEASIBLE
     stats.status = status
     out = _finish(status, obj, value, bound, ev, stats, allowed, mode)
@@ -301,6 +313,18 @@ def _most_on_time_plan(problem: Problem, A, deadline: float):
         return None
     sol = A.choose_rule(A.from_classes(got))
     return sol if A.scenario(sol).on_time >= need else None
+
+
+def _repair(A, start, deadline: float):
+    """A plan that meets the on-time requirement, searched from ``start`` (one short of it) by
+    LNS whose steps each put at least one more session on time (:attr:`Anytime.repairing`),
+    until the requirement holds or ``deadline``; None if it does not by then."""
+    A.repairing = True
+    try:
+        got = lns(A, start, deadline, bound=0.5 * at.SHORTFALL_PENALTY)
+    finally:
+        A.repairing = False
+    return got if A.scenario(got).on_time >= A.need else None
 
 
 def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float):

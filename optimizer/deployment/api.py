@@ -26,6 +26,7 @@ LARGE_SESSIONS, LARGE_MAIN_SHARE = 60, 0.85
 # the budget: 92% of --time-limit less 0.4 s (process start-up, binding limits, output), so that
 # the whole command ends within the limit + 10%
 HARD_SHARE, HARD_MARGIN_S = 0.92, 0.4
+OUTPUT_S_PER_SESSION = 1.5e-5  # writing the plan: the JSON takes ~10 µs a session (1 s for 100,000)
 # without --time-limit: explanations (comparison rows, conflicts) get 1.5x the main solve's
 # time, at least 2 s and at most 10 s
 EXPLAIN_RATIO, EXPLAIN_MIN_S, EXPLAIN_MAX_S = 1.5, 2.0, 10.0
@@ -48,7 +49,7 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
             energy) or the objective object.
         time_limit_s: wall-clock budget of the whole call, explanations included (default:
             60 s for the main solve, then 1.5x its time, within 2-10 s, for explanations). With a
-            limit T the budget is 92% of T less 0.4 s, counted from :data:`optimizer.clock.COMMAND_START` when the
+            limit T the budget is 92% of T less 0.4 s and 15 µs per session for the output, counted from :data:`optimizer.clock.COMMAND_START` when the
             CLI set it; the main solve gets 60% of it (85% above 60 sessions) and the comparison rows and conflict
             explanation share the rest; parts cut short are listed in ``cut_short``.
         explain: also compute the per-degree comparison and binding constraints.
@@ -66,7 +67,8 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
     if time_limit_s is None:
         main_s, end = DEFAULT_TIME_LIMIT_S, None
     else:  # keep a margin for start-up, the binding limits and printing
-        budget = max(0.5 * time_limit_s, HARD_SHARE * time_limit_s - HARD_MARGIN_S)
+        budget = max(0.5 * time_limit_s,
+                     HARD_SHARE * time_limit_s - HARD_MARGIN_S - OUTPUT_S_PER_SESSION * len(problem.sessions))
         share = LARGE_MAIN_SHARE if len(problem.sessions) > LARGE_SESSIONS else MAIN_SHARE
         main_s, end = share * budget, t0 + budget
     outcome = solve_deployment(problem, obj, main_s, perf=perf)

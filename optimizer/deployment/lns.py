@@ -62,6 +62,7 @@ REPAIR_WORKERS = 2  # CP-SAT workers per repair (the target machine has 2 cores)
 KIB = 1024
 RESCUE_EVERY = 5  # every 5th step moves late sessions to where they are on time, simulated exactly
 RESCUE_SLICE_S = 1.0  # at most this long per such step
+REPAIR_SLACK = 1.25  # while repairing towards the on-time requirement, a neighbourhood may end this much later
 
 
 def lns(A, insts: list, deadline: float, on_better: Optional[Callable] = None, seed: int = 0,
@@ -95,7 +96,7 @@ def lns(A, insts: list, deadline: float, on_better: Optional[Callable] = None, s
                 if on_better is not None:
                     on_better(insts, cur)
             continue
-        mode = "shrink" if (step % 3 != 0 or not any(late)) else "late"
+        mode = "shrink" if (step % 3 != 0 or not any(late)) and not A.repairing else "late"
         if mode == "shrink":
             target = M * (1 - delta)
             core = [j for j in range(len(insts)) if ms[j] > target]
@@ -121,7 +122,7 @@ def lns(A, insts: list, deadline: float, on_better: Optional[Callable] = None, s
         v_rest = sum(int(np.sum(it.finish <= A.dl[it.order] + 1e-9)) for it in rest)
         v_sub = sum(int(np.sum(insts[j].finish <= A.dl[insts[j].order] + 1e-9)) for j in chosen)
         m_rest = max((it.makespan for it in rest), default=0.0)
-        t_sub = target if mode == "shrink" else M
+        t_sub = target if mode == "shrink" else M * (REPAIR_SLACK if A.repairing else 1.0)
         t_sub = max(t_sub, m_rest) if mode != "shrink" else t_sub
         # enough on time for the objective to improve: cost G·T/v < cur
         need = _need_on_time(A, cur, max(t_sub, m_rest), v_rest, v_sub, mode)
@@ -147,7 +148,10 @@ def _need_on_time(A, cur: float, makespan: float, v_rest: int, v_sub: int, mode:
     """Fewest on-time sessions the repaired neighbourhood must have for the plan to improve:
     more than the present ones in a "late"/"random" step; in a "shrink" step, enough that
     ``G·makespan/(v_rest + v)`` beats ``cur`` for the cost objective (the present count for
-    the others), and the global on-time requirement holds."""
+    the others), and the global on-time requirement holds; one more than the present ones while
+    the plan is repaired towards that requirement (:attr:`Anytime.repairing`)."""
+    if A.repairing:  # short of the requirement: any gain in on-time sessions is progress
+        return v_sub + 1
     floor = max(0, A.need - v_rest)
     if mode != "shrink":
         return max(floor, v_sub + 1)

@@ -11,6 +11,7 @@ from optimizer.deployment.solver import SolveOutcome
 from optimizer.result import Binding, ConstraintKey, Status, envelope, group_conflicts
 
 MAX_SESSION_ROWS = 40
+MAX_INSTANCE_ROWS = 64  # the text report lists this many instances (the JSON all)
 MAX_BINDING_ROWS = 12
 
 
@@ -158,11 +159,13 @@ class DeploymentReport:
             finish = {}
             for s in ev.nominal.sessions:
                 finish[s.instance] = max(finish.get(s.instance, 0.0), s.finish_s)
-            for inst in ev.plan.instances:
+            for inst in ev.plan.instances[:MAX_INSTANCE_ROWS]:
                 srv = str(inst.servers[0]) if len(inst.servers) == 1 else f"{inst.servers[0]}-{inst.servers[-1]}"
                 t.add_row(inst.id, inst.lay.label(), str(inst.max_batch), srv, _ranges(inst.gpus), ", ".join(inst.sessions),
                           f"{ev.memory_per_gpu[inst.id] / 1e9:.2f}", f"{finish.get(inst.id, 0) * 1e3:.2f}")
             console.print(t)
+            if len(ev.plan.instances) > MAX_INSTANCE_ROWS:
+                console.print(f"({len(ev.plan.instances) - MAX_INSTANCE_ROWS} more instances: use --format json)")
             st = Table(title="Schedule" + (" (no fault)" if p.faults else ""))
             for col in ("session", "instance", "start ms", "finish ms", "deadline ms", "on time"):
                 st.add_column(col)

@@ -130,10 +130,15 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
     return out
 
 
+SEQUENCE_SESSIONS = 60  # above this many sessions, sequence objectives (latency) also take the anytime path
+
+
 def _anytime_applies(problem: Problem, perf: PerfModel, obj, degrees) -> bool:
     """The anytime path (:mod:`optimizer.deployment.anytime`) handles problems without faults
-    whose objective needs no sequence, with instances that pack into servers exactly."""
-    if problem.faults or obj.needs_sequence:
+    whose objective needs no sequence (or, beyond SEQUENCE_SESSIONS sessions, where the sequence
+    formulation finds nothing in time: a plan in the search's admission orders, without a
+    bound), with instances that pack into servers exactly."""
+    if problem.faults or (obj.needs_sequence and len(problem.sessions) <= SEQUENCE_SESSIONS):
         return False
     if problem.tp_only:
         allowed = tuple(problem.degrees if degrees is None else degrees)
