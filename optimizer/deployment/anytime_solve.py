@@ -106,12 +106,16 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         sol = _most_on_time_plan(problem, A, t0 + 0.5 * total)
         ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
         source = "configuration LP (integer master, most on time)"
-        if (ev is None or ev.violations) and short is not None:
+        if ev is None or ev.violations:
+            verdict = _no_plan(problem, perf, obj, A, allowed, t0, deadline)
+            if verdict is None or verdict.status == Status.INFEASIBLE or short is None:
+                return verdict  # small (the exact path decides), or proven infeasible by the LP
             sol = _repair(A, short, t0 + REPAIR_SHARE * total)
             ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
             source = "list scheduling repaired towards the on-time requirement by LNS"
-    if ev is None or ev.violations:
-        return _no_plan(problem, perf, obj, A, allowed, t0, deadline)
+            if ev is None or ev.violations:
+                verdict.stats.time_s = time.perf_counter() - t0
+                return verdict
     best, best_v = sol, obj.value(ev)
     rule = [A.tradeoff]  # the batch limit rule the best plan was run under
     at.report("constructive plan" if source == "list scheduling" else source, t0, best_v, None, unit)
@@ -353,7 +357,7 @@ def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float
         return out
     stats.status = Status.TIME_LIMIT
     out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, "anytime")
-    out.notes.append(f"no plan with {need} sessions on time found by list scheduling within the time limit; "
+    out.notes.append(f"no plan with {need} sessions on time found by list scheduling and LNS repair within the time limit; "
                      f"the LP relaxation allows "
                      f"up to {most:.1f}")
     return out
