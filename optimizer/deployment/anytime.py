@@ -274,8 +274,6 @@ class Anytime:
     def run(self, inst: Inst) -> Inst:
         """Admission order, batch limit and finish times of ``inst`` (search rules of
         :mod:`optimizer.deployment.batching`)."""
-        from optimizer.deployment.batching import admission_order, batch_limits, simulate
-
         k = self.kinds[inst.kind]
         if not inst.sessions:
             inst.order, inst.finish, inst.batch = [], np.zeros(0), 1
@@ -286,29 +284,36 @@ class Anytime:
         memo_key = (inst.kind, self.tradeoff, tuple(self.cls[idx].tolist()))
         got = self._runs.get(memo_key)
         if got is None:
-            ticks = [ticks_up(k.alone[self.cls[i]]) for i in idx]
-            jobs = [(self.sess[i].context, self.sess[i].new, self.sess[i].deadline_s) for i in idx]
-            best = None
-            for b in batch_limits(len(idx), k.batch_cap):
-                order = admission_order(jobs, ticks, b)
-                if b == 1:
-                    fin = np.cumsum([k.alone[self.cls[idx[o]]] for o in order])
-                else:
-                    fin = np.array(simulate(self.perf, k.layout, [(jobs[o][0], jobs[o][1]) for o in order], b)[1])
-                on = int(np.sum(fin <= self.dl[[idx[o] for o in order]] + EPS_S))
-                if self.tradeoff is None:
-                    key = (-on, float(fin.max()))
-                else:
-                    key = (float(fin.max()) - self.tradeoff * on, -on)
-                if best is None or key < best[0]:
-                    best = (key, order, b, fin)
-            got = best[1:]
+            got = self._best_timeline(k, idx)
             if len(self._runs) > RUN_MEMO:
                 self._runs.clear()
             self._runs[memo_key] = got
         order, inst.batch, inst.finish = got
         inst.order = [idx[o] for o in order]
         return inst
+
+    def _best_timeline(self, k: "Kind", idx: list[int]) -> tuple[list[int], int, np.ndarray]:
+        """(admission order as positions in ``idx``, batch limit, finish times s in that order)
+        of sessions ``idx`` on kind ``k``: the batch limit best under the present rule."""
+        from optimizer.deployment.batching import admission_order, batch_limits, simulate
+
+        ticks = [ticks_up(k.alone[self.cls[i]]) for i in idx]
+        jobs = [(self.sess[i].context, self.sess[i].new, self.sess[i].deadline_s) for i in idx]
+        best = None
+        for b in batch_limits(len(idx), k.batch_cap):
+            order = admission_order(jobs, ticks, b)
+            if b == 1:
+                fin = np.cumsum([k.alone[self.cls[idx[o]]] for o in order])
+            else:
+                fin = np.array(simulate(self.perf, k.layout, [(jobs[o][0], jobs[o][1]) for o in order], b)[1])
+            on = int(np.sum(fin <= self.dl[[idx[o] for o in order]] + EPS_S))
+            if self.tradeoff is None:
+                key = (-on, float(fin.max()))
+            else:
+                key = (float(fin.max()) - self.tradeoff * on, -on)
+            if best is None or key < best[0]:
+                best = (key, order, b, fin)
+        return best[1:]
 
     def rerun(self, insts: list[Inst]) -> list[Inst]:
         """``insts`` run again under the present batch limit rule."""

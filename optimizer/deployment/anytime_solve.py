@@ -320,7 +320,7 @@ def _most_on_time_plan(problem: Problem, A, deadline: float):
 
 
 def _repair(A, start, deadline: float):
-    """A plan that meets the on-time requirement, searched from ``start`` (one short of it) by
+    """A plan that meets the on-time requirement, searched from ``start`` (short of it) by
     LNS whose steps each put at least one more session on time (:attr:`Anytime.repairing`),
     until the requirement holds or ``deadline``; None if it does not by then."""
     A.repairing = True

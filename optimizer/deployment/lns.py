@@ -22,6 +22,10 @@ simulated exactly (:meth:`~optimizer.deployment.anytime.Anytime.rescue_late`): w
 session with a tight deadline is late on an instance with many co-running sessions, a case the
 surrogate of the repair model sees only roughly.
 
+While a plan short of the on-time requirement is repaired (``Anytime.repairing``: its score is
+the shortfall first), every step frees instances with late sessions and the repair must put one
+more session on time than before, within ``REPAIR_SLACK`` x the makespan.
+
 Repair model (instance slots ``j`` of kind ``k`` with ``g_k`` GPUs, freed sessions ``s``):
 ``open_j ∈ {0,1}``, ``x_sj ∈ {0,1}`` (s runs on j), ``y_sj ≤ x_sj`` (s on time on j);
 ``Σ_j x_sj = 1``; ``Σ_j g_j·open_j ≤ B``; ``x_sj ≤ open_j``; memory per pipeline stage
