@@ -376,6 +376,19 @@ def _cg_bounds(problem, objective):
     return b, r, a, lp
 
 
+def _cg_bound_checked(problem, objective, best):
+    """Assert the configuration LP's bound is ≥ the fluid LP's and ≤ the exhaustive optimum
+    ``best`` (None: no plan); (Anytime, BoundLP), or None when no bound applies or no plan exists."""
+    b, r, a, lp = _cg_bounds(problem, objective)
+    if b is None or lp.cg is None or r is None:
+        return None
+    assert r >= b * (1 - 1e-9)
+    if best is None:
+        return None
+    assert r <= best * (1 + 1e-9) + 1e-12, (r, best)
+    return a, lp
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_configuration_lp_bound_never_above_brute_force_optimum(seed, tmp_path):
     """One session at a time (cost and makespan objectives): the bound tightened by column
@@ -384,13 +397,10 @@ def test_configuration_lp_bound_never_above_brute_force_optimum(seed, tmp_path):
     problem = replace(random_instance(seed, tmp_path), faults=())
     objective = ("cost", "makespan")[seed % 2]
     best, _ = brute_force(problem, objective)
-    b, r, a, lp = _cg_bounds(problem, objective)
-    if b is None or lp.cg is None or r is None:
+    got = _cg_bound_checked(problem, objective, best)
+    if got is None:
         return
-    assert r >= b * (1 - 1e-9)
-    if best is None:
-        return
-    assert r <= best * (1 + 1e-9) + 1e-12, (r, best)
+    a, lp = got
     if lp.best_T is not None:
         got = lp.cg.integer_plan(lp.best_T * 1.05, time.perf_counter() + 10)
         if got:
@@ -428,14 +438,7 @@ def test_configuration_lp_bound_never_above_batched_brute_force(seed, tmp_path):
     take part (about half of those instances)."""
     problem = random_batched(seed, tmp_path, **({"deadlines": range(5, 80, 2)} if seed % 4 >= 2 else {}))
     objective = ("cost", "makespan")[seed % 2]
-    best = brute_force_batched(problem, objective)
-    b, r, a, lp = _cg_bounds(problem, objective)
-    if b is None or lp.cg is None or r is None:
-        return
-    assert r >= b * (1 - 1e-9)
-    if best is None:
-        return
-    assert r <= best * (1 + 1e-9) + 1e-12, (r, best)
+    _cg_bound_checked(problem, objective, brute_force_batched(problem, objective))
 
 
 @pytest.mark.parametrize("max_batch", [1, None])

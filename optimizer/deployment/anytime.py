@@ -365,7 +365,10 @@ class Anytime:
         """The objective's value of ``insts``; inf when fewer sessions than required are on
         time, or, while :attr:`repairing`, SHORTFALL_PENALTY per missing session plus the
         makespan (s), so that a search can climb towards the requirement."""
-        r = self.scenario(insts)
+        return self.value_of(self.scenario(insts))
+
+    def value_of(self, r) -> float:
+        """:meth:`score` of a plan's nominal :class:`~optimizer.deployment.evaluate.ScenarioResult`."""
         if r.on_time < self.need:
             return SHORTFALL_PENALTY * (self.need - r.on_time) + r.makespan_s if self.repairing else math.inf
         return self.obj.scenario_value(self.problem, r)
@@ -691,8 +694,9 @@ class Anytime:
                 if sol is None:
                     continue
                 sol = self.choose_rule(sol)
-                v = self.score(sol)
-                found.append((v, self.need - self.scenario(sol).on_time if math.isinf(v) else 0, len(found), sol))
+                r = self.scenario(sol)
+                v = self.value_of(r)
+                found.append((v, self.need - r.on_time if math.isinf(v) else 0, len(found), sol))
                 if best is None or v < best_v:
                     best, best_v = sol, v
         self.stop_at = None

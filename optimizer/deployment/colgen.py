@@ -189,8 +189,6 @@ class ConfigLP:
         list ``kinds``, or None (more than CG_MAX_CLASSES classes). Batched kinds get the
         relaxation of :meth:`batched_load`; d* is the largest deadline of an *urgent* class
         (deadline ≤ URGENT_SLACK × its fastest single-session time on a batched kind)."""
-        from optimizer.deployment.anytime import _kv_and_weight_rates
-
         classes = problem.classes
         if not kinds or len(classes) > CG_MAX_CLASSES:
             return None
@@ -244,6 +242,10 @@ class ConfigLP:
             return self.batched_load(k, x, np.zeros_like(x) if y is None else y)
         return float(np.sum(np.where(x > 0, kd.alone, 0.0) * x))
 
+    def _at(self, T: float) -> list:
+        """The pool's configurations of load ≤ T (s)."""
+        return [c for c in self.pool if c[3] <= T * (1 + 1e-12)]
+
     def add_plan(self, columns) -> None:
         """Put a plan's instances, (kind, sessions per class, of them on time) each, in the pool."""
         for k, x, y in columns:
@@ -296,9 +298,9 @@ class ConfigLP:
         return m.solve(deadline) is not None
 
     def _price(self, k: int, T: float, pi: np.ndarray, deadline: float, weight: float = 1.0):
-        """Best configuration of kind k for duals ``pi``: (x, y, value, dual bound of the value)
-        or None (nothing fits); value = weight·Σ y − Σ π·x (x None when the MIP found no
-        solution in time: the dual bound still holds)."""
+        """Best configuration of kind k for duals ``pi``: (x, y, dual bound of weight·Σ y − Σ π·x)
+        or None (nothing fits); x and y None when the MIP found no solution in time (the dual
+        bound still holds)."""
         built = self._pricing_mip(k, T, pi, weight)
         if built is None:
             return None
@@ -310,14 +312,14 @@ class ConfigLP:
             return None
         sol, dual = got
         if sol is None:
-            return None, None, -math.inf, dual
+            return None, None, dual
         x = np.zeros(C)
         y = np.zeros(C)
         for c, v in X.items():
             x[c] = round(sol[v])
         for c, v in Y.items():
             y[c] = round(sol[v])
-        return x, y, float(weight * np.sum(y) - pi @ x), dual
+        return x, y, dual
 
     def _batched_rows(self, m: "_Mip", kd, T: float, cols, ycan, X, Y) -> None:
         """Rows of a batched configuration (a relaxation of :mod:`optimizer.deployment.batching`;
@@ -539,7 +541,7 @@ class ConfigLP:
             got = self._price(k, T, pi, deadline, weight)
             if got is None:
                 continue
-            x, y, _, dual = got
+            x, y, dual = got
             rise = max(rise, dual / kd.gpus)
             if x is not None and weight * float(np.sum(y)) - float(pi @ x) - sigma * kd.gpus > 1e-7:
                 added |= self.add(k, x, y) <= T * (1 + 1e-12)
@@ -551,7 +553,7 @@ class ConfigLP:
         sessions left over covered by an integer master on the GPUs left (the pool's
         configurations cut down to them, and single sessions); if that fails, one integer master
         over the pool for all sessions. None when neither finds a plan before ``deadline``."""
-        cols = [c for c in self.pool if c[3] <= T * (1 + 1e-12)]
+        cols = self._at(T)
         if not cols:
             return None
         counts = self.counts.astype(np.int64)
@@ -587,9 +589,8 @@ class ConfigLP:
         """(λ, kind, x, y) of the restricted master over the pool's configurations of load ≤ T
         (positive λ only; empty when the master is not solved to optimality)."""
         m = _Master(self, SLACK_PENALTY, 1.0)
-        for col in self.pool:
-            if col[3] <= T * (1 + 1e-12):
-                m.push(col)
+        for col in self._at(T):
+            m.push(col)
         if not m.solve():
             return []
         lam = np.array(m.h.getSolution().col_value)[len(self.counts):]
