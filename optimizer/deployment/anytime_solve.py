@@ -352,12 +352,12 @@ def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float
         return out
     if most < need - 1e-6:
         out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (LP relaxation)")
-        out.notes.append(f"the LP relaxation proves at most {most:.1f} of {len(problem.sessions)} sessions "
+        out.notes.append(f"the LP relaxation proves at most {max(0.0, most):.1f} of {len(problem.sessions)} sessions "
                          f"can be on time; {need} required")
         return out
     stats.status = Status.TIME_LIMIT
     out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, "anytime")
     out.notes.append(f"no plan with {need} sessions on time found by list scheduling and LNS repair within the time limit; "
                      f"the LP relaxation allows "
-                     f"up to {most:.1f}")
+                     f"up to {max(0.0, most):.1f}")
     return out

@@ -121,8 +121,9 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
 
     Order: (1) when every TP degree is ruled out by limits that need no solve (GPUs, heads,
     memory), those rules are the conflict, grouped by rule; (2) otherwise a minimal conflicting
-    set of named constraints from CP-SAT; (3) the most sessions that can be on time (all
-    degrees together) when the on-time requirement is what fails.
+    set of named constraints from CP-SAT (or the anytime LP's proof), and the GPU count when
+    more servers would make a plan exist (:func:`gpu_count_binds`); (3) the most sessions that
+    can be on time (all degrees together) when the on-time requirement is what fails.
     """
     if not problem.tp_only:
         explain_infeasible_batched(report, problem, perf, obj, left)
@@ -132,6 +133,8 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
         return
     budget = left()
     if explain_by_lp(report, problem, obj):  # the compact model is too large to explain it
+        if left() > 0.2:
+            gpu_count_binds(report, problem, perf, obj, time.perf_counter() + 0.5 * left())
         return
     if budget > 0.2:
         keys, f = conflicts(problem, perf, obj, budget * 0.6)
@@ -140,6 +143,8 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
             report.conflict_keys = keys
     elif report.conflict_keys == []:
         report.cut_short.append("conflict explanation")
+    if left() > 0.2:
+        gpu_count_binds(report, problem, perf, obj, time.perf_counter() + 0.5 * left())
     need = max(problem.required_on_time, obj.min_on_time)
     usable = usable_degrees(problem, perf, problem.degrees)
     best = None
@@ -154,6 +159,35 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
         report.achievable = {"requirement": "memory", "best": None, "required": n,
                              "detail": f"the {n} sessions do not all fit in GPU memory at once with TP "
                                        f"{', '.join(map(str, usable))}"}
+
+
+def gpu_count_binds(report: DeploymentReport, problem: Problem, perf: PerfModel, obj, deadline: float) -> bool:
+    """When more servers of the same kind would make the instance feasible, the GPU count is a
+    binding limit: name it (``gpus_per_server[...]``, the family that limits the GPUs in
+    instances) with the instances the GPUs hold and the fewest servers with which a plan meets
+    every limit (:func:`~optimizer.deployment.solver.servers_to_fit`). True when it applied."""
+    from optimizer.deployment.solver import servers_to_fit
+
+    more = servers_to_fit(problem, obj, deadline)
+    if more is None:
+        return False
+    G = problem.server.gpus
+    usable = [p for p in usable_degrees(problem, perf, problem.degrees) if p <= G]
+    hold = ", ".join(f"{(G // p) * problem.servers} TP{p}" for p in usable)
+    why = (f"{problem.servers} server{'s' if problem.servers > 1 else ''} x {G} GPUs = {problem.total_gpus} GPUs"
+           + (f" hold at most {hold} instances" if hold else "")
+           + f"; with {more} servers ({more * G} GPUs) a plan meets every limit")
+    keys = [k for k in report.conflict_keys if k.family == "gpus_per_server"]
+    if keys:  # the minimal conflict names the family already: say what relaxing it does
+        first = f"{keys[0]}: "
+        report.conflict_details = [d + f" ({why})" if d.startswith(first) else d for d in report.conflict_details]
+        if not any(d.startswith(first) for d in report.conflict_details):
+            report.conflict_details.append(f"{keys[0]}: {why}")
+    else:
+        k = ConstraintKey("gpus_per_server", "all servers")
+        report.conflict_keys = list(report.conflict_keys) + [k]
+        report.conflict_details = list(report.conflict_details) + [f"{k}: {why}"]
+    return True
 
 
 def explain_by_lp(report: DeploymentReport, problem: Problem, obj) -> bool:
