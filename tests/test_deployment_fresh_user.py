@@ -9,6 +9,7 @@ import json
 import pytest
 import yaml
 
+from optimizer.deployment.anytime_solve import OPTIMAL_GAP
 from tests.conftest import INSTANCES, assert_one_line_error
 
 QWEN32B = INSTANCES / "models" / "qwen3-32b.json"
@@ -110,3 +111,140 @@ def test_gpu_count_not_named_when_servers_do_not_help(cli, tmp_path):
     assert code == 3, r.output
     assert "gpus_per_server" not in {g["family"] for g in d["conflicts"]}
     assert "a plan meets every limit" not in r.stdout
+
+
+# 3. ------------------------------------------------------------------------------------------
+def _config_without(tmp_path, field, **changes):
+    cfg = json.loads(QWEN32B.read_text())
+    del cfg[field]
+    cfg.update(changes)
+    p = tmp_path / f"no_{field}.json"
+    p.write_text(json.dumps(cfg))
+    return p
+
+
+def test_absent_head_dim_of_qwen3_is_bad_input(cli, tmp_path):
+    """Qwen3Config defaults head_dim to 128, not hidden_size/num_attention_heads (5120/64 = 80):
+    guessing would be silently wrong."""
+    cfg = _config_without(tmp_path, "head_dim")
+    assert_one_line_error(cli(_instance(tmp_path, BOOK_SESSIONS, config=cfg)), "no_head_dim.json", "head_dim",
+                          "HF default for model_type qwen3", "not hidden_size/num_attention_heads; add head_dim")
+
+
+def test_absent_head_dim_of_llama_warns_once_and_uses_the_hf_default(cli, tmp_path):
+    """LlamaConfig's documented default is hidden_size // num_attention_heads: used, one warning
+    line naming the file and the field; the model is the same as with head_dim given."""
+    from optimizer.model.config import read_hf_config
+
+    base = _config_without(tmp_path, "head_dim")  # Qwen3-32B shapes, relabelled as a Llama
+    cfg = json.loads(base.read_text())
+    cfg.update(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=8192)  # 8192/64 = 128
+    p = tmp_path / "llama_like.json"
+    p.write_text(json.dumps(cfg))
+    cfg["head_dim"] = 128
+    q = tmp_path / "llama_like_with_head_dim.json"
+    q.write_text(json.dumps(cfg))
+    r = cli(_instance(tmp_path, [dict(BOOK_SESSIONS[0], context_tokens=8000, deadline_ms=None)], config=p))
+    assert r.exit_code == 0, r.output
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"warning: {p}: head_dim: absent; using hidden_size/num_attention_heads = 8192/64 = 128")
+    assert "HF default for model_type llama" in lines[0]
+    assert read_hf_config(p) == read_hf_config(q)
+    # bad input after the warning: the error line alone
+    assert_one_line_error(cli(_instance(tmp_path, BOOK_SESSIONS, config=p), "--set", "hardware.servers=0"),
+                          "hardware.servers")
+
+
+def test_absent_max_position_embeddings_warns_that_the_length_check_is_off(cli, tmp_path):
+    cfg = _config_without(tmp_path, "max_position_embeddings")
+    long = [dict(BOOK_SESSIONS[0], context_tokens=200000, deadline_ms=None, count=1)]
+    inst = _instance(tmp_path, long, degrees=(8,), config=cfg)
+    r = cli(inst, "--set", "model.rope_scaling=null")
+    assert r.exit_code == 0, r.output  # no length to check a 200K session against
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert lines == [f"warning: {cfg}: max_position_embeddings: absent (and no rope_scaling gives a length): "
+                     "the check of context + new tokens against the model's maximum length is off"]
+    # YaRN's original_max_position_embeddings x factor still gives a length: checked, no warning
+    r = cli(inst)
+    assert_one_line_error(r, "workload.sessions[0]", "exceeds the model's maximum length")
+
+
+@pytest.mark.parametrize("name", ["llama-2-7b.json", "llama-2-70b.json", "llama-3.1-8b.json", "llama-3.1-70b.json",
+                                  "qwen3-32b.json", "qwen3-30b-a3b.json", "qwen3-235b-a22b.json", "deepseek-v3.json"])
+def test_repository_configs_load_as_before(name):
+    """The configs in instances/models: the same head_dim as before (explicit, or hidden/heads for
+    the Llama ones), and only the Llama ones (no head_dim) warn."""
+    from optimizer.errors import take_warnings
+    from optimizer.model.config import read_hf_config
+
+    take_warnings()
+    p = INSTANCES / "models" / name
+    raw = json.loads(p.read_text())
+    m = read_hf_config(p)
+    if "kv_lora_rank" in raw:
+        assert m.head_dim == raw["qk_nope_head_dim"] + raw["qk_rope_head_dim"]
+    else:
+        assert m.head_dim == raw.get("head_dim", raw["hidden_size"] // raw["num_attention_heads"])
+    warned = take_warnings()
+    assert len(warned) == (0 if "head_dim" in raw or "kv_lora_rank" in raw else 1), warned
+    assert m.max_context is not None
+
+
+# 4. ------------------------------------------------------------------------------------------
+def test_time_limit_passed_before_the_solve_warns_and_stays_honest(tmp_path):
+    """``--time-limit 0.001`` is below the interpreter's start-up (the limit counts from the
+    process start): one warning line, the minimum steps run, and the status is optimal only
+    when the bound meets the plan."""
+    import subprocess
+    import sys
+
+    inst = _instance(tmp_path, [dict(BOOK_SESSIONS[0], deadline_ms=130)], degrees=(2, 4, 8), fraction=0.75)
+    for obj in ("cost", "latency"):
+        r = subprocess.run([sys.executable, "-c", "from optimizer.cli import run; run()", str(inst),
+                            "--time-limit", "0.001", "--format", "json", "--objective", obj],
+                           capture_output=True, text=True, timeout=120)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        assert len(lines) == 1 and lines[0].startswith("warning: --time-limit: the limit of 0.001 s"), r.stderr
+        assert "had passed before the solve began" in lines[0]
+        d = json.loads(r.stdout)
+        assert "main solve (the limit had passed before it began)" in d["solver"]["cut_short"]
+        if d["status"] == "optimal":  # proven: the bound meets the plan (anytime: within OPTIMAL_GAP)
+            assert d["objective"]["bound"] >= d["objective"]["value"] * (1 - OPTIMAL_GAP)
+        elif d["status"] == "feasible":
+            assert d["objective"]["bound"] is None or d["objective"]["bound"] < d["objective"]["value"]
+        assert r.returncode == {"optimal": 0, "feasible": 0, "time_limit": 4}[d["status"]]
+
+
+def test_ordinary_time_limit_does_not_warn(cli, tmp_path):
+    r = cli(_instance(tmp_path, [dict(BOOK_SESSIONS[0], deadline_ms=130)], degrees=(2, 4), fraction=0.75),
+            "--time-limit", "30")
+    assert r.exit_code == 0 and r.stderr.strip() == "", r.stderr
+
+
+# 5. ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("degrees,bad", [([3], 3), ([2, 6], 6)])
+def test_tp_that_cannot_split_the_heads_is_bad_input_in_both_spellings(cli, tmp_path, degrees, bad):
+    """TP3 / TP6 of Qwen3-32B (64 heads, 8 KV heads): exit 2, one line naming the field, whether
+    written as ``tensor_parallel`` or as ``layouts``."""
+    sessions = [dict(BOOK_SESSIONS[0], deadline_ms=130)]
+    msg = f"TP{bad} does not split 64 attention heads and 8 KV heads evenly"
+    tp = _instance(tmp_path, sessions, degrees=degrees, name="tp.yaml")
+    assert_one_line_error(cli(tp), "tp.yaml", "deployment.tensor_parallel", msg)
+    lay = _instance(tmp_path, sessions, name="lay.yaml", deployment={
+        "reserve_gib_per_gpu": 2, "max_batch": 1, "layouts": [{"attention": {"tp": p}} for p in degrees]})
+    i = degrees.index(bad)
+    assert_one_line_error(cli(lay), "lay.yaml", f"deployment.layouts[{i}].attention.tp", msg)
+
+
+def test_tp_beyond_the_gpus_is_infeasible_in_both_spellings(cli, tmp_path):
+    """A degree larger than all GPUs is a limit (more servers lift it), not bad input: exit 3
+    with ``gpus[tp16]`` in both spellings."""
+    sessions = [dict(BOOK_SESSIONS[0], deadline_ms=130)]
+    tp = _instance(tmp_path, sessions, degrees=(16,), name="tp.yaml")
+    lay = _instance(tmp_path, sessions, name="lay.yaml", deployment={
+        "reserve_gib_per_gpu": 2, "max_batch": 1, "layouts": [{"attention": {"tp": 16}}]})
+    for p in (tp, lay):
+        code, d, r = _json(cli, p)
+        assert code == 3, r.output
+        assert [g["constraints"] for g in d["conflicts"]] == [["gpus[tp16]"]]

@@ -14,6 +14,7 @@ from optimizer.deployment.report import DeploymentReport
 from optimizer.deployment.schema import Problem, build_problem
 from optimizer.deployment.solver import (conflicts, max_on_time, resolve_objective, solve_deployment,
                                         usable_degrees)
+from optimizer.errors import warn_input
 from optimizer.result import ConstraintKey, Status
 from optimizer.schema_base import apply_overrides, read_yaml
 
@@ -71,8 +72,17 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
                      HARD_SHARE * time_limit_s - HARD_MARGIN_S - OUTPUT_S_PER_SESSION * len(problem.sessions))
         share = LARGE_MAIN_SHARE if len(problem.sessions) > LARGE_SESSIONS else MAIN_SHARE
         main_s, end = share * budget, t0 + budget
+        late = time.perf_counter() - t0
+        if late >= budget:  # start-up and reading used the solve's whole share (e.g. --time-limit 0.001)
+            main_s = 0.0
+            passed = (f"the limit of {time_limit_s:g} s (counted from the process start) had passed before the solve "
+                      f"began ({late:.2f} s of start-up and reading): the solve ran its minimum steps only, the command "
+                      f"ends after the limit, and the status says what they proved")
+            warn_input("--time-limit", "", passed)
     outcome = solve_deployment(problem, obj, main_s, perf=perf)
     report = DeploymentReport(problem, outcome, perf=perf)
+    if time_limit_s is not None and main_s == 0.0:
+        report.cut_short.append("main solve (the limit had passed before it began)")
 
     if end is None:  # no limit given: explanations get a share in proportion to the main solve
         end = time.perf_counter() + min(EXPLAIN_MAX_S, max(EXPLAIN_MIN_S, EXPLAIN_RATIO * (time.perf_counter() - t0)))
