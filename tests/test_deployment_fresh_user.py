@@ -64,6 +64,19 @@ def test_latency_proves_infeasibility_as_makespan_does(cli, tmp_path):
     assert lat["achievable"]["best"] == 16 and lat["achievable"]["required"] == 27
 
 
+def test_above_sixty_sessions_the_aggregate_model_decides_what_the_lp_leaves_open(cli, tmp_path):
+    """63 sessions (the anytime path for every objective): the LP relaxation allows 17.1 on time,
+    17 are required, the integer optimum is 16. Both objectives used to repair by LNS until the
+    limit and exit 4; the aggregate feasibility model proves it (exit 3)."""
+    p = _instance(tmp_path, [dict(g, count=21) for g in MIXED], degrees=(1, 2, 4, 8), servers=2, fraction=0.26)
+    for obj in ("makespan", "latency"):
+        code, d, r = _json(cli, p, "--objective", obj, "--time-limit", "8")
+        assert code == 3, r.output
+        assert d["achievable"]["best"] == 16 and d["achievable"]["required"] == 17
+        assert any("the aggregate CP-SAT model proves no plan has 17 of 63 sessions on time" in g["detail"]
+                   for g in d["conflicts"] if g["family"] == "on_time")
+
+
 def test_latency_still_solves_a_feasible_instance(cli, tmp_path):
     """The feasibility check only stops proven-infeasible instances."""
     sessions = [dict(MIXED[0], deadline_ms=400, count=3), dict(MIXED[1], deadline_ms=400, count=3)]

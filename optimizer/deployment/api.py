@@ -146,7 +146,13 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
         if left() > 0.2:
             gpu_count_binds(report, problem, perf, obj, time.perf_counter() + 0.5 * left())
         return
-    if budget > 0.2:
+    proof = next((n for n in (report.outcome.notes or []) if n.startswith("the aggregate CP-SAT model proves")), None)
+    if proof is not None:  # the anytime path's feasibility check (large: no time for a minimal core)
+        k = ConstraintKey("on_time", "nominal")
+        report.conflict_keys = [k]
+        report.conflict_details = [f"{k}: at least {max(problem.required_on_time, obj.min_on_time)} of "
+                                   f"{len(problem.sessions)} sessions on time; {proof}"]
+    elif budget > 0.2:
         keys, f = conflicts(problem, perf, obj, budget * 0.6)
         if keys:
             report.conflict_details = conflict_details(problem, perf, keys, f)

@@ -171,13 +171,16 @@ def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opt
     if mode == "sequence" and not problem.faults:
         # whether any plan exists does not depend on the objective: the aggregate model decides
         # it fast where the sequence model may spend its whole limit on an infeasible instance
+        found: list = []
         verdict = _aggregate_feasibility(problem, perf, usable, obj, time.perf_counter() + FEASIBILITY_SHARE * limit,
-                                         stats)
+                                         stats, found)
         if verdict is False:
             return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "aggregate (feasibility)")
     seed_plan = None
     if mode == "sequence" and chain_degrees(problem, usable):
         seed_plan = _nominal_seed_plan(problem, perf, usable, obj, min(remaining() * 0.2, 5.0))
+    if seed_plan is None and mode == "sequence" and not problem.faults and found:
+        seed_plan = found[0]  # the feasibility check's plan warm-starts the sequence model
     if mode == "aggregate" and obj.search and chain_degrees(problem, usable):
         done = _solve_with_configurations(problem, perf, usable, obj, deadline, stats, allowed)
         if done is not None:
@@ -222,13 +225,13 @@ FEASIBILITY_SHARE = 0.25  # share of the exact solve's budget for the aggregate 
 
 
 def _aggregate_feasibility(problem: Problem, perf: PerfModel, usable, obj, deadline: float,
-                           stats: SolverStats) -> Optional[bool]:
+                           stats: SolverStats, plans: Optional[list] = None) -> Optional[bool]:
     """Whether any plan places every session and meets the on-time requirement (no faults).
 
     The aggregate CP-SAT model without an objective: the EDD prefix condition is exact for the
     on-time count without faults (Moore-Hodgson), so its verdict holds for every objective,
     latency included. ``deadline`` is a ``time.perf_counter()`` value; the solve is counted
-    in ``stats``.
+    in ``stats``; when a plan is found and ``plans`` is a list, the plan is appended to it.
     Returns:
         False when proven infeasible, True when a plan exists, None when undecided in time.
     """
@@ -247,7 +250,11 @@ def _aggregate_feasibility(problem: Problem, perf: PerfModel, usable, obj, deadl
     stats.solves += 1
     if out.status == Status.INFEASIBLE:
         return False
-    return True if out.status in (Status.OPTIMAL, Status.FEASIBLE) else None
+    if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
+        return None
+    if plans is not None:
+        plans.append(extract_plan(f, out.solver))
+    return True
 
 
 def servers_to_fit(problem: Problem, objective, deadline: float) -> Optional[int]:
