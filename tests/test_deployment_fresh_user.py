@@ -15,6 +15,13 @@ from tests.conftest import INSTANCES, assert_one_line_error
 QWEN32B = INSTANCES / "models" / "qwen3-32b.json"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_clock(monkeypatch):
+    """The in-process CLI runs inside pytest's process: its age is not the command's start-up
+    (``--time-limit`` counts from the process start, :func:`optimizer.clock.process_age_s`)."""
+    monkeypatch.setattr("optimizer.clock.process_age_s", lambda: 0.0)
+
+
 def _instance(tmp_path, sessions, degrees=(4,), servers=1, fraction=1.0, name="inst.yaml", config=QWEN32B,
               deployment=None):
     raw = {
@@ -75,6 +82,22 @@ def test_above_sixty_sessions_the_aggregate_model_decides_what_the_lp_leaves_ope
         assert d["achievable"]["best"] == 16 and d["achievable"]["required"] == 17
         assert any("the aggregate CP-SAT model proves no plan has 17 of 63 sessions on time" in g["detail"]
                    for g in d["conflicts"] if g["family"] == "on_time")
+
+
+def test_with_faults_the_nominal_run_proves_infeasibility(cli, tmp_path):
+    """The on-time requirement covers the nominal run too: when no plan meets it without a
+    fault, none does with one. Both objectives used to run out their limit (exit 4)."""
+    p = _instance(tmp_path, MIXED, degrees=(1, 2, 4, 8), servers=2)
+    raw = yaml.safe_load(p.read_text())
+    raw["faults"] = [{"at_ms": 20, "stall_ms": 40}]
+    p.write_text(yaml.safe_dump(raw))
+    for obj in ("makespan", "latency"):
+        code, d, r = _json(cli, p, "--objective", obj, "--time-limit", "8")
+        assert code == 3, r.output
+        assert any(n.startswith("no plan meets the on-time requirement even without a fault") for n in d["notes"])
+        if d.get("achievable"):  # as far as the explanation's share of the limit reached
+            assert d["achievable"]["detail"] == "at most 16 of 27 sessions can finish on time even without a fault; 27 required"
+        assert "a plan meets every limit" not in r.stdout  # more servers are checked without faults only
 
 
 def test_latency_still_solves_a_feasible_instance(cli, tmp_path):

@@ -141,9 +141,15 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
     rows = report.alternatives
     if static_conflict(report, rows, "TP degree"):
         return
+    where = " in the worst fault scenario" if problem.faults else ""
+    faulted = bool(problem.faults)  # more servers: checked without faults only (no claim with them)
+    if problem.faults and any(n.startswith(NOMINAL_PROOF) for n in (report.outcome.notes or [])):
+        from dataclasses import replace  # the nominal run already fails: explain it (fast, exact)
+
+        problem, where = replace(problem, faults=()), " even without a fault"
     budget = left()
     if explain_by_lp(report, problem, obj):  # the compact model is too large to explain it
-        if left() > 0.2:
+        if left() > 0.2 and not faulted:
             gpu_count_binds(report, problem, perf, obj, time.perf_counter() + 0.5 * left())
         return
     proof = next((n for n in (report.outcome.notes or []) if n.startswith("the aggregate CP-SAT model proves")), None)
@@ -159,16 +165,18 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
             report.conflict_keys = keys
     elif report.conflict_keys == []:
         report.cut_short.append("conflict explanation")
-    if left() > 0.2:
+    if left() > 0.2 and not faulted:
         gpu_count_binds(report, problem, perf, obj, time.perf_counter() + 0.5 * left())
     need = max(problem.required_on_time, obj.min_on_time)
     usable = usable_degrees(problem, perf, problem.degrees)
-    best = None
+    best = UNDECIDED
     if usable and left() > 0.1:
-        best = max_on_time(problem, perf, usable, max(0.1, left()))
+        best = max_on_time(problem, perf, usable, max(0.1, left()), undecided=UNDECIDED)
     n = len(problem.sessions)
-    where = " in the worst fault scenario" if problem.faults else ""
-    if best is not None and best < need:
+    if best is UNDECIDED:  # not solved in time: no claim (it used to read as "do not fit in memory")
+        if usable:
+            report.cut_short.append("best achievable value")
+    elif best is not None and best < need:
         report.achievable = {"requirement": "on_time", "best": best, "required": need,
                              "detail": f"at most {best} of {n} sessions can finish on time{where}; {need} required"}
     elif best is None and usable:
@@ -204,6 +212,10 @@ def gpu_count_binds(report: DeploymentReport, problem: Problem, perf: PerfModel,
         report.conflict_keys = list(report.conflict_keys) + [k]
         report.conflict_details = list(report.conflict_details) + [f"{k}: {why}"]
     return True
+
+
+UNDECIDED = object()  # max_on_time ran out of time
+NOMINAL_PROOF = "no plan meets the on-time requirement even without a fault"  # the solver's note
 
 
 def explain_by_lp(report: DeploymentReport, problem: Problem, obj) -> bool:

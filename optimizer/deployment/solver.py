@@ -168,14 +168,23 @@ def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opt
         done = _solve_with_columns(problem, perf, usable, obj, deadline, stats, allowed)
         if done is not None:
             return done
-    if mode == "sequence" and not problem.faults:
+    found: list = []
+    if mode == "sequence":
         # whether any plan exists does not depend on the objective: the aggregate model decides
-        # it fast where the sequence model may spend its whole limit on an infeasible instance
-        found: list = []
-        verdict = _aggregate_feasibility(problem, perf, usable, obj, time.perf_counter() + FEASIBILITY_SHARE * limit,
+        # it fast where the sequence model may spend its whole limit on an infeasible instance.
+        # With faults it checks the nominal run, which the on-time requirement covers too: no
+        # plan there, no plan at all.
+        from dataclasses import replace
+
+        nominal = replace(problem, faults=()) if problem.faults else problem
+        verdict = _aggregate_feasibility(nominal, perf, usable, obj, time.perf_counter() + FEASIBILITY_SHARE * limit,
                                          stats, found)
         if verdict is False:
-            return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "aggregate (feasibility)")
+            out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "aggregate (feasibility)")
+            if problem.faults:
+                out.notes.append("no plan meets the on-time requirement even without a fault (the nominal run), "
+                                 "so none does with the faults")
+            return out
     seed_plan = None
     if mode == "sequence" and chain_degrees(problem, usable):
         seed_plan = _nominal_seed_plan(problem, perf, usable, obj, min(remaining() * 0.2, 5.0))
@@ -850,9 +859,10 @@ def _place_pooled(f: Formulation, solver, chosen):
     return out
 
 
-def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float) -> Optional[int]:
+def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float, undecided=None):
     """Most sessions that can finish on time (worst fault scenario) with these degrees,
-    ignoring the on-time requirement; None if the sessions cannot all be placed."""
+    ignoring the on-time requirement; None if the sessions cannot all be placed; ``undecided``
+    (default None) when the solve ends by its time limit without an answer."""
     usable = usable_degrees(problem, perf, degrees)
     if not usable:
         return None
@@ -877,6 +887,8 @@ def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float)
             ct.only_enforce_if(sc.enforce)
     f.model.maximize(t)
     out = solve_cp(f.model, time_limit_s)
+    if out.status == Status.TIME_LIMIT:
+        return undecided
     if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return None
     return int(out.solver.value(t))
