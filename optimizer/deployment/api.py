@@ -75,14 +75,17 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
         late = time.perf_counter() - t0
         if late >= budget:  # start-up and reading used the solve's whole share (e.g. --time-limit 0.001)
             main_s = 0.0
-            passed = (f"the limit of {time_limit_s:g} s (counted from the process start) had passed before the solve "
-                      f"began ({late:.2f} s of start-up and reading): the solve ran its minimum steps only, the command "
-                      f"ends after the limit, and the status says what they proved")
-            warn_input("--time-limit", "", passed)
+            if late >= time_limit_s:
+                what = f"the limit of {time_limit_s:g} s (counted from the process start) had passed before the solve began"
+            else:
+                what = (f"the solve's share of the {time_limit_s:g} s limit ({budget:.2f} s, counted from the process "
+                        f"start) had been used before the solve began")
+            warn_input("--time-limit", "", f"{what} ({late:.2f} s of start-up and reading): the solve ran its minimum "
+                       f"steps only, the command may end after the limit, and the status says what they proved")
     outcome = solve_deployment(problem, obj, main_s, perf=perf)
     report = DeploymentReport(problem, outcome, perf=perf)
     if time_limit_s is not None and main_s == 0.0:
-        report.cut_short.append("main solve (the limit had passed before it began)")
+        report.cut_short.append("main solve (its time was used up before it began)")
 
     if end is None:  # no limit given: explanations get a share in proportion to the main solve
         end = time.perf_counter() + min(EXPLAIN_MAX_S, max(EXPLAIN_MIN_S, EXPLAIN_RATIO * (time.perf_counter() - t0)))
