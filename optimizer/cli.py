@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from optimizer.errors import EXIT_BAD_INPUT, InputError
+from optimizer.errors import EXIT_BAD_INPUT, InputError, take_warnings
 from optimizer.problems import exit_code_for, problem_spec_for
 from optimizer.schema_base import apply_overrides, read_yaml
 
@@ -76,6 +76,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     from optimizer import clock
 
     clock.COMMAND_START = time.perf_counter() - clock.process_age_s()  # --time-limit counts from process start
+    take_warnings()  # this command's warnings only
     live = _progress_display() if progress else None
     try:
         if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
@@ -110,6 +111,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         clock.COMMAND_START = None
         if live is not None:
             live()
+    _print_warnings()
     if fmt == "json":
         click.echo(json.dumps(_result_dict(report, files), indent=2, default=_json_default))
     else:
@@ -189,9 +191,18 @@ def _result_dict(report, files: list[str]) -> dict:
     return d
 
 
+def _print_warnings() -> None:
+    """The input warnings recorded while reading (one stderr line each, see
+    :func:`optimizer.errors.warn_input`)."""
+    for line in take_warnings():
+        click.echo(line, err=True)
+
+
 def _exit_bad_input(exc: Exception, where, what: str = "cannot write: ") -> None:
     """One line on stderr and exit code 2: an :class:`InputError` says file, field and problem;
-    an ``OSError`` names the path (``where`` when the error has none) and ``what`` failed."""
+    an ``OSError`` names the path (``where`` when the error has none) and ``what`` failed.
+    Warnings recorded before the error are dropped: the error line is the answer."""
+    take_warnings()
     if isinstance(exc, InputError):
         click.echo(exc.line(), err=True)
     else:
@@ -236,6 +247,7 @@ def calibrate_cmd(measurements: Path, models, hardware, seed: int, starts: int, 
             output.write_text(cal.yaml_fragment(res, measurements.name))
     except (InputError, OSError) as exc:
         _exit_bad_input(exc, output)
+    _print_warnings()
     if fmt == "json":
         click.echo(json.dumps(res.to_dict() | ({"files": [str(output)]} if output else {}), indent=2))
     else:

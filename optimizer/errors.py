@@ -35,3 +35,24 @@ class InputError(Exception):
     def line(self) -> str:
         where = f"{self.file}: {self.field}" if self.field else self.file
         return f"error: {where}: {self.problem}"
+
+
+_WARNINGS: list[str] = []  # input warnings of the current command, in order, each once
+
+
+def warn_input(file: str | Path | None, field: str, problem: str) -> None:
+    """Record a warning about an input the run goes on with (a documented default taken for an
+    absent field, a check that is off): one line naming the file, the field and what happens.
+    The CLI prints the lines on stderr once the input has been read without error
+    (:func:`take_warnings`); a run that stops on bad input prints only the error line."""
+    where = f"{file if file is not None else '<input>'}: {field}" if field else str(file)
+    line = f"warning: {where}: {problem}"
+    if line not in _WARNINGS:
+        _WARNINGS.append(line)
+
+
+def take_warnings() -> list[str]:
+    """The recorded warning lines, emptying the record."""
+    out = list(_WARNINGS)
+    _WARNINGS.clear()
+    return out

@@ -40,11 +40,13 @@ def test_one_ms_deadline_groups_repeated_constraints(cli):
 
 
 def test_one_rule_for_every_option_is_named(cli):
-    """TP3 alone on a 64-head model: the heads rule, not an empty conflict list."""
-    code, d = _json(cli, "--set", "deployment.tensor_parallel=[3]")
+    """TP16 alone on one 8-GPU server: the gpus rule, not an empty conflict list. (A degree that
+    cannot split the heads, TP3 here before, is bad input now, exit 2: see
+    tests/test_deployment_fresh_user.py.)"""
+    code, d = _json(cli, "--set", "deployment.tensor_parallel=[16]")
     assert code == 3
-    assert d["conflicts"] == [{"family": "heads", "count": 1, "constraints": ["heads[tp3]"],
-                               "detail": "64 attention heads and 8 KV heads do not split evenly over TP3"}]
-    assert d["achievable"]["requirement"] == "heads"
-    table = cli(BOOK, "--set", "deployment.tensor_parallel=[3]").stdout
-    assert "ruled out by the heads rule" in table and "heads[tp3]" in table
+    assert d["conflicts"] == [{"family": "gpus", "count": 1, "constraints": ["gpus[tp16]"],
+                               "detail": "tp16 needs 16 GPUs > 8 available"}]
+    assert d["achievable"]["requirement"] == "gpus"
+    table = cli(BOOK, "--set", "deployment.tensor_parallel=[16]").stdout
+    assert "ruled out by the gpus rule" in table and "gpus[tp16]" in table

@@ -150,13 +150,26 @@ def test_infeasible_when_no_degree_fits(cli):
     assert d["achievable"]["requirement"] == "memory"
 
 
-def test_tp_degree_must_split_the_heads(cli):
-    r = cli(BOOK, "--format", "json", "--set", "deployment.tensor_parallel=[3, 4]")
-    assert r.exit_code == 0
-    d = json.loads(r.stdout)
-    assert {i["tp"] for i in d["plan"]["instances"]} == {4}
-    row = next(x for x in d["alternatives"] if x["option"] == "tp3")
-    assert row["reason"] == "heads" and "do not split evenly over TP3" in row["detail"]
+def test_tp_degree_must_split_the_heads(cli, tmp_path):
+    """A listed degree that cannot split the heads is bad input (exit 2), as in
+    ``deployment.layouts`` (it used to be a comparison row, and exit 3 when alone); a default
+    degree that cannot (TP8 of a 12-head model) is only a ``heads`` comparison row."""
+    assert_one_line_error(cli(BOOK, "--set", "deployment.tensor_parallel=[3, 4]"), "qwen32b_128k.yaml",
+                          "deployment.tensor_parallel", "TP3 does not split 64 attention heads and 8 KV heads evenly")
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 768, "head_dim": 64,
+           "intermediate_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 12, "num_key_value_heads": 4,
+           "vocab_size": 32000, "max_position_embeddings": 8192}
+    (tmp_path / "twelve.json").write_text(json.dumps(cfg))
+    raw = yaml.safe_load(BOOK.read_text())
+    raw["model"] = {"config": str(tmp_path / "twelve.json")}
+    raw["workload"]["sessions"][0].update(context_tokens=4000, deadline_ms=None)
+    del raw["deployment"]["tensor_parallel"]  # default degrees: 1, 2, 4, 8
+    inst = tmp_path / "twelve.yaml"
+    inst.write_text(yaml.safe_dump(raw))
+    r = cli(inst, "--format", "json")
+    assert r.exit_code == 0, r.output
+    row = next(x for x in json.loads(r.stdout)["alternatives"] if x["option"] == "tp8")
+    assert row["reason"] == "heads" and "do not split evenly over TP8" in row["detail"]
 
 
 @pytest.mark.parametrize("args,needles", [

@@ -5,8 +5,10 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
 1. constructive plan (:meth:`~optimizer.deployment.anytime.Anytime.construct`), re-checked by
    the independent evaluator: at most 10 % of the budget (the first mix always finishes); when
    none meets the on-time requirement, the configuration LP's most-on-time plan (few classes),
-   else LNS repairs the plan with the fewest sessions missing, one more on time per step,
-   until ``REPAIR_SHARE`` of the budget;
+   else (the LP relaxation not ruling it out) the aggregate CP-SAT feasibility model, which
+   proves infeasibility or gives a plan (``AGGREGATE_SHARE`` of the time left), else LNS repairs
+   the plan with the fewest sessions missing, one more on time per step, until
+   ``REPAIR_SHARE`` of the budget;
 2. LP bound (:class:`~optimizer.deployment.anytime.BoundLP`): up to 15 %; then local search
    from the best ``MULTI_STARTS`` constructive plans (the LP's instance mix among the mixes),
    ``START_SHARE`` of what is left;
@@ -112,11 +114,21 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         source = "configuration LP (integer master, most on time)"
         if ev is None or ev.violations:
             verdict = _no_plan(problem, perf, obj, A, allowed, t0, deadline)
-            if verdict is None or verdict.status == Status.INFEASIBLE or short is None:
+            if verdict is None or verdict.status == Status.INFEASIBLE:
                 return verdict  # small (the exact path decides), or proven infeasible by the LP
-            sol = _repair(A, short, t0 + REPAIR_SHARE * total)
+            decided, sol = _decide_by_aggregate(problem, perf, obj, A, allowed, verdict,
+                                                time.perf_counter() + AGGREGATE_SHARE * (deadline - time.perf_counter()))
+            if decided is not None:
+                return decided  # the aggregate model proves that no plan exists
             ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
-            source = "list scheduling repaired towards the on-time requirement by LNS"
+            source = "aggregate CP-SAT (feasibility)"
+            if (ev is None or ev.violations) and short is None:
+                verdict.stats.time_s = time.perf_counter() - t0
+                return verdict
+            if ev is None or ev.violations:
+                sol = _repair(A, short, t0 + REPAIR_SHARE * total)
+                ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
+                source = "list scheduling repaired towards the on-time requirement by LNS"
             if ev is None or ev.violations:
                 verdict.stats.time_s = time.perf_counter() - t0
                 return verdict
@@ -416,6 +428,40 @@ def _most_on_time_plan(problem: Problem, A, deadline: float):
     return sol if A.scenario(sol).on_time >= need else None
 
 
+AGGREGATE_SHARE = 0.25  # LP inconclusive: share of the time left for the aggregate feasibility model
+
+
+def _decide_by_aggregate(problem: Problem, perf, obj, A, allowed, verdict, deadline: float):
+    """The LP relaxation neither proves nor rules out a plan with the on-time requirement: the
+    aggregate CP-SAT model (:func:`optimizer.deployment.solver._aggregate_feasibility`, exact
+    without faults for plain TP) decides it by ``deadline`` where it can.
+
+    Returns:
+        (an infeasible SolveOutcome, None) when proven that no plan exists; (None, the model's
+        plan as instances of ``A``) when it finds one; (None, None) when undecided or not
+        applicable (layouts, batched decode).
+    """
+    from optimizer.deployment.solver import SolveOutcome, _aggregate_feasibility, usable_degrees
+
+    if not problem.tp_only or problem.faults or time.perf_counter() >= deadline:
+        return None, None
+    usable = usable_degrees(problem, perf, allowed)
+    stats = verdict.stats
+    found: list = []
+    got = _aggregate_feasibility(problem, perf, usable, obj, deadline, stats, found)
+    if got is False:
+        need = max(problem.required_on_time, obj.min_on_time)
+        stats.status = Status.INFEASIBLE
+        stats.name = "anytime (list scheduling, HiGHS LP bound; CP-SAT feasibility)"
+        out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "aggregate (feasibility)")
+        out.notes.append(f"the aggregate CP-SAT model proves no plan has {need} of {len(problem.sessions)} "
+                         f"sessions on time (the LP relaxation allowed it)")
+        return out, None
+    if got and found:
+        return None, A.from_plan(found[0])
+    return None, None
+
+
 def _repair(A, start, deadline: float):
     """A plan that meets the on-time requirement, searched from ``start`` (short of it) by
     LNS whose steps each put at least one more session on time (:attr:`Anytime.repairing`),
@@ -449,12 +495,12 @@ def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float
         return out
     if most < need - 1e-6:
         out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (LP relaxation)")
-        out.notes.append(f"the LP relaxation proves at most {most:.1f} of {len(problem.sessions)} sessions "
+        out.notes.append(f"the LP relaxation proves at most {max(0.0, most):.1f} of {len(problem.sessions)} sessions "
                          f"can be on time; {need} required")
         return out
     stats.status = Status.TIME_LIMIT
     out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, "anytime")
     out.notes.append(f"no plan with {need} sessions on time found by list scheduling and LNS repair within the time limit; "
                      f"the LP relaxation allows "
-                     f"up to {most:.1f}")
+                     f"up to {max(0.0, most):.1f}")
     return out

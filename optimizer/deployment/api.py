@@ -14,6 +14,7 @@ from optimizer.deployment.report import DeploymentReport
 from optimizer.deployment.schema import Problem, build_problem
 from optimizer.deployment.solver import (conflicts, max_on_time, resolve_objective, solve_deployment,
                                         usable_degrees)
+from optimizer.errors import warn_input
 from optimizer.result import ConstraintKey, Status
 from optimizer.schema_base import apply_overrides, read_yaml
 
@@ -71,8 +72,20 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
                      HARD_SHARE * time_limit_s - HARD_MARGIN_S - OUTPUT_S_PER_SESSION * len(problem.sessions))
         share = LARGE_MAIN_SHARE if len(problem.sessions) > LARGE_SESSIONS else MAIN_SHARE
         main_s, end = share * budget, t0 + budget
+        late = time.perf_counter() - t0
+        if late >= budget:  # start-up and reading used the solve's whole share (e.g. --time-limit 0.001)
+            main_s = 0.0
+            if late >= time_limit_s:
+                what = f"the limit of {time_limit_s:g} s (counted from the process start) had passed before the solve began"
+            else:
+                what = (f"the solve's share of the {time_limit_s:g} s limit ({budget:.2f} s, counted from the process "
+                        f"start) had been used before the solve began")
+            warn_input("--time-limit", "", f"{what} ({late:.2f} s of start-up and reading): the solve ran its minimum "
+                       f"steps only, the command may end after the limit, and the status says what they proved")
     outcome = solve_deployment(problem, obj, main_s, perf=perf)
     report = DeploymentReport(problem, outcome, perf=perf)
+    if time_limit_s is not None and main_s == 0.0:
+        report.cut_short.append("main solve (its time was used up before it began)")
 
     if end is None:  # no limit given: explanations get a share in proportion to the main solve
         end = time.perf_counter() + min(EXPLAIN_MAX_S, max(EXPLAIN_MIN_S, EXPLAIN_RATIO * (time.perf_counter() - t0)))
@@ -121,8 +134,9 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
 
     Order: (1) when every TP degree is ruled out by limits that need no solve (GPUs, heads,
     memory), those rules are the conflict, grouped by rule; (2) otherwise a minimal conflicting
-    set of named constraints from CP-SAT; (3) the most sessions that can be on time (all
-    degrees together) when the on-time requirement is what fails.
+    set of named constraints from CP-SAT (or the anytime LP's proof), and the GPU count when
+    more servers would make a plan exist (:func:`gpu_count_binds`); (3) the most sessions that
+    can be on time (all degrees together) when the on-time requirement is what fails.
     """
     if not problem.tp_only:
         explain_infeasible_batched(report, problem, perf, obj, left)
@@ -130,30 +144,81 @@ def explain_infeasible(report: DeploymentReport, problem: Problem, perf: PerfMod
     rows = report.alternatives
     if static_conflict(report, rows, "TP degree"):
         return
+    where = " in the worst fault scenario" if problem.faults else ""
+    faulted = bool(problem.faults)  # more servers: checked without faults only (no claim with them)
+    if problem.faults and any(n.startswith(NOMINAL_PROOF) for n in (report.outcome.notes or [])):
+        from dataclasses import replace  # the nominal run already fails: explain it (fast, exact)
+
+        problem, where = replace(problem, faults=()), " even without a fault"
     budget = left()
     if explain_by_lp(report, problem, obj):  # the compact model is too large to explain it
+        if left() > 0.2 and not faulted:
+            gpu_count_binds(report, problem, perf, obj, time.perf_counter() + 0.5 * left())
         return
-    if budget > 0.2:
+    proof = next((n for n in (report.outcome.notes or []) if n.startswith("the aggregate CP-SAT model proves")), None)
+    if proof is not None:  # the anytime path's feasibility check (large: no time for a minimal core)
+        k = ConstraintKey("on_time", "nominal")
+        report.conflict_keys = [k]
+        report.conflict_details = [f"{k}: at least {max(problem.required_on_time, obj.min_on_time)} of "
+                                   f"{len(problem.sessions)} sessions on time; {proof}"]
+    elif budget > 0.2:
         keys, f = conflicts(problem, perf, obj, budget * 0.6)
         if keys:
             report.conflict_details = conflict_details(problem, perf, keys, f)
             report.conflict_keys = keys
     elif report.conflict_keys == []:
         report.cut_short.append("conflict explanation")
+    if left() > 0.2 and not faulted:
+        gpu_count_binds(report, problem, perf, obj, time.perf_counter() + 0.5 * left())
     need = max(problem.required_on_time, obj.min_on_time)
     usable = usable_degrees(problem, perf, problem.degrees)
-    best = None
+    best = UNDECIDED
     if usable and left() > 0.1:
-        best = max_on_time(problem, perf, usable, max(0.1, left()))
+        best = max_on_time(problem, perf, usable, max(0.1, left()), undecided=UNDECIDED)
     n = len(problem.sessions)
-    where = " in the worst fault scenario" if problem.faults else ""
-    if best is not None and best < need:
+    if best is UNDECIDED:  # not solved in time: no claim (it used to read as "do not fit in memory")
+        if usable:
+            report.cut_short.append("best achievable value")
+    elif best is not None and best < need:
         report.achievable = {"requirement": "on_time", "best": best, "required": need,
                              "detail": f"at most {best} of {n} sessions can finish on time{where}; {need} required"}
     elif best is None and usable:
         report.achievable = {"requirement": "memory", "best": None, "required": n,
                              "detail": f"the {n} sessions do not all fit in GPU memory at once with TP "
                                        f"{', '.join(map(str, usable))}"}
+
+
+def gpu_count_binds(report: DeploymentReport, problem: Problem, perf: PerfModel, obj, deadline: float) -> bool:
+    """When more servers of the same kind would make the instance feasible, the GPU count is a
+    binding limit: name it (``gpus_per_server[...]``, the family that limits the GPUs in
+    instances) with the instances the GPUs hold and the fewest servers with which a plan meets
+    every limit (:func:`~optimizer.deployment.solver.servers_to_fit`). True when it applied."""
+    from optimizer.deployment.solver import servers_to_fit
+
+    more = servers_to_fit(problem, obj, deadline)
+    if more is None:
+        return False
+    G = problem.server.gpus
+    usable = [p for p in usable_degrees(problem, perf, problem.degrees) if p <= G]
+    hold = ", ".join(f"{(G // p) * problem.servers} TP{p}" for p in usable)
+    why = (f"{problem.servers} server{'s' if problem.servers > 1 else ''} x {G} GPUs = {problem.total_gpus} GPUs"
+           + (f" hold at most {hold} instances" if hold else "")
+           + f"; with {more} servers ({more * G} GPUs) a plan meets every limit")
+    keys = [k for k in report.conflict_keys if k.family == "gpus_per_server"]
+    if keys:  # the minimal conflict names the family already: say what relaxing it does
+        first = f"{keys[0]}: "
+        report.conflict_details = [d + f" ({why})" if d.startswith(first) else d for d in report.conflict_details]
+        if not any(d.startswith(first) for d in report.conflict_details):
+            report.conflict_details.append(f"{keys[0]}: {why}")
+    else:
+        k = ConstraintKey("gpus_per_server", "all servers")
+        report.conflict_keys = list(report.conflict_keys) + [k]
+        report.conflict_details = list(report.conflict_details) + [f"{k}: {why}"]
+    return True
+
+
+UNDECIDED = object()  # max_on_time ran out of time
+NOMINAL_PROOF = "no plan meets the on-time requirement even without a fault"  # the solver's note
 
 
 def explain_by_lp(report: DeploymentReport, problem: Problem, obj) -> bool:

@@ -135,8 +135,13 @@ def alternatives(problem: Problem, perf: PerfModel, objective, best_value: Optio
         if lp_note is not None:  # proven by the anytime solve's LP: no compact model to build
             rows.append(Alternative(name, p, "memory" if "cannot all be placed" in lp_note else "deadline", lp_note))
             continue
-        best_on = max_on_time(problem, perf, [p], max(0.2, (t_end - time.perf_counter()) / max(1, len(degrees) - i)))
+        best_on = max_on_time(problem, perf, [p], max(0.2, (t_end - time.perf_counter()) / max(1, len(degrees) - i)),
+                              undecided=-1)
         n = len(problem.sessions)
+        if best_on == -1:  # infeasible, but the most on time was not found in time
+            rows.append(Alternative(name, p, "time_limit", "infeasible; the most sessions on time was not found within "
+                                    "the time limit", status=Status.TIME_LIMIT))
+            continue
         if best_on is None:
             too_big = [c for c in problem.classes if perf.max_sessions(p, c.context, c.new) == 0]
             if too_big:  # some session fits no TP-p instance even alone: say which, and by how much

@@ -373,6 +373,10 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         degrees = tuple(dep.tensor_parallel)
         given = True
         layouts = tuple(Layout.tp(p) for p in degrees)
+        for p in degrees:  # the model's heads, as deployment.layouts[i].attention.tp (a degree beyond
+            bad = layout_problem(shape, Layout.tp(p))  # the GPUs is a limit instead: infeasible, exit 3)
+            if bad:
+                raise InputError(path, "deployment.tensor_parallel", bad[1])
     elif dep.layouts is not None:
         layouts = tuple(_layout(shape, lay_in, path, f"deployment.layouts[{i}]") for i, lay_in in enumerate(dep.layouts))
         if len(set(layouts)) != len(layouts):

@@ -168,9 +168,28 @@ def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opt
         done = _solve_with_columns(problem, perf, usable, obj, deadline, stats, allowed)
         if done is not None:
             return done
+    found: list = []
+    if mode == "sequence":
+        # whether any plan exists does not depend on the objective: the aggregate model decides
+        # it fast where the sequence model may spend its whole limit on an infeasible instance.
+        # With faults it checks the nominal run, which the on-time requirement covers too: no
+        # plan there, no plan at all.
+        from dataclasses import replace
+
+        nominal = replace(problem, faults=()) if problem.faults else problem
+        verdict = _aggregate_feasibility(nominal, perf, usable, obj, time.perf_counter() + FEASIBILITY_SHARE * limit,
+                                         stats, found)
+        if verdict is False:
+            out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "aggregate (feasibility)")
+            if problem.faults:
+                out.notes.append("no plan meets the on-time requirement even without a fault (the nominal run), "
+                                 "so none does with the faults")
+            return out
     seed_plan = None
     if mode == "sequence" and chain_degrees(problem, usable):
         seed_plan = _nominal_seed_plan(problem, perf, usable, obj, min(remaining() * 0.2, 5.0))
+    if seed_plan is None and mode == "sequence" and not problem.faults and found:
+        seed_plan = found[0]  # the feasibility check's plan warm-starts the sequence model
     if mode == "aggregate" and obj.search and chain_degrees(problem, usable):
         done = _solve_with_configurations(problem, perf, usable, obj, deadline, stats, allowed)
         if done is not None:
@@ -209,6 +228,83 @@ def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opt
     if out.status != Status.OPTIMAL and problem.faults and obj.fault_note:
         out.notes.append(obj.fault_note)
     return out
+
+
+FEASIBILITY_SHARE = 0.25  # share of the exact solve's budget for the aggregate feasibility check
+
+
+def _aggregate_feasibility(problem: Problem, perf: PerfModel, usable, obj, deadline: float,
+                           stats: SolverStats, plans: Optional[list] = None) -> Optional[bool]:
+    """Whether any plan places every session and meets the on-time requirement (no faults).
+
+    The aggregate CP-SAT model without an objective: the EDD prefix condition is exact for the
+    on-time count without faults (Moore-Hodgson), so its verdict holds for every objective,
+    latency included. ``deadline`` is a ``time.perf_counter()`` value; the solve is counted
+    in ``stats``; when a plan is found and ``plans`` is a list, the plan is appended to it.
+    Returns:
+        False when proven infeasible, True when a plan exists, None when undecided in time.
+    """
+    from optimizer.deployment.formulation import BuildTimeout
+
+    if problem.faults:
+        raise ValueError("the aggregate feasibility check is exact only without faults")
+    try:
+        f = Formulation(problem, perf, usable, "aggregate", deadline=deadline)
+        f.required = max(f.required, get_objective(obj).min_on_time)
+        f.build()
+    except BuildTimeout:
+        return None
+    out = solve_cp(f.model, max(0.01, deadline - time.perf_counter()))
+    stats.time_s += out.time_s
+    stats.solves += 1
+    if out.status == Status.INFEASIBLE:
+        return False
+    if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
+        return None
+    if plans is not None:
+        plans.append(extract_plan(f, out.solver))
+    return True
+
+
+def servers_to_fit(problem: Problem, objective, deadline: float) -> Optional[int]:
+    """The fewest servers (same server type, same allowed degrees) with which a plan meets
+    every limit, when the instance is infeasible as given; None when no server count helps (the
+    GPU count does not bind), with faults, or when the checks do not finish by ``deadline``.
+
+    Every check is the aggregate feasibility model (:func:`_aggregate_feasibility`). Feasibility
+    only grows with servers, and with ``servers + ceil(N·p_max/G)`` servers every session can
+    run alone on an instance of any allowed degree (the most any plan can use), so when that
+    count fails none helps; otherwise the smallest count is found by bisection.
+    """
+    from dataclasses import replace
+
+    if problem.faults or not problem.tp_only:
+        return None
+    G, n = problem.server.gpus, len(problem.sessions)
+    top = problem.servers + math.ceil(n * max(problem.degrees) / G)
+    stats = SolverStats("servers", Status.INFEASIBLE, 0.0, solves=0)
+
+    def fits(servers: int) -> Optional[bool]:
+        p2 = replace(problem, servers=servers)
+        perf = PerfModel(p2)
+        usable = usable_degrees(p2, perf, p2.degrees)
+        if not usable:
+            return False
+        if time.perf_counter() >= deadline:
+            return None
+        return _aggregate_feasibility(p2, perf, usable, objective, deadline, stats)
+
+    ok = fits(top)
+    if not ok:
+        return None
+    lo, hi = problem.servers, top  # lo: infeasible (as given); hi: feasible
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        got = fits(mid)
+        if got is None:
+            return None
+        lo, hi = (lo, mid) if got else (mid, hi)
+    return hi
 
 
 def _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, seed_plan) -> SolveOutcome:
@@ -763,9 +859,10 @@ def _place_pooled(f: Formulation, solver, chosen):
     return out
 
 
-def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float) -> Optional[int]:
+def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float, undecided=None):
     """Most sessions that can finish on time (worst fault scenario) with these degrees,
-    ignoring the on-time requirement; None if the sessions cannot all be placed."""
+    ignoring the on-time requirement; None if the sessions cannot all be placed; ``undecided``
+    (default None) when the solve ends by its time limit without an answer."""
     usable = usable_degrees(problem, perf, degrees)
     if not usable:
         return None
@@ -790,6 +887,8 @@ def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float)
             ct.only_enforce_if(sc.enforce)
     f.model.maximize(t)
     out = solve_cp(f.model, time_limit_s)
+    if out.status == Status.TIME_LIMIT:
+        return undecided
     if out.status not in (Status.OPTIMAL, Status.FEASIBLE):
         return None
     return int(out.solver.value(t))
@@ -798,12 +897,20 @@ def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float)
 def conflicts(problem: Problem, perf: PerfModel, objective, time_limit_s: float = 10.0):
     """Named constraints that cannot hold together (a minimal set when time allows).
 
+    Without faults the aggregate model explains it whatever the objective (whether a plan
+    exists does not depend on it); with faults, the objective's own formulation.
+
     Returns:
         (keys, formulation) — keys is empty when the model could not be explained in time.
     """
     usable = usable_degrees(problem, perf, problem.degrees)
     if not usable:
         return [], None
-    f = build(problem, perf, usable, objective, explain=True)
+    if problem.faults:
+        f = build(problem, perf, usable, objective, explain=True)
+    else:  # feasibility does not depend on the objective: the aggregate model explains it for all
+        f = Formulation(problem, perf, usable, "aggregate", explain=True)
+        f.required = max(f.required, get_objective(objective).min_on_time)
+        f.build()
     keys = f.nm.minimal_conflict(time_limit_s)
     return (keys or []), f

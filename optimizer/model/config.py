@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from optimizer.errors import InputError
+from optimizer.errors import InputError, warn_input
 
 # architecture -> family label used in messages
 ARCHITECTURES = {
@@ -46,6 +46,13 @@ ARCHITECTURES = {
 }
 # families whose attention carries per-head RMSNorms on q and k (two D-sized norms per layer)
 _QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"}
+# families whose HF config class (or attention module) takes head_dim = hidden_size //
+# num_attention_heads when the config.json has no head_dim: LlamaConfig, MistralConfig and
+# MixtralConfig (``head_dim=None`` -> ``hidden_size // num_attention_heads``), Qwen2 and Qwen3-MoE
+# (no head_dim field; the attention uses ``getattr(config, "head_dim", hidden_size //
+# num_attention_heads)``). Qwen3Config defaults head_dim to 128 and Qwen3-Next / Qwen3.5 to 256:
+# for those (and any other family) an absent head_dim is bad input.
+_HEAD_DIM_FROM_HIDDEN = {"llama", "mistral", "mixtral", "qwen2", "qwen3_moe"}
 # RoPE scaling types whose factor does not extend max_position_embeddings (vLLM)
 _NO_EXTENSION = {"llama3", "longrope", "su", "default", "mrope"}
 _DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "fp32": 4.0, "bfloat16": 2.0, "float16": 2.0, "bf16": 2.0, "fp16": 2.0}
@@ -368,9 +375,15 @@ def parse_config(raw: dict[str, Any], path: Path, rope_scaling: Optional[dict] =
         if cfg.get("head_dim") is not None:
             head_dim = _int(cfg, "head_dim", path)
         else:
+            mtype = cfg.get("model_type", raw.get("model_type", family))
+            if family not in _HEAD_DIM_FROM_HIDDEN:
+                raise InputError(path, "head_dim", f"absent, and the HF default for model_type {mtype} ({arch}) is "
+                                 f"not hidden_size/num_attention_heads; add head_dim")
             if hidden % q_heads:
                 raise InputError(path, "hidden_size", f"{hidden} is not divisible by num_attention_heads={q_heads} and no head_dim is given")
             head_dim = hidden // q_heads
+            warn_input(path, "head_dim", f"absent; using hidden_size/num_attention_heads = {hidden}/{q_heads} = "
+                       f"{head_dim}, the HF default for model_type {mtype} ({arch})")
         if q_heads % kv_heads:
             raise InputError(path, "num_key_value_heads", f"{kv_heads} does not divide num_attention_heads={q_heads}")
     linear, linear_layers = _linear(cfg, path)
@@ -378,6 +391,9 @@ def parse_config(raw: dict[str, Any], path: Path, rope_scaling: Optional[dict] =
     if not isinstance(tied, bool):
         raise InputError(path, "tie_word_embeddings", f"expected true or false (got {tied!r})")
     max_ctx, how = max_model_len(cfg, path, rope_scaling)
+    if max_ctx is None:  # nothing relies on it but the check of the sessions' length
+        warn_input(path, "max_position_embeddings", "absent (and no rope_scaling gives a length): the check of "
+                   "context + new tokens against the model's maximum length is off")
     return ModelSpec(
         name=str(cfg.get("model_type", family)), hidden=hidden, q_heads=q_heads, kv_heads=kv_heads,
         head_dim=head_dim, ffn=ffn, layers=layers, vocab=cfg["vocab_size"], tied_embeddings=tied,

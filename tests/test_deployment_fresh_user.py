@@ -1,0 +1,286 @@
+"""Faults found by a fresh-user pass over the deployment problem: infeasibility that does not
+depend on the objective, the GPU count as a binding limit, HF config fields that are absent,
+a time limit that has passed before the solve, and TP degrees that cannot split the heads.
+Every instance is written into ``tmp_path`` and uses ``instances/models/qwen3-32b.json``."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from optimizer.deployment.anytime_solve import OPTIMAL_GAP
+from tests.conftest import INSTANCES, assert_one_line_error
+
+QWEN32B = INSTANCES / "models" / "qwen3-32b.json"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_clock(monkeypatch):
+    """The in-process CLI runs inside pytest's process: its age is not the command's start-up
+    (``--time-limit`` counts from the process start, :func:`optimizer.clock.process_age_s`)."""
+    monkeypatch.setattr("optimizer.clock.process_age_s", lambda: 0.0)
+
+
+def _instance(tmp_path, sessions, degrees=(4,), servers=1, fraction=1.0, name="inst.yaml", config=QWEN32B,
+              deployment=None):
+    raw = {
+        "name": "fresh-user case",
+        "model": {"config": str(config), "weight_dtype": "bf16", "kv_dtype": "bf16",
+                  "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768}},
+        "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
+        "workload": {"sessions": sessions, "min_on_time_fraction": fraction},
+        "deployment": deployment or {"reserve_gib_per_gpu": 2, "tensor_parallel": list(degrees),
+                                     "allreduce": "ring", "max_batch": 1},
+        "faults": [],
+    }
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(raw))
+    return p
+
+
+def _json(cli, *args):
+    r = cli(*args, "--format", "json")
+    return r.exit_code, (json.loads(r.stdout) if r.stdout.strip().startswith("{") else None), r
+
+
+# 1. ------------------------------------------------------------------------------------------
+MIXED = [
+    {"name": "a", "count": 9, "context_tokens": 32768, "new_tokens": 8, "deadline_ms": 120},
+    {"name": "b", "count": 9, "context_tokens": 8192, "new_tokens": 16, "deadline_ms": 150},
+    {"name": "c", "count": 9, "context_tokens": 65536, "new_tokens": 8, "deadline_ms": 200},
+]
+
+
+def test_latency_proves_infeasibility_as_makespan_does(cli, tmp_path):
+    """27 sessions on 2 servers, all on time: at most 16 can be. Latency (sequence model) used
+    to spend its whole limit and exit 4; whether a plan exists does not depend on the
+    objective, so it exits 3 from the aggregate check with the same conflicting families."""
+    p = _instance(tmp_path, MIXED, degrees=(1, 2, 4, 8), servers=2)
+    out = {}
+    for obj in ("makespan", "latency"):
+        code, d, r = _json(cli, p, "--objective", obj, "--time-limit", "6")
+        assert code == 3, r.output
+        assert d["status"] == "infeasible"
+        out[obj] = d
+    lat = out["latency"]
+    assert lat["solver"]["formulation"] == "aggregate (feasibility)"
+    fams = lambda d: {g["family"] for g in d["conflicts"]}  # noqa: E731
+    assert fams(lat) == fams(out["makespan"]) and {"deadline", "on_time", "gpus_per_server"} <= fams(lat)
+    assert lat["achievable"] == out["makespan"]["achievable"]
+    assert lat["achievable"]["best"] == 16 and lat["achievable"]["required"] == 27
+
+
+def test_above_sixty_sessions_the_aggregate_model_decides_what_the_lp_leaves_open(cli, tmp_path):
+    """63 sessions (the anytime path for every objective): the LP relaxation allows 17.1 on time,
+    17 are required, the integer optimum is 16. Both objectives used to repair by LNS until the
+    limit and exit 4; the aggregate feasibility model proves it (exit 3)."""
+    p = _instance(tmp_path, [dict(g, count=21) for g in MIXED], degrees=(1, 2, 4, 8), servers=2, fraction=0.26)
+    for obj in ("makespan", "latency"):
+        code, d, r = _json(cli, p, "--objective", obj, "--time-limit", "8")
+        assert code == 3, r.output
+        assert d["achievable"]["best"] == 16 and d["achievable"]["required"] == 17
+        assert any("the aggregate CP-SAT model proves no plan has 17 of 63 sessions on time" in g["detail"]
+                   for g in d["conflicts"] if g["family"] == "on_time")
+
+
+def test_with_faults_the_nominal_run_proves_infeasibility(cli, tmp_path):
+    """The on-time requirement covers the nominal run too: when no plan meets it without a
+    fault, none does with one. Both objectives used to run out their limit (exit 4)."""
+    p = _instance(tmp_path, MIXED, degrees=(1, 2, 4, 8), servers=2)
+    raw = yaml.safe_load(p.read_text())
+    raw["faults"] = [{"at_ms": 20, "stall_ms": 40}]
+    p.write_text(yaml.safe_dump(raw))
+    for obj in ("makespan", "latency"):
+        code, d, r = _json(cli, p, "--objective", obj, "--time-limit", "8")
+        assert code == 3, r.output
+        assert any(n.startswith("no plan meets the on-time requirement even without a fault") for n in d["notes"])
+        if d.get("achievable"):  # as far as the explanation's share of the limit reached
+            assert d["achievable"]["detail"] == "at most 16 of 27 sessions can finish on time even without a fault; 27 required"
+        assert "a plan meets every limit" not in r.stdout  # more servers are checked without faults only
+
+
+def test_latency_still_solves_a_feasible_instance(cli, tmp_path):
+    """The feasibility check only stops proven-infeasible instances."""
+    sessions = [dict(MIXED[0], deadline_ms=400, count=3), dict(MIXED[1], deadline_ms=400, count=3)]
+    code, d, r = _json(cli, _instance(tmp_path, sessions, degrees=(2, 4)), "--objective", "latency")
+    assert code == 0, r.output
+    assert d["plan"]["on_time"] == 6
+
+
+# 2. ------------------------------------------------------------------------------------------
+BOOK_SESSIONS = [{"name": "chat", "count": 4, "context_tokens": 131064, "new_tokens": 8, "deadline_ms": 100}]
+
+
+def test_gpu_count_is_named_when_more_servers_would_fit(cli, tmp_path):
+    """TP4 only on 8 GPUs holds 2 instances, each runs one 128K session by 100 ms: 2 of 4 on
+    time. The GPU count binds; two servers (4 TP4 instances) meet every limit."""
+    p = _instance(tmp_path, BOOK_SESSIONS)
+    code, d, r = _json(cli, p)
+    assert code == 3, r.output
+    g = next(g for g in d["conflicts"] if g["family"] == "gpus_per_server")
+    assert "1 server x 8 GPUs = 8 GPUs hold at most 2 TP4 instances" in g["detail"]
+    assert "with 2 servers (16 GPUs) a plan meets every limit" in g["detail"]
+    # the relaxation it states holds: two servers solve it
+    code2, d2, r2 = _json(cli, p, "--set", "hardware.servers=2")
+    assert code2 == 0, r2.output
+    assert d2["plan"]["on_time"] == 4
+    table = cli(p).stdout
+    assert "gpus_per_server[all servers]" in table and "with 2 servers (16 GPUs)" in table
+
+
+def test_gpu_count_smallest_server_count(cli, tmp_path):
+    """Ten sessions that each need their own TP4 instance to be on time: 5 servers, not 2."""
+    p = _instance(tmp_path, [dict(BOOK_SESSIONS[0], count=10)])
+    code, d, r = _json(cli, p)
+    assert code == 3, r.output
+    g = next(g for g in d["conflicts"] if g["family"] == "gpus_per_server")
+    assert "with 5 servers (40 GPUs)" in g["detail"]
+    assert _json(cli, p, "--set", "hardware.servers=4")[0] == 3
+    assert _json(cli, p, "--set", "hardware.servers=5")[0] == 0
+
+
+def test_gpu_count_not_named_when_servers_do_not_help(cli, tmp_path):
+    """A 30 ms deadline that a session misses even alone: no server count helps."""
+    p = _instance(tmp_path, [dict(BOOK_SESSIONS[0], deadline_ms=30)], degrees=(2, 4, 8), fraction=0.75)
+    code, d, r = _json(cli, p)
+    assert code == 3, r.output
+    assert "gpus_per_server" not in {g["family"] for g in d["conflicts"]}
+    assert "a plan meets every limit" not in r.stdout
+
+
+# 3. ------------------------------------------------------------------------------------------
+def _config_without(tmp_path, field, **changes):
+    cfg = json.loads(QWEN32B.read_text())
+    del cfg[field]
+    cfg.update(changes)
+    p = tmp_path / f"no_{field}.json"
+    p.write_text(json.dumps(cfg))
+    return p
+
+
+def test_absent_head_dim_of_qwen3_is_bad_input(cli, tmp_path):
+    """Qwen3Config defaults head_dim to 128, not hidden_size/num_attention_heads (5120/64 = 80):
+    guessing would be silently wrong."""
+    cfg = _config_without(tmp_path, "head_dim")
+    assert_one_line_error(cli(_instance(tmp_path, BOOK_SESSIONS, config=cfg)), "no_head_dim.json", "head_dim",
+                          "HF default for model_type qwen3", "not hidden_size/num_attention_heads; add head_dim")
+
+
+def test_absent_head_dim_of_llama_warns_once_and_uses_the_hf_default(cli, tmp_path):
+    """LlamaConfig's documented default is hidden_size // num_attention_heads: used, one warning
+    line naming the file and the field; the model is the same as with head_dim given."""
+    from optimizer.model.config import read_hf_config
+
+    base = _config_without(tmp_path, "head_dim")  # Qwen3-32B shapes, relabelled as a Llama
+    cfg = json.loads(base.read_text())
+    cfg.update(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=8192)  # 8192/64 = 128
+    p = tmp_path / "llama_like.json"
+    p.write_text(json.dumps(cfg))
+    cfg["head_dim"] = 128
+    q = tmp_path / "llama_like_with_head_dim.json"
+    q.write_text(json.dumps(cfg))
+    r = cli(_instance(tmp_path, [dict(BOOK_SESSIONS[0], context_tokens=8000, deadline_ms=None)], config=p))
+    assert r.exit_code == 0, r.output
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"warning: {p}: head_dim: absent; using hidden_size/num_attention_heads = 8192/64 = 128")
+    assert "HF default for model_type llama" in lines[0]
+    assert read_hf_config(p) == read_hf_config(q)
+    # bad input after the warning: the error line alone
+    assert_one_line_error(cli(_instance(tmp_path, BOOK_SESSIONS, config=p), "--set", "hardware.servers=0"),
+                          "hardware.servers")
+
+
+def test_absent_max_position_embeddings_warns_that_the_length_check_is_off(cli, tmp_path):
+    cfg = _config_without(tmp_path, "max_position_embeddings")
+    long = [dict(BOOK_SESSIONS[0], context_tokens=200000, deadline_ms=None, count=1)]
+    inst = _instance(tmp_path, long, degrees=(8,), config=cfg)
+    r = cli(inst, "--set", "model.rope_scaling=null")
+    assert r.exit_code == 0, r.output  # no length to check a 200K session against
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert lines == [f"warning: {cfg}: max_position_embeddings: absent (and no rope_scaling gives a length): "
+                     "the check of context + new tokens against the model's maximum length is off"]
+    # YaRN's original_max_position_embeddings x factor still gives a length: checked, no warning
+    r = cli(inst)
+    assert_one_line_error(r, "workload.sessions[0]", "exceeds the model's maximum length")
+
+
+@pytest.mark.parametrize("name", ["llama-2-7b.json", "llama-2-70b.json", "llama-3.1-8b.json", "llama-3.1-70b.json",
+                                  "qwen3-32b.json", "qwen3-30b-a3b.json", "qwen3-235b-a22b.json", "deepseek-v3.json"])
+def test_repository_configs_load_as_before(name):
+    """The configs in instances/models: the same head_dim as before (explicit, or hidden/heads for
+    the Llama ones), and only the Llama ones (no head_dim) warn."""
+    from optimizer.errors import take_warnings
+    from optimizer.model.config import read_hf_config
+
+    take_warnings()
+    p = INSTANCES / "models" / name
+    raw = json.loads(p.read_text())
+    m = read_hf_config(p)
+    if "kv_lora_rank" in raw:
+        assert m.head_dim == raw["qk_nope_head_dim"] + raw["qk_rope_head_dim"]
+    else:
+        assert m.head_dim == raw.get("head_dim", raw["hidden_size"] // raw["num_attention_heads"])
+    warned = take_warnings()
+    assert len(warned) == (0 if "head_dim" in raw or "kv_lora_rank" in raw else 1), warned
+    assert m.max_context is not None
+
+
+# 4. ------------------------------------------------------------------------------------------
+def test_time_limit_passed_before_the_solve_warns_and_stays_honest(tmp_path):
+    """``--time-limit 0.001`` is below the interpreter's start-up (the limit counts from the
+    process start): one warning line, the minimum steps run, and the status is optimal only
+    when the bound meets the plan."""
+    import subprocess
+    import sys
+
+    inst = _instance(tmp_path, [dict(BOOK_SESSIONS[0], deadline_ms=130)], degrees=(2, 4, 8), fraction=0.75)
+    for obj in ("cost", "latency"):
+        r = subprocess.run([sys.executable, "-c", "from optimizer.cli import run; run()", str(inst),
+                            "--time-limit", "0.001", "--format", "json", "--objective", obj],
+                           capture_output=True, text=True, timeout=120)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        assert len(lines) == 1 and lines[0].startswith("warning: --time-limit: the limit of 0.001 s"), r.stderr
+        assert "had passed before the solve began" in lines[0]
+        d = json.loads(r.stdout)
+        assert "main solve (its time was used up before it began)" in d["solver"]["cut_short"]
+        if d["status"] == "optimal":  # proven: the bound meets the plan (anytime: within OPTIMAL_GAP)
+            assert d["objective"]["bound"] >= d["objective"]["value"] * (1 - OPTIMAL_GAP)
+        elif d["status"] == "feasible":
+            assert d["objective"]["bound"] is None or d["objective"]["bound"] < d["objective"]["value"]
+        assert r.returncode == {"optimal": 0, "feasible": 0, "time_limit": 4}[d["status"]]
+
+
+def test_ordinary_time_limit_does_not_warn(cli, tmp_path):
+    r = cli(_instance(tmp_path, [dict(BOOK_SESSIONS[0], deadline_ms=130)], degrees=(2, 4), fraction=0.75),
+            "--time-limit", "30")
+    assert r.exit_code == 0 and r.stderr.strip() == "", r.stderr
+
+
+# 5. ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("degrees,bad", [([3], 3), ([2, 6], 6)])
+def test_tp_that_cannot_split_the_heads_is_bad_input_in_both_spellings(cli, tmp_path, degrees, bad):
+    """TP3 / TP6 of Qwen3-32B (64 heads, 8 KV heads): exit 2, one line naming the field, whether
+    written as ``tensor_parallel`` or as ``layouts``."""
+    sessions = [dict(BOOK_SESSIONS[0], deadline_ms=130)]
+    msg = f"TP{bad} does not split 64 attention heads and 8 KV heads evenly"
+    tp = _instance(tmp_path, sessions, degrees=degrees, name="tp.yaml")
+    assert_one_line_error(cli(tp), "tp.yaml", "deployment.tensor_parallel", msg)
+    lay = _instance(tmp_path, sessions, name="lay.yaml", deployment={
+        "reserve_gib_per_gpu": 2, "max_batch": 1, "layouts": [{"attention": {"tp": p}} for p in degrees]})
+    i = degrees.index(bad)
+    assert_one_line_error(cli(lay), "lay.yaml", f"deployment.layouts[{i}].attention.tp", msg)
+
+
+def test_tp_beyond_the_gpus_is_infeasible_in_both_spellings(cli, tmp_path):
+    """A degree larger than all GPUs is a limit (more servers lift it), not bad input: exit 3
+    with ``gpus[tp16]`` in both spellings."""
+    sessions = [dict(BOOK_SESSIONS[0], deadline_ms=130)]
+    tp = _instance(tmp_path, sessions, degrees=(16,), name="tp.yaml")
+    lay = _instance(tmp_path, sessions, name="lay.yaml", deployment={
+        "reserve_gib_per_gpu": 2, "max_batch": 1, "layouts": [{"attention": {"tp": 16}}]})
+    for p in (tp, lay):
+        code, d, r = _json(cli, p)
+        assert code == 3, r.output
+        assert [g["constraints"] for g in d["conflicts"]] == [["gpus[tp16]"]]
