@@ -381,9 +381,7 @@ def parse_config(raw: dict[str, Any], path: Path, rope_scaling: Optional[dict] =
                                  f"not hidden_size/num_attention_heads; add head_dim")
             if hidden % q_heads:
                 raise InputError(path, "hidden_size", f"{hidden} is not divisible by num_attention_heads={q_heads} and no head_dim is given")
-            head_dim = hidden // q_heads
-            warn_input(path, "head_dim", f"absent; using hidden_size/num_attention_heads = {hidden}/{q_heads} = "
-                       f"{head_dim}, the HF default for model_type {mtype} ({arch})")
+            head_dim = hidden // q_heads  # the format's own rule for these families: no warning
         if q_heads % kv_heads:
             raise InputError(path, "num_key_value_heads", f"{kv_heads} does not divide num_attention_heads={q_heads}")
     linear, linear_layers = _linear(cfg, path)
