@@ -78,6 +78,9 @@ from optimizer.model.layout import Layout
 
 EPS_S = 1e-9
 SHORTFALL_PENALTY = 1e9  # score per session missing from the on-time requirement while repairing
+REBALANCE_ROUNDS = 40  # sweeps of Anytime.rebalance
+REBALANCE_PAIR_STEPS = 3  # moves or swaps per pair and sweep
+REBALANCE_TRIES = 8  # candidates of a pair simulated (the best by the arithmetic load)
 RUN_MEMO = 200_000  # instance timelines kept by Anytime.run (cleared beyond)
 LP_MAX_CLASSES = 400  # beyond this the bound LP is built on a relaxed (rounded-down) instance
 DEADLINE_ROWS = 40  # deadline values with an EDD row in the bound LP
@@ -706,9 +709,16 @@ class Anytime:
 
     # ------------------------------------------------------------------ improvement
     def improve(self, insts: list[Inst], deadline: float, on_better=None) -> list[Inst]:
-        """Moves and swaps out of the instance that finishes last (module docstring, step 2)."""
+        """Moves and swaps out of the instance that finishes last (module docstring, step 2),
+        after a rebalancing sweep (:meth:`rebalance`), which is tried again when they stall."""
         insts = [it for it in insts if it.sessions]
         cur = self.score(insts)
+        got = self.rebalance(insts, cur, deadline)
+        if got is not None:
+            insts, cur = got
+            if on_better is not None:
+                on_better(insts, cur)
+        balanced = True  # no move since the last sweep
         plateau = 0  # moves in a row that kept the value (several instances tie at the makespan)
         while time.perf_counter() < deadline:
             jmax = max(range(len(insts)), key=lambda j: insts[j].makespan)
@@ -746,6 +756,16 @@ class Anytime:
                         break
                 if done:
                     break
+            if done:
+                balanced = False
+            if not done and not balanced:
+                balanced = True
+                got = self.rebalance(insts, cur, deadline)
+                if got is not None:
+                    insts, cur = got
+                    if on_better is not None:
+                        on_better(insts, cur)
+                    continue
             if not done:
                 plateau = 0
                 merged = self._merge_widen(insts, jmax, cur)
@@ -761,6 +781,93 @@ class Anytime:
                 if on_better is not None:
                     on_better(insts, cur)
         return insts
+
+    def rebalance(self, insts: list[Inst], cur: float, deadline: float, rounds: int = REBALANCE_ROUNDS):
+        """Sweeps that pair the instances finishing latest with those finishing earliest (one
+        session at a time kinds only) and, per pair, move one session or swap two so that the
+        later of the two finishes earlier, by more than the plan's makespan per on-time session
+        for each on-time session the pair gives up (never below the on-time requirement).
+
+        One at a time an instance's load is the sum of its sessions' times, so every move and
+        swap of a pair is ranked arithmetically (numpy over |a| x (|b| + 1) candidates) and only
+        the best ``REBALANCE_TRIES`` are simulated (:meth:`run`: on-time sessions by the search's
+        admission order). :meth:`improve` moves out of the single latest instance, one at a time,
+        and stalls when many instances tie near the makespan (5,000 requests on 256 instances
+        spread 47-51.5 s); a sweep lowers all of them together. The plan is scored once per
+        sweep. Returns (instances, value) when the objective improved, else None; stops at
+        ``deadline`` (``time.perf_counter()``)."""
+        seq = [j for j, it in enumerate(insts) if self.kinds[it.kind].batch_cap == 1 and it.sessions]
+        if len(seq) < 2:
+            return None
+        best_insts, best_v = None, cur
+        work = list(insts)
+        r = self.scenario(work)
+        rate = r.makespan_s / max(1, r.on_time)  # s of makespan one on-time session is worth
+        spare = [r.on_time - self.need]  # on-time sessions the sweep may give up
+        for _ in range(rounds):
+            order = sorted(seq, key=lambda j: -work[j].makespan)
+            half = len(order) // 2
+            changed = False
+            for a, b in zip(order[:half], reversed(order[half:])):
+                if time.perf_counter() >= deadline:
+                    break
+                for _ in range(REBALANCE_PAIR_STEPS):
+                    got = self._balance_pair(work[a], work[b], rate, spare)
+                    if got is None:
+                        break
+                    work[a], work[b] = got
+                    changed = True
+            if not changed:
+                break
+            v = self.score(work)
+            if v < best_v * (1 - 1e-12):
+                best_insts, best_v = list(work), v
+            if time.perf_counter() >= deadline:
+                break
+        return (best_insts, best_v) if best_insts is not None else None
+
+    def _balance_pair(self, A: Inst, B: Inst, rate: float, spare: list):
+        """The best move (a session of A to B) or swap (with a session of B) that lowers
+        max(finish of A, finish of B) by more than ``rate`` (s) per on-time session the pair
+        loses (at most ``spare[0]`` of them, which is then decreased: the plan keeps its
+        on-time requirement) and fits memory: the two new instances, or None (see
+        :meth:`rebalance`; ``rate`` is the plan's makespan per on-time session, the exchange
+        rate of the batch limit rule)."""
+        ka, kb = self.kinds[A.kind], self.kinds[B.kind]
+        la, lb = A.makespan, B.makespan
+        top = max(la, lb)
+        sa = np.array(A.sessions)
+        sb = np.array(B.sessions + [-1])  # -1: a move (no session comes back)
+        ca, cb = self.cls[sa], self.cls[np.maximum(sb, 0)]
+        if not np.any(kb.fits[ca]):
+            return None
+        x = ka.alone[ca][:, None]  # leaves A
+        w = np.where(kb.fits[ca], kb.alone[ca], np.inf)[:, None]  # arrives on B
+        back = sb >= 0
+        y = np.where(back, np.where(ka.fits[cb], ka.alone[cb], np.inf), 0.0)[None, :]  # arrives on A
+        u = np.where(back, kb.alone[cb], 0.0)[None, :]  # leaves B
+        new_top = np.maximum(la - x + y, lb - u + w)
+        if len(sa) == 1:
+            new_top[:, -1] = np.inf  # A keeps at least one session (an empty instance is a merge)
+        cand = np.argwhere(new_top < top * (1 - 1e-9))
+        if not len(cand):
+            return None
+        on_before = int(np.sum(A.finish <= self.dl[A.order] + EPS_S)) + int(np.sum(B.finish <= self.dl[B.order] + EPS_S))
+        ranked = cand[np.argsort(new_top[cand[:, 0], cand[:, 1]], kind="stable")][:REBALANCE_TRIES]
+        for i, t in ranked:
+            s_out, s_in = int(sa[i]), int(sb[t])
+            na = [s for s in A.sessions if s != s_out] + ([s_in] if s_in >= 0 else [])
+            nb = [s for s in B.sessions if s != s_in] + [s_out]
+            if not self.fits(B.kind, nb) or (s_in >= 0 and not self.fits(A.kind, na)):
+                continue
+            ra, rb = self.run(Inst(A.kind, na)), self.run(Inst(B.kind, nb))
+            on = int(np.sum(ra.finish <= self.dl[ra.order] + EPS_S)) + int(np.sum(rb.finish <= self.dl[rb.order] + EPS_S))
+            lost = max(0, on_before - on)
+            gain = top - max(ra.makespan, rb.makespan)
+            if gain > top * 1e-9 and lost <= spare[0] and gain > rate * lost:
+                spare[0] -= lost
+                return ra, rb
+        return None
 
     def _merge_widen(self, insts: list[Inst], jmax: int, cur: float):
         """Merge the instance that finishes last with the least-loaded instance of its kind into
