@@ -311,7 +311,7 @@ def _packings(A, lp, mix, deadline: float) -> list:
     return out
 
 
-MIX_SHARE = 0.25  # share of the time left for the instance-mix search (step 2a)
+MIX_SHARE = 0.25  # share of the time left for the instance-mix search (step 2c)
 MIX_PACK = (1.02, 1.04, 1.06, 1.09)  # makespan targets of its packings, times the LP's makespan
 MIX_GREEDY = (1.06, 1.09, 1.12)  # and of its list schedules
 MIX_STEPS = (1, 2, 4, 8)  # instances of one kind a move gives up (their GPUs go to another kind)
@@ -324,7 +324,8 @@ def _mix_search(A, T: float, starts: list, incumbent, deadline: float) -> list:
 
     A mix is scored by its best plan among :meth:`~optimizer.deployment.anytime.Anytime.pack`
     and :meth:`~optimizer.deployment.anytime.Anytime.greedy` at the makespan targets
-    ``T·MIX_PACK`` and ``T·MIX_GREEDY`` (T: the LP solution's makespan, s), each simulated (the objective's value).
+    ``T·MIX_PACK`` and ``T·MIX_GREEDY`` (T: the LP solution's makespan, s), each simulated
+    (the objective's value).
     A move gives up s ∈ MIX_STEPS instances of one kind and fills the free GPUs with instances
     of another. The LP's fractional mix says which kinds pay, not how many whole instances
     of each pack the sessions well (on the 200-distinct benchmark the rounded LP mix scored
