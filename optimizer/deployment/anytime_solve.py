@@ -107,8 +107,14 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
     eval_s = time.perf_counter() - te
     source = "list scheduling"
-    if ev is None or ev.violations:  # the configuration LP's most-on-time plan, where it applies
+    if ev is None or ev.violations:  # earliest-deadline best fit over mixes (one at a time)
         short = sol
+        sol = _most_on_time_mix(A, None, t0 + MOST_ON_TIME_SHARE * total)
+        ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
+        source = "earliest-deadline best fit (most on time)"
+        if sol is not None and (short is None or A.scenario(sol).on_time > A.scenario(short).on_time):
+            short = sol  # the closest plan for the repair below
+    if ev is None or ev.violations:  # the configuration LP's most-on-time plan, where it applies
         sol = _most_on_time_plan(problem, A, t0 + 0.5 * total)
         ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
         source = "configuration LP (integer master, most on time)"
@@ -318,6 +324,76 @@ MIX_STEPS = (1, 2, 4, 8)  # instances of one kind a move gives up (their GPUs go
 MIX_STARTS = 3  # best mixes whose plans start the local search
 
 
+def _mix_neighbours(A, m: dict):
+    """The mixes one move away from ``m`` (instances per kind): give up s ∈ MIX_STEPS instances
+    of one kind and fill the free GPUs with instances of another."""
+    G = A.problem.total_gpus
+    gp = [k.gpus for k in A.kinds]
+    for a in range(len(gp)):
+        for b in range(len(gp)):
+            for s in MIX_STEPS:
+                if a == b or m.get(a, 0) < s:
+                    continue
+                mm = dict(m)
+                mm[a] -= s
+                free = G - sum(gp[k] * n for k, n in mm.items())
+                if free >= gp[b]:
+                    mm[b] = mm.get(b, 0) + free // gp[b]
+                    yield {k: n for k, n in mm.items() if n > 0}
+
+
+def _most_on_time_mix(A, lp_mix, deadline: float):
+    """When list scheduling misses the on-time requirement (one-at-a-time kinds): hill
+    climbing over instance mixes (:func:`_mix_neighbours`, from every single-kind mix and the
+    LP's mix rounded) on the on-time count of
+    :meth:`~optimizer.deployment.anytime.Anytime.most_on_time`, until the requirement is met or
+    ``deadline``. Returns the plan with the most sessions on time (then the better objective
+    value), or None (batched kinds, or no plan fits the memory)."""
+    if any(k.batch_cap != 1 for k in A.kinds):
+        return None
+    seen: dict = {}
+
+    def score(m):
+        kk = tuple(sorted(m.items()))
+        if kk not in seen:
+            sol = A.most_on_time(dict(kk), deadline)
+            if sol is None:
+                return (-1, math.inf, None)  # not kept: may be a deadline, not the mix
+            seen[kk] = (A.scenario(sol).on_time, A.score(sol), sol)
+        return seen[kk]
+
+    def rank(t):
+        return (t[0], -t[1])
+
+    G = A.problem.total_gpus
+    starts = A.mixes(lp_mix)[:1] if lp_mix is not None else []
+    starts += [{k: G // kd.gpus} for k, kd in enumerate(A.kinds) if G // kd.gpus > 0]
+    starts.sort(key=lambda m: rank(score(m)), reverse=True)  # the climb from the best start first
+
+    def met() -> bool:
+        return max((v[0] for v in seen.values()), default=-1) >= A.need
+
+    for m in starts:
+        cur = score(m)
+        while time.perf_counter() < deadline and not met():
+            top = None
+            for mm in _mix_neighbours(A, m):
+                if time.perf_counter() >= deadline:
+                    break
+                sc = score(mm)
+                if top is None or rank(sc) > rank(top[0]):
+                    top = (sc, mm)
+                if sc[0] >= A.need:
+                    break  # the requirement is met: the objective is the later steps' work
+            if top is None or rank(top[0]) <= rank(cur):
+                break
+            cur, m = top
+        if time.perf_counter() >= deadline or met():
+            break
+    best = max(seen.values(), key=rank, default=None)
+    return best[2] if best is not None else None
+
+
 def _mix_search(A, T: float, starts: list, incumbent, deadline: float) -> list:
     """Best-improvement hill climbing over instance mixes (instances per kind), from ``starts``
     (e.g. the LP mix rounded) and the incumbent's mix.
@@ -336,8 +412,6 @@ def _mix_search(A, T: float, starts: list, incumbent, deadline: float) -> list:
         a ``time.perf_counter()`` value); empty when one packing, timed on the first start,
         says that scoring the starts and one neighbourhood would not fit the time left.
     """
-    G = A.problem.total_gpus
-    gp = [k.gpus for k in A.kinds]
     seen: dict = {}
 
     def key(m):
@@ -361,17 +435,7 @@ def _mix_search(A, T: float, starts: list, incumbent, deadline: float) -> list:
         return seen[kk][0]
 
     def neighbours(m):
-        for a in range(len(gp)):
-            for b in range(len(gp)):
-                for s in MIX_STEPS:
-                    if a == b or m.get(a, 0) < s:
-                        continue
-                    mm = dict(m)
-                    mm[a] -= s
-                    free = G - sum(gp[k] * n for k, n in mm.items())
-                    if free >= gp[b]:
-                        mm[b] = mm.get(b, 0) + free // gp[b]
-                        yield mm
+        return _mix_neighbours(A, m)
 
     own = {}
     for it in incumbent or []:
@@ -429,6 +493,7 @@ def _most_on_time_plan(problem: Problem, A, deadline: float):
     return sol if A.scenario(sol).on_time >= need else None
 
 
+MOST_ON_TIME_SHARE = 0.2  # of the budget: the most-on-time mix climb when list scheduling misses the requirement
 AGGREGATE_SHARE = 0.25  # LP inconclusive: share of the time left for the aggregate feasibility model
 
 
