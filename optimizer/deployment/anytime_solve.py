@@ -4,7 +4,9 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
 
 1. constructive plan (:meth:`~optimizer.deployment.anytime.Anytime.construct`), re-checked by
    the independent evaluator: at most 10 % of the budget (the first mix always finishes); when
-   none meets the on-time requirement, the configuration LP's most-on-time plan (few classes),
+   none meets the on-time requirement, one at a time, the earliest-deadline best fit over a
+   climb of instance mixes (:func:`_most_on_time_mix`, ``MOST_ON_TIME_SHARE`` of the budget),
+   else the configuration LP's most-on-time plan (few classes),
    else (the LP relaxation not ruling it out) the aggregate CP-SAT feasibility model, which
    proves infeasibility or gives a plan (``AGGREGATE_SHARE`` of the time left), else LNS repairs
    the plan with the fewest sessions missing, one more on time per step, until
