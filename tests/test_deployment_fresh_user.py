@@ -282,3 +282,71 @@ def test_tp_beyond_the_gpus_is_infeasible_in_both_spellings(cli, tmp_path):
         code, d, r = _json(cli, p)
         assert code == 3, r.output
         assert [g["constraints"] for g in d["conflicts"]] == [["gpus[tp16]"]]
+
+
+# second fresh-user pass -----------------------------------------------------------------------
+def _run_timed(args, limit):
+    """The CLI in a fresh process: (exit code, JSON, wall seconds)."""
+    import subprocess
+    import sys
+    import time
+
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "optimizer.cli", *map(str, args), "--time-limit", str(limit),
+                        "--format", "json"], capture_output=True, text=True, cwd=INSTANCES.parent, timeout=20 * limit)
+    wall = time.perf_counter() - t0
+    return r.returncode, (json.loads(r.stdout) if r.stdout.strip().startswith("{") else None), wall
+
+
+def test_large_infeasible_instance_keeps_its_time_limit(tmp_path):
+    """300 distinct sessions on 2 servers (80 % on time cannot hold): exit 3 within the limit +
+    10 %. The explanation used to look for the fewest servers that fit, building models for up
+    to servers + N·p_max/G servers: 16 s on a 5 s limit here, 12 GB and 11 minutes for 2,000
+    sessions on 32 servers."""
+    from benchmarks.gen_deployment import generate_mixed
+
+    p = tmp_path / "mixed.yaml"
+    p.write_text(yaml.safe_dump(generate_mixed(300, 2, seed=0), sort_keys=False))
+    code, d, wall = _run_timed([p], 5)
+    assert code == 3 and d["status"] == "infeasible"
+    assert wall <= 5 * 1.1
+
+
+def test_exact_search_on_a_large_rounded_instance_keeps_its_deadline(tmp_path):
+    """The exact search on 5,000 sessions in 4 and 8 rounded classes (400 servers: 6,000
+    instance slots) with a 1.5 s deadline: the memory and EDD rows scanned every variable per
+    slot (quadratic: 10 s and 31 s), and the configuration search and the ratio solve built
+    their models without the deadline (2.6-3.3 s after the first fix); now it ends within
+    0.5 s of it."""
+    import time
+
+    from benchmarks.gen_deployment import generate_mixed
+    from objectives.deployment import get
+    from optimizer.deployment.anytime import rounded_problem
+    from optimizer.deployment.perf import PerfModel
+    from optimizer.deployment.schema import build_problem
+    from optimizer.deployment.solver import _solve_exact
+
+    raw = generate_mixed(5000, 400, seed=0, types=40)
+    p = tmp_path / "mixed.yaml"
+    p.write_text(yaml.safe_dump(raw, sort_keys=False))
+    problem = build_problem(raw, p)
+    for level in ((2, 2, 1), (2, 2, 2)):
+        rp = rounded_problem(problem, level)
+        perf = PerfModel(rp)
+        t0 = time.perf_counter()
+        _solve_exact(rp, get("cost"), t0 + 1.5, None, perf, None)
+        assert time.perf_counter() - t0 <= 1.5 + 0.5
+
+
+def test_no_session_can_be_on_time_is_infeasible_for_cost(cli, tmp_path):
+    """One session with a 0.1 µs deadline, min_on_time_fraction 0, default layouts (batched):
+    the cost objective needs at least one session on time, so the instance is infeasible (exit
+    3, with what is achievable); it used to print "feasible: cost = inf, gap nan%" after 13 s
+    and JSON with Infinity and NaN."""
+    one = [{"name": "one", "count": 1, "context_tokens": 1, "new_tokens": 1, "deadline_ms": 0.0001}]
+    p = _instance(tmp_path, one, fraction=0.0, deployment={"reserve_gib_per_gpu": 2, "allreduce": "ring"})
+    code, d, r = _json(cli, p, "--time-limit", "15")
+    assert code == 3, r.output
+    assert d["status"] == "infeasible" and d["objective"]["value"] is None
+    assert "Infinity" not in r.stdout and "NaN" not in r.stdout

@@ -29,8 +29,11 @@ def add(f) -> None:
 
 
 def _add_edd(f) -> None:
-    for k in f.slots:
-        ys = {c: y for (kk, c), y in f.y.items() if kk == k.index}
+    by = f.by_slot(f.y)
+    for n, k in enumerate(f.slots):
+        if n % 64 == 0:
+            f.check_time()
+        ys = by.get(k.index, {})
         levels = sorted({f.deadline_ticks[c] for c in ys})
         for d in levels:
             due = [c for c in ys if f.deadline_ticks[c] <= d]

@@ -13,8 +13,11 @@ FAMILY = "memory"
 
 
 def add(f) -> None:
-    for k in f.slots:
+    xs = f.by_slot(f.x)
+    for n, k in enumerate(f.slots):
+        if n % 64 == 0:
+            f.check_time()
         opt = f.options[k.degree]
-        terms = [opt.kv_bytes[c] * x for (kk, c), x in f.x.items() if kk == k.index]
+        terms = [opt.kv_bytes[c] * x for c, x in xs.get(k.index, {}).items()]
         if terms:
             f.nm.add(ConstraintKey(FAMILY, k.label), sum(terms) <= opt.room_bytes)

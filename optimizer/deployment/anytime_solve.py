@@ -108,19 +108,26 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     te = time.perf_counter()
     ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
     eval_s = time.perf_counter() - te
+
+    def short_of(ev) -> bool:
+        """No plan, one the evaluator rejects, or one the objective cannot value (fewer on
+        time than the objective needs, e.g. none for cost: a fresh user's 0.1 µs deadline was
+        reported feasible at cost inf)."""
+        return ev is None or bool(ev.violations) or not math.isfinite(obj.value(ev))
+
     source = "list scheduling"
-    if ev is None or ev.violations:  # earliest-deadline best fit over mixes (one at a time)
+    if short_of(ev):  # earliest-deadline best fit over mixes (one at a time)
         short = sol
         sol = _most_on_time_mix(A, None, t0 + MOST_ON_TIME_SHARE * total)
         ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
         source = "earliest-deadline best fit (most on time)"
         if sol is not None and (short is None or A.scenario(sol).on_time > A.scenario(short).on_time):
             short = sol  # the closest plan for the repair below
-    if ev is None or ev.violations:  # the configuration LP's most-on-time plan, where it applies
+    if short_of(ev):  # the configuration LP's most-on-time plan, where it applies
         sol = _most_on_time_plan(problem, A, t0 + 0.5 * total)
         ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
         source = "configuration LP (integer master, most on time)"
-        if ev is None or ev.violations:
+        if short_of(ev):
             verdict = _no_plan(problem, perf, obj, A, allowed, t0, deadline)
             if verdict is None or verdict.status == Status.INFEASIBLE:
                 return verdict  # small (the exact path decides), or proven infeasible by the LP
@@ -130,14 +137,14 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 return decided  # the aggregate model proves that no plan exists
             ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
             source = "aggregate CP-SAT (feasibility)"
-            if (ev is None or ev.violations) and short is None:
+            if (short_of(ev)) and short is None:
                 verdict.stats.time_s = time.perf_counter() - t0
                 return verdict
-            if ev is None or ev.violations:
+            if short_of(ev):
                 sol = _repair(A, short, t0 + REPAIR_SHARE * total)
                 ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
                 source = "list scheduling repaired towards the on-time requirement by LNS"
-            if ev is None or ev.violations:
+            if short_of(ev):
                 verdict.stats.time_s = time.perf_counter() - t0
                 return verdict
     best, best_v = sol, obj.value(ev)

@@ -199,7 +199,15 @@ def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opt
 
     # ratio objectives: phase 1, a plan of small worst-case makespan (a short share of the
     # budget) whose makespan bound may also bound the ratio; then Dinkelbach iterations.
-    f = build(problem, perf, usable, obj)
+    from optimizer.deployment.formulation import BuildTimeout
+
+    try:
+        f = build(problem, perf, usable, obj, deadline=deadline)
+    except BuildTimeout as exc:
+        stats.status = Status.TIME_LIMIT
+        out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, mode)
+        out.notes.append(f"{exc}: no plan (the {obj.name} objective uses the {mode} formulation)")
+        return out
     MAKESPAN.apply(f)
     if seed_plan is not None:
         hint_from_plan(f, seed_plan)
@@ -266,10 +274,16 @@ def _aggregate_feasibility(problem: Problem, perf: PerfModel, usable, obj, deadl
     return True
 
 
+SERVERS_CHECK_SESSIONS = 60  # servers_to_fit runs up to this many sessions (its models grow with the servers)
+
+
 def servers_to_fit(problem: Problem, objective, deadline: float) -> Optional[int]:
     """The fewest servers (same server type, same allowed degrees) with which a plan meets
     every limit, when the instance is infeasible as given; None when no server count helps (the
-    GPU count does not bind), with faults, or when the checks do not finish by ``deadline``.
+    GPU count does not bind), with faults, above ``SERVERS_CHECK_SESSIONS`` sessions (a fresh
+    user's 2,000 sessions on 32 servers had it build models for up to 64,032 servers, 12 GB and
+    11 minutes past a 10 s limit), or when the checks do not finish by ``deadline`` (model
+    building included).
 
     Every check is the aggregate feasibility model (:func:`_aggregate_feasibility`). Feasibility
     only grows with servers, and with ``servers + ceil(N·p_max/G)`` servers every session can
@@ -278,7 +292,7 @@ def servers_to_fit(problem: Problem, objective, deadline: float) -> Optional[int
     """
     from dataclasses import replace
 
-    if problem.faults or not problem.tp_only:
+    if problem.faults or not problem.tp_only or len(problem.sessions) > SERVERS_CHECK_SESSIONS:
         return None
     G, n = problem.server.gpus, len(problem.sessions)
     top = problem.servers + math.ceil(n * max(problem.degrees) / G)
@@ -374,12 +388,17 @@ def _ratio_progress(problem, obj, lam, bound_ratio) -> None:
 
 def _dinkelbach(problem, perf, usable, obj, lam, bound_ratio, out, f, deadline, stats):
     """Dinkelbach iterations on the compact formulation (ratio objectives)."""
+    from optimizer.deployment.formulation import BuildTimeout
+
     best_f, best_solver = f, out.solver
     proven = False
     hint = _solution(out.solver, f)
     _ratio_progress(problem, obj, lam, bound_ratio)
     while time.perf_counter() < deadline:
-        f = build(problem, perf, usable, obj)
+        try:
+            f = build(problem, perf, usable, obj, deadline=deadline)
+        except BuildTimeout:
+            break  # the limit came while building: the best plan so far stands
         obj.apply(f, lam)
         _add_hint(f, hint)
         out = solve_cp(f.model, max(0.05, deadline - time.perf_counter()))
@@ -490,7 +509,12 @@ def place_named_gpu(problem: Problem, plan: Plan, gpu: int, host: Optional[str])
 def _solve_with_configurations(problem, perf, usable, objective, deadline, stats, allowed):
     """Configuration search (cost, makespan, energy without faults); None to fall back to
     the compact formulation (too many configurations, or no plan within the time)."""
-    f = Formulation(problem, perf, usable, "aggregate")  # options and deadline ticks only
+    from optimizer.deployment.formulation import BuildTimeout
+
+    try:  # options and deadline ticks only (its variables are built too: bounded by the deadline)
+        f = Formulation(problem, perf, usable, "aggregate", deadline=deadline)
+    except BuildTimeout:
+        return None
     n, g = len(problem.sessions), problem.total_gpus
     need = max(f.required, objective.min_on_time)
     kind = objective.search
