@@ -123,7 +123,18 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
         done = solve_anytime(problem, perf, obj, deadline, degrees, layouts)
         if done is not None:
             return done
-    out = _solve_exact(problem, obj, deadline, degrees, perf, layouts)
+    small_sequence = anytime and obj.needs_sequence and _anytime_applies(problem, perf, obj, degrees, any_size=True)
+    exact_end = time.perf_counter() + SEQUENCE_EXACT_SHARE * limit if small_sequence else deadline
+    out = _solve_exact(problem, obj, exact_end, degrees, perf, layouts)
+    if small_sequence and out.value is None and out.status == Status.TIME_LIMIT:
+        # the sequence model found no plan in its share: the anytime path's plan (no bound)
+        from optimizer.deployment.anytime_solve import solve_anytime
+
+        done = solve_anytime(problem, perf, obj, deadline, degrees, layouts)
+        if done is not None and done.value is not None:
+            done.notes.append(f"the sequence model found no plan in {SEQUENCE_EXACT_SHARE:.0%} of the limit; "
+                              "plan from the anytime path, without a bound")
+            return done
     from optimizer.deployment import anytime as at
 
     at.report("done", at.progress_start(), out.value, out.bound, obj.unit)  # --progress: the final row
@@ -131,14 +142,17 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
 
 
 SEQUENCE_SESSIONS = 60  # above this many sessions, sequence objectives (latency) also take the anytime path
+SEQUENCE_EXACT_SHARE = 0.6  # up to that size, the sequence model's share of the limit; without a plan by then the
+# anytime path gives one (no bound) with the rest
 
 
-def _anytime_applies(problem: Problem, perf: PerfModel, obj, degrees) -> bool:
+def _anytime_applies(problem: Problem, perf: PerfModel, obj, degrees, any_size: bool = False) -> bool:
     """The anytime path (:mod:`optimizer.deployment.anytime`) handles problems without faults
     whose objective needs no sequence (or, beyond SEQUENCE_SESSIONS sessions, where the sequence
     formulation finds nothing in time: a plan in the search's admission orders, without a
-    bound), with instances that pack into servers exactly."""
-    if problem.faults or (obj.needs_sequence and len(problem.sessions) <= SEQUENCE_SESSIONS):
+    bound; ``any_size``: at any size, for the fallback of :func:`solve_deployment`), with
+    instances that pack into servers exactly."""
+    if problem.faults or (obj.needs_sequence and len(problem.sessions) <= SEQUENCE_SESSIONS and not any_size):
         return False
     if problem.tp_only:
         allowed = tuple(problem.degrees if degrees is None else degrees)
