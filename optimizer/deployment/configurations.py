@@ -102,7 +102,7 @@ def enumerate_configurations(problem: Problem, options: dict[int, Option], deadl
 
         def rec(i: int, load: int, mem: int) -> bool:
             calls[0] += 1
-            if deadline is not None and calls[0] % 4096 == 0 and time.perf_counter() > deadline:
+            if deadline is not None and calls[0] % 256 == 0 and time.perf_counter() > deadline:
                 return False
             if i == len(classes):
                 if load > 0:
