@@ -206,6 +206,15 @@ def test_lns_keeps_plans_valid_and_never_beats_the_optimum(seed, tmp_path):
     else:
         problem = random_batched(seed, tmp_path)
     objective = BOUND_OBJECTIVES[seed % len(BOUND_OBJECTIVES)]
+    _search_checked(problem, objective, lambda a, start: lns(a, start, time.perf_counter() + 1.5, seed=seed),
+                    (lambda: brute_force(problem, objective)[0]) if seed % 2 == 0
+                    else (lambda: brute_force_batched(problem, objective)))
+
+
+def _search_checked(problem, objective, search, exhaustive) -> None:
+    """Run ``search(anytime, start)`` from the constructive plan (nothing to check without a
+    plan that meets the requirement): the result passes the evaluator, its value is the
+    evaluator's, never worse than the start and never better than ``exhaustive()``."""
     perf = PerfModel(problem)
     obj = get(objective)
     a = Anytime(problem, perf, obj, _kinds_layouts(problem))
@@ -213,13 +222,13 @@ def test_lns_keeps_plans_valid_and_never_beats_the_optimum(seed, tmp_path):
     if start is None or math.isinf(a.score(start)):
         return
     v0 = a.score(start)
-    out = lns(a, start, time.perf_counter() + 1.5, seed=seed)
+    out = search(a, start)
     ev = evaluate(problem, a.plan(out), perf)
     assert ev.violations == []
     value = obj.value(ev)
     assert value == pytest.approx(a.score(out), rel=1e-9)
     assert value <= v0 * (1 + 1e-12)
-    best = brute_force(problem, objective)[0] if seed % 2 == 0 else brute_force_batched(problem, objective)
+    best = exhaustive()
     assert best is not None and value >= best * (1 - 1e-9)
 
 
@@ -696,21 +705,8 @@ def test_improve_with_rebalancing_never_beats_the_brute_force_optimum(seed, tmp_
     better than the exhaustive optimum."""
     problem = replace(random_instance(seed, tmp_path), faults=())
     objective = BOUND_OBJECTIVES[(seed // 2) % len(BOUND_OBJECTIVES)]
-    perf = PerfModel(problem)
-    obj = get(objective)
-    a = Anytime(problem, perf, obj, _kinds_layouts(problem))
-    start = a.construct(time.perf_counter() + 5) if a.kinds else None
-    if start is None or math.isinf(a.score(start)):
-        return
-    v0 = a.score(start)
-    out = a.improve(start, time.perf_counter() + 1.0)
-    ev = evaluate(problem, a.plan(out), perf)
-    assert ev.violations == []
-    value = obj.value(ev)
-    assert value == pytest.approx(a.score(out), rel=1e-9)
-    assert value <= v0 * (1 + 1e-12)
-    best = brute_force(problem, objective)[0]
-    assert best is not None and value >= best * (1 - 1e-9)
+    _search_checked(problem, objective, lambda a, start: a.improve(start, time.perf_counter() + 1.0),
+                    lambda: brute_force(problem, objective)[0])
 
 
 def test_rebalance_of_lopsided_plans_never_beats_the_brute_force_optimum(tmp_path):
@@ -768,7 +764,7 @@ def test_most_on_time_mix_meets_the_requirement_where_list_scheduling_misses_it(
     assert a.need == 800
     listed = a.construct(time.perf_counter() + 5)
     assert a.scenario(listed).on_time < a.need
-    sol = AS._most_on_time_mix(a, None, time.perf_counter() + 60)
+    sol = AS._most_on_time_mix(a, time.perf_counter() + 60)
     assert sol is not None and a.scenario(sol).on_time >= a.need
     assert sorted(i for it in sol for i in it.sessions) == list(range(1000))
     assert evaluate(problem, a.plan(sol), perf).violations == []

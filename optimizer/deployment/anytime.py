@@ -729,33 +729,40 @@ class Anytime:
         members = {k: [[] for _ in range(mix[k])] for k in kinds}
         late = []
 
-        def room(k, c):
-            return np.all(mem[k] + self.kinds[k].kv[:, c] <= self.mem, axis=1)
-
-        def put(k, j, i, sign=1.0):
-            kd, c = self.kinds[k], self.cls[i]
-            load[k][j] += sign * kd.alone[c]
-            mem[k][j] = mem[k][j] + sign * kd.kv[:, c]
-
-        for n, i in enumerate(np.lexsort((np.arange(len(self.sess)), self.dl))):
-            if deadline is not None and n % 64 == 0 and time.perf_counter() >= deadline:
-                return None
-            c, d = self.cls[i], self.dl[i] + EPS_S
+        def pick(c, d=None):
+            """(kind, instance) where a session of class c finishes latest by ``d`` (on time),
+            or, without ``d``, earliest; memory permitting; None when nowhere."""
             best = None
             for k in kinds:
                 kd = self.kinds[k]
                 if not kd.fits[c]:
                     continue
-                fin = np.where(room(k, c), load[k] + kd.alone[c], np.inf)
-                fin = np.where(fin <= d, fin, -np.inf)
-                j = int(np.argmax(fin))
-                if np.isfinite(fin[j]) and (best is None or fin[j] > best[0]):
-                    best = (fin[j], k, j)
-            if best is not None:
-                put(best[1], best[2], i)
-                members[best[1]][best[2]].append(i)
-                continue
-            swap = None  # Moore-Hodgson: give up the longest on-time session for this one
+                fit = np.all(mem[k] + kd.kv[:, c] <= self.mem, axis=1)
+                fin = np.where(fit, load[k] + kd.alone[c], np.inf)
+                score = np.where(fin <= d, fin, -np.inf) if d is not None else -fin
+                j = int(np.argmax(score))
+                if np.isfinite(score[j]) and (best is None or score[j] > best[0]):
+                    best = (score[j], k, j)
+            return None if best is None else best[1:]
+
+        def place(k, j, i):
+            kd, c = self.kinds[k], self.cls[i]
+            load[k][j] += kd.alone[c]
+            mem[k][j] = mem[k][j] + kd.kv[:, c]
+            members[k][j].append(i)
+
+        def take(k, j, t):
+            i = members[k][j].pop(t)
+            kd, c = self.kinds[k], self.cls[i]
+            load[k][j] -= kd.alone[c]
+            mem[k][j] = mem[k][j] - kd.kv[:, c]
+            return i
+
+        def longest_exchange(c, d):
+            """Moore-Hodgson: the (kind, instance, position) whose longest on-time session,
+            longer than one of class c, it may take the place of and be on time by ``d`` (the
+            most load saved), or None."""
+            best = None
             for k in kinds:
                 kd = self.kinds[k]
                 if not kd.fits[c]:
@@ -765,39 +772,40 @@ class Anytime:
                         continue
                     al = kd.alone[self.cls[members[k][j]]]
                     t = int(np.argmax(al))
-                    out = members[k][j][t]
+                    out = self.cls[members[k][j][t]]
                     if al[t] <= kd.alone[c] or load[k][j] - al[t] + kd.alone[c] > d:
                         continue
-                    if np.any(mem[k][j] - kd.kv[:, self.cls[out]] + kd.kv[:, c] > self.mem):
+                    if np.any(mem[k][j] - kd.kv[:, out] + kd.kv[:, c] > self.mem):
                         continue
-                    if swap is None or al[t] - kd.alone[c] > swap[0]:
-                        swap = (al[t] - kd.alone[c], k, j, t)
+                    if best is None or al[t] - kd.alone[c] > best[0]:
+                        best = (al[t] - kd.alone[c], k, j, t)
+            return None if best is None else best[1:]
+
+        def past(n) -> bool:
+            return deadline is not None and n % 64 == 0 and time.perf_counter() >= deadline
+
+        for n, i in enumerate(np.lexsort((np.arange(len(self.sess)), self.dl))):
+            if past(n):
+                return None
+            c, d = self.cls[i], self.dl[i] + EPS_S
+            got = pick(c, d)
+            if got is not None:
+                place(*got, i)
+                continue
+            swap = longest_exchange(c, d)
             if swap is None:
                 late.append(i)
                 continue
-            _, k, j, t = swap
-            out = members[k][j].pop(t)
-            put(k, j, out, -1.0)
-            put(k, j, i)
-            members[k][j].append(i)
-            late.append(out)
+            k, j, t = swap
+            late.append(take(k, j, t))
+            place(k, j, i)
         for n, i in enumerate(sorted(late, key=lambda i: -min(self.kinds[k].alone[self.cls[i]] for k in kinds))):
-            if deadline is not None and n % 64 == 0 and time.perf_counter() >= deadline:
+            if past(n):
                 return None
-            c = self.cls[i]
-            best = None
-            for k in kinds:
-                kd = self.kinds[k]
-                if not kd.fits[c]:
-                    continue
-                after = np.where(room(k, c), load[k] + kd.alone[c], np.inf)
-                j = int(np.argmin(after))
-                if np.isfinite(after[j]) and (best is None or after[j] < best[0]):
-                    best = (after[j], k, j)
-            if best is None:
+            got = pick(self.cls[i])
+            if got is None:
                 return None
-            put(best[1], best[2], i)
-            members[best[1]][best[2]].append(i)
+            place(*got, i)
         return [self.run(Inst(k, members[k][j])) for k in kinds for j in range(mix[k]) if members[k][j]]
 
     # ------------------------------------------------------------------ improvement

@@ -118,7 +118,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     source = "list scheduling"
     if short_of(ev):  # earliest-deadline best fit over mixes (one at a time)
         short = sol
-        sol = _most_on_time_mix(A, None, t0 + MOST_ON_TIME_SHARE * total)
+        sol = _most_on_time_mix(A, t0 + MOST_ON_TIME_SHARE * total)
         ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
         source = "earliest-deadline best fit (most on time)"
         if sol is not None and (short is None or A.scenario(sol).on_time > A.scenario(short).on_time):
@@ -137,10 +137,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 return decided  # the aggregate model proves that no plan exists
             ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
             source = "aggregate CP-SAT (feasibility)"
-            if (short_of(ev)) and short is None:
-                verdict.stats.time_s = time.perf_counter() - t0
-                return verdict
-            if short_of(ev):
+            if short_of(ev) and short is not None:
                 sol = _repair(A, short, t0 + REPAIR_SHARE * total)
                 ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
                 source = "list scheduling repaired towards the on-time requirement by LNS"
@@ -351,10 +348,10 @@ def _mix_neighbours(A, m: dict):
                     yield {k: n for k, n in mm.items() if n > 0}
 
 
-def _most_on_time_mix(A, lp_mix, deadline: float):
+def _most_on_time_mix(A, deadline: float):
     """When list scheduling misses the on-time requirement (one-at-a-time kinds): hill
-    climbing over instance mixes (:func:`_mix_neighbours`, from every single-kind mix and the
-    LP's mix rounded) on the on-time count of
+    climbing over instance mixes (:func:`_mix_neighbours`, from every single-kind mix) on the
+    on-time count of
     :meth:`~optimizer.deployment.anytime.Anytime.most_on_time`, until the requirement is met or
     ``deadline``. Returns the plan with the most sessions on time (then the better objective
     value), or None (batched kinds, or no plan fits the memory)."""
@@ -368,15 +365,15 @@ def _most_on_time_mix(A, lp_mix, deadline: float):
             sol = A.most_on_time(dict(kk), deadline)
             if sol is None:
                 return (-1, math.inf, None)  # not kept: may be a deadline, not the mix
-            seen[kk] = (A.scenario(sol).on_time, A.score(sol), sol)
+            r = A.scenario(sol)
+            seen[kk] = (r.on_time, A.value_of(r), sol)
         return seen[kk]
 
     def rank(t):
         return (t[0], -t[1])
 
     G = A.problem.total_gpus
-    starts = A.mixes(lp_mix)[:1] if lp_mix is not None else []
-    starts += [{k: G // kd.gpus} for k, kd in enumerate(A.kinds) if G // kd.gpus > 0]
+    starts = [{k: G // kd.gpus} for k, kd in enumerate(A.kinds) if G // kd.gpus > 0]
     starts.sort(key=lambda m: rank(score(m)), reverse=True)  # the climb from the best start first
 
     def met() -> bool:

@@ -213,15 +213,9 @@ def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opt
 
     # ratio objectives: phase 1, a plan of small worst-case makespan (a short share of the
     # budget) whose makespan bound may also bound the ratio; then Dinkelbach iterations.
-    from optimizer.deployment.formulation import BuildTimeout
-
-    try:
-        f = build(problem, perf, usable, obj, deadline=deadline)
-    except BuildTimeout as exc:
-        stats.status = Status.TIME_LIMIT
-        out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, mode)
-        out.notes.append(f"{exc}: no plan (the {obj.name} objective uses the {mode} formulation)")
-        return out
+    f, late = _build_in_time(problem, perf, usable, obj, deadline, stats, allowed, mode)
+    if f is None:
+        return late
     MAKESPAN.apply(f)
     if seed_plan is not None:
         hint_from_plan(f, seed_plan)
@@ -335,19 +329,27 @@ def servers_to_fit(problem: Problem, objective, deadline: float) -> Optional[int
     return hi
 
 
+def _build_in_time(problem, perf, usable, obj, deadline, stats, allowed, mode):
+    """(the formulation, None), or (None, a TIME_LIMIT outcome without a plan) when building
+    it reaches ``deadline`` (:class:`~optimizer.deployment.formulation.BuildTimeout`)."""
+    from optimizer.deployment.formulation import BuildTimeout
+
+    try:
+        return build(problem, perf, usable, obj, deadline=deadline), None
+    except BuildTimeout as exc:
+        stats.status = Status.TIME_LIMIT
+        out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, mode)
+        out.notes.append(f"{exc}: no plan (the {obj.name} objective uses the {mode} formulation)")
+        return None, out
+
+
 def _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, seed_plan) -> SolveOutcome:
     """One CP-SAT solve of the compact/sequence formulation with the objective set directly
     (makespan, energy, latency); for ``count`` objectives a second solve with the count fixed
     picks the smallest makespan among the optimal plans."""
-    from optimizer.deployment.formulation import BuildTimeout
-
-    try:
-        f = build(problem, perf, usable, obj, deadline=deadline)
-    except BuildTimeout as exc:
-        stats.status = Status.TIME_LIMIT
-        out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, mode)
-        out.notes.append(f"{exc}: no plan (the {obj.name} objective uses the {choose_mode(problem, obj)} formulation)")
-        return out
+    f, late = _build_in_time(problem, perf, usable, obj, deadline, stats, allowed, mode)
+    if f is None:
+        return late
     obj.apply(f)
     if seed_plan is not None:
         hint_from_plan(f, seed_plan, spt=obj.kind == "finish_sum")
