@@ -99,7 +99,7 @@ def bench_esft(task: str, time_limit: float | None, work: float, window_tokens: 
     with tempfile.TemporaryDirectory() as d:
         rep, wall = _run(raw, Path(d), time_limit, work)
     s = rep["plan"]["summary"]
-    return {"case": f"ESFT {task}: {rep['trace']['windows']} windows of {window_tokens} tokens, fit 0-3, score 4-end",
+    return {"case": f"ESFT {task}: {rep['plan']['trace']['windows']} windows of {window_tokens} tokens, fit 0-3, score 4-end",
             "layers": s["layers"], "wall_s_total": wall, "mean_gap": s["optimized"]["mean_gap"],
             "proven_optimal_layers": s["proven_optimal_count"], "reproducible": s["reproducible"],
             "held_out_windows": s["optimized"]["held_out"]["windows"],
