@@ -75,7 +75,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     """
     from optimizer import clock
 
-    clock.COMMAND_START = time.perf_counter() - clock.process_age_s()  # --time-limit counts from process start
+    clock.COMMAND_START = time.perf_counter() - clock.startup_s()  # --time-limit counts from process start
     take_warnings()  # this command's warnings only
     live = _progress_display() if progress else None
     try:

@@ -26,6 +26,17 @@ def process_age_s() -> float:
     return age if 0.0 <= age < 60.0 else 0.0
 
 
+_FIRST = [True]
+
+
+def startup_s() -> float:
+    """:func:`process_age_s` for the process's first command, 0 for any later one (a test
+    runner or a notebook invoking the CLI again in a long-lived process: its age is not that
+    command's start-up)."""
+    first, _FIRST[0] = _FIRST[0], False
+    return process_age_s() if first else 0.0
+
+
 def take() -> Optional[float]:
     """The command's start, once: the next caller (e.g. a second solve in the same process)
     starts afresh."""

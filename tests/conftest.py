@@ -18,6 +18,14 @@ def shared(*parts: str) -> Path:
     return p
 
 
+@pytest.fixture(autouse=True)
+def _fresh_clock(monkeypatch):
+    """The in-process CLI runs inside pytest's process: its age is not the command's start-up
+    (``--time-limit`` counts from the process start for the first command of a process,
+    :func:`optimizer.clock.startup_s`). Subprocess tests keep the real clock."""
+    monkeypatch.setattr("optimizer.clock.process_age_s", lambda: 0.0)
+
+
 @pytest.fixture
 def cli():
     """Run the ``optimize`` CLI in-process; returns click's Result (exit_code, stdout, stderr)."""

@@ -68,3 +68,38 @@ def test_no_plan_is_returned_when_the_simulation_always_misses(monkeypatch):
     d = serving.solve_instance(problem(raw)).to_dict()
     assert d["status"] == "infeasible" and d["plan"] is None
     assert any(c.startswith("simulation[aggregated") for x in d["conflicts"] for c in x["constraints"])
+
+
+def test_a_deadline_far_away_simulates_exactly_as_without_one():
+    """The sliced run under a wall-clock deadline processes the same events in the same order."""
+    import time
+
+    from optimizer.serving.simulate import simulate
+
+    p = problem(llama70b_raw(mode="both", simulation={"requests": 400}))
+    rep = serving.solve_instance(p, simulate_plans=False)
+    for m in rep.results[0].plans.values():
+        a = simulate(p, rep.workers, m.result.counts, m.mode, m.rate)
+        b = simulate(p, rep.workers, m.result.counts, m.mode, m.rate, deadline=time.perf_counter() + 600)
+        assert a.to_dict() == b.to_dict()
+
+
+def test_the_time_limit_cuts_a_long_simulation_and_says_so():
+    """A fresh user's 200,000 simulated requests ran 17-20 s on --time-limit 5: now the
+    simulations stop at the limit and the plans carry the analytic checks only, named in the
+    result; the whole call stays within the limit."""
+    import time
+
+    raw = llama70b_raw(mode="both", simulation={"requests": 200_000})
+    t = time.perf_counter()
+    d = serving.solve_instance(problem(raw), time_limit_s=3.0).to_dict()
+    wall = time.perf_counter() - t
+    assert wall <= 3.0 * 1.1, wall
+    modes = d["plan"]["rates"][0]["modes"]
+    assert all(m["simulation_cut_short"] and m["simulated"] is None for m in modes.values())
+    assert d["status"] == "optimal" and d["plan"]["best_mode"] == "aggregated"
+    assert len(d["solver"]["cut_short"]) == 2 and "analytic model only" in d["notes"][-1]
+    # without a limit nothing is cut
+    d = serving.solve_instance(problem(llama70b_raw(mode="both", simulation={"requests": 300}))).to_dict()
+    assert d["solver"]["cut_short"] == [] and all(m["simulation_cut_short"] is None
+                                                   for m in d["plan"]["rates"][0]["modes"].values())

@@ -16,16 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from objectives.serving import registry as objective_registry
+from optimizer import clock
 from optimizer.result import Status
 from optimizer.serving.perf import ServingModel
 from optimizer.serving.report import ModePlan, RateResult, ServingReport
 from optimizer.serving.schema import Problem, load
-from optimizer.serving.simulate import simulate
+from optimizer.serving.simulate import SimulationCut, simulate
 from optimizer.serving.solve import MODE_ROLES, solve_mode
 
 __all__ = ["run", "load_problem", "solve_instance", "ServingReport"]
 
 MARGINS = (1.0, 1.1, 1.25, 1.5, 2.0)
+# with --time-limit T the run ends by 92% of T less 0.4 s (start-up and printing), counted from
+# the process start, as the deployment problem's
+HARD_SHARE, HARD_MARGIN_S = 0.92, 0.4
 
 
 def load_problem(raw: dict[str, Any], path: str | Path, objective: str | None = None) -> Problem:
@@ -42,13 +46,37 @@ def _with_margin(res, first, margin: float):
 
 
 def _plan_mode(p: Problem, sm: ServingModel, workers, mode: str, objective, rate: float, limit_s: float,
-               do_sim: bool) -> ModePlan:
+               do_sim: bool, deadline: float | None = None) -> ModePlan:
     """Solve one mode, then check it in simulation; on a miss re-solve with ``MARGINS`` more capacity
-    (goodput: report a lower rate for the same plan) until the simulated attainment meets the target."""
+    (goodput: report a lower rate for the same plan) until the simulated attainment meets the target.
+
+    ``deadline`` (a ``time.perf_counter()`` value, from ``--time-limit``): a simulation still
+    running then is abandoned and the plan returned on the analytic model's checks alone, with
+    ``sim_cut`` set (the report says so); later solves get the time left as their limit."""
+    try:
+        return _plan_mode_checked(p, sm, workers, mode, objective, rate, limit_s, do_sim, deadline)
+    except SimulationCut as cut:
+        plan, why = cut.args
+        plan.sim_cut = why
+        return plan
+
+
+def _plan_mode_checked(p, sm, workers, mode, objective, rate, limit_s, do_sim, deadline) -> ModePlan:
     goodput = objective.sense == "max"
     first = None
+
+    def sim_(res, counts, served, margin):
+        try:
+            return simulate(p, workers, counts, mode, served, deadline=deadline)
+        except SimulationCut as cut:
+            if goodput and margin > 1.0:
+                res.value = served
+            raise SimulationCut(ModePlan(mode, _with_margin(res, first, margin), rate=served, margin=margin),
+                                str(cut)) from None
+
     for margin in MARGINS:
-        res = solve_mode(p, workers, mode, objective, rate * margin, limit_s)
+        limit = limit_s if deadline is None else max(0.05, min(limit_s, deadline - time.perf_counter()))
+        res = solve_mode(p, workers, mode, objective, rate * margin, limit)
         if first is None:
             first = res
         if res.counts is None:
@@ -60,14 +88,14 @@ def _plan_mode(p: Problem, sm: ServingModel, workers, mode: str, objective, rate
             res.value = served
         if not do_sim:
             return ModePlan(mode, res, rate=served, margin=margin)
-        sim = simulate(p, workers, res.counts, mode, served)
+        sim = sim_(res, res.counts, served, margin)
         if sim.attainment >= p.attainment:
             return ModePlan(mode, _with_margin(res, first, margin), sim, served, margin)
         last = (res, sim, served, margin)
         if goodput:  # same plan, lower rate
             for m2 in MARGINS[1:]:
                 served = res.rate / m2
-                sim = simulate(p, workers, res.counts, mode, served)
+                sim = sim_(res, res.counts, served, m2)
                 if sim.attainment >= p.attainment:
                     res.value = served
                     return ModePlan(mode, _with_margin(res, first, m2), sim, served, m2)
@@ -86,6 +114,9 @@ def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans
     ``model``: a :class:`ServingModel` to reuse (its step-time caches), e.g. one
     :meth:`~ServingModel.retarget`-ed to other SLO targets; its problem replaces ``p``."""
     t0 = time.perf_counter()
+    start = clock.take()  # the CLI's start: --time-limit counts start-up and reading too
+    deadline = None if time_limit_s is None else \
+        (t0 if start is None else min(t0, start)) + max(0.5 * time_limit_s, HARD_SHARE * time_limit_s - HARD_MARGIN_S)
     objectives = objective_registry()
     sm = ServingModel(p) if model is None else model
     p = sm.p
@@ -97,8 +128,13 @@ def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans
     limit = 20.0 if time_limit_s is None else time_limit_s
     rates = (p.rates[0],) if objective.sense == "max" else p.rates
     results = []
+    todo = len(rates) * len(modes)
     for rate in rates:
-        plans = {m: _plan_mode(p, sm, workers, m, objective, rate, limit, do_sim) for m in modes}
+        plans = {}
+        for m in modes:  # each (rate, mode) gets an equal share of the time left
+            share = None if deadline is None else time.perf_counter() + (deadline - time.perf_counter()) / todo
+            plans[m] = _plan_mode(p, sm, workers, m, objective, rate, limit, do_sim, share)
+            todo -= 1
         results.append(RateResult(rate, plans))
     rep = ServingReport(p, sm, workers, objective, results, time.perf_counter() - t0)
     if rep.status == Status.INFEASIBLE and objective.sense == "min" and "goodput" in objectives:

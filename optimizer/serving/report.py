@@ -38,6 +38,7 @@ class ModePlan:
     rate: float = 0.0
     margin: float = 1.0
     sim_failed: bool = False
+    sim_cut: str | None = None  # the time limit ended its simulation (what it had simulated): analytic checks only
 
     @property
     def ok(self) -> bool:
@@ -180,6 +181,7 @@ class ServingReport:
                   "dollars_per_hour": self.dollars(m), "rate_rps": m.rate, "capacity_margin": m.margin,
                   "workers": groups, "analytic": self._analytic(groups, m),
                   "simulated": m.sim.to_dict() if m.sim is not None else None,
+                  "simulation_cut_short": m.sim_cut,
                   "solver": {"status": m.result.status.value, "time_s": m.result.time_s, "solves": m.result.solves}})
         return d
 
@@ -265,19 +267,28 @@ class ServingReport:
                                        for w in self.workers]}
         alternatives = [a for r in rates for a in r["why_other_mode_lost"]]
         solves = sum(m.result.solves for rr in self.results for m in rr.plans.values())
-        notes = None
+        notes = []
         if p.hf_id == HF_ID_PLACEHOLDER:
-            notes = ["no model.hf_id: the launch commands say MODEL; replace it with the model's name or folder"]
+            notes.append("no model.hf_id: the launch commands say MODEL; replace it with the model's name or folder")
+        cut = self.cut_short()
+        if cut:
+            notes.append("cut short by the time limit: " + "; ".join(cut))
         out = envelope("serving", p.name, status, objective, plan,
                        {"name": "highs (pulp)", "status": status.value, "time_s": self.time_s,
-                        "gap": objective["gap"] if objective else None, "solves": solves},
+                        "gap": objective["gap"] if objective else None, "solves": solves, "cut_short": cut},
                        binding=[b.to_dict() for b in self.bindings(best)] if best else [],
                        alternatives=alternatives,
                        conflicts=self.conflict_groups() if status in (Status.INFEASIBLE, Status.TIME_LIMIT) else [],
                        achievable=self.achievable,
-                       definitions=DEFINITIONS, notes=notes)
+                       definitions=DEFINITIONS, notes=notes or None)
         self._cache["dict"] = out
         return out
+
+    def cut_short(self) -> list[str]:
+        """One line per plan whose simulation the time limit ended (its checks are the analytic
+        model's alone)."""
+        return [f"simulation of {m.mode} at {rr.rate:g} req/s ({m.sim_cut}): the plan is checked by the analytic "
+                f"model only" for rr in self.results for m in rr.plans.values() if m.sim_cut]
 
     def slo_dict(self) -> dict[str, Any]:
         p = self.problem
@@ -342,6 +353,8 @@ class ServingReport:
                           (f"{a['tokens_per_s_per_user']:.0f}" if a["tokens_per_s_per_user"] else "-") + " | " +
                           (f"{s['tokens_per_s_per_user']:.0f}" if s else "-"))
         console.print(t)
+        for line in self.cut_short():
+            console.print(f"[yellow]cut short by the time limit: {escape(line)}[/yellow]")
         for r in rates:
             for w in r["why_other_mode_lost"] if len(r["modes"]) > 1 else []:
                 console.print(escape(f"why not {w['detail']}"))
