@@ -71,6 +71,48 @@ def test_lp_bound_never_above_batched_brute_force(seed, tmp_path):
     assert b <= best * (1 + 1e-9) + 1e-12, (b, best)
 
 
+@pytest.mark.parametrize("objective", ["gpus", "dollars"])
+@pytest.mark.parametrize("seed", range(12))
+def test_gpus_and_dollars_bounds_never_above_brute_force(seed, objective, tmp_path):
+    """The fewest GPUs with which the LP reaches the on-time requirement at any makespan, and
+    the least GPU time per on-time session (priced): ≤ the exhaustive optimum, one session at
+    a time and batched; and given whenever a plan exists (a fresh user saw bound 0, gap 100 %)."""
+    for problem, best in ((replace(random_instance(seed, tmp_path), faults=()), None),
+                          (random_batched(seed, tmp_path), None)):
+        best = brute_force(problem, objective)[0] if problem.tp_only else brute_force_batched(problem, objective)
+        b = _lp_bound(problem, objective)
+        if best is None:
+            continue
+        assert b is not None and b > 0
+        assert b <= best * (1 + 1e-9) + 1e-12, (b, best)
+        if objective == "gpus":
+            assert b == int(b)
+
+
+@pytest.mark.parametrize("max_batch", [1, None])
+def test_gpus_objective_at_scale_has_a_bound_and_beats_list_scheduling(tmp_path, max_batch):
+    """200 distinct sessions, --objective gpus: a fresh user got the list-scheduling plan (all
+    128 GPUs one at a time) with bound 0 and gap 100 %. Now the LP gives the fewest GPUs any
+    plan needs and the fewest-GPU bisection finds plans below the list-scheduling one; the plan
+    passes the evaluator (inside the solve) and the bound stays below it."""
+    from optimizer.deployment.anytime_solve import _fewest_gpus
+
+    path = _mixed(tmp_path, max_batch=max_batch)
+    problem = build_problem(yaml.safe_load(path.read_text()), path)
+    obj = get("gpus")
+    perf = PerfModel(problem)
+    a = Anytime(problem, perf, obj, _kinds_layouts(problem))
+    first = a.score(a.construct(time.perf_counter() + 2))
+    lp = BoundLP(problem, perf, a.kinds)
+    b, _ = bound_in_unit(problem, obj, lp, None, time.perf_counter() + 30)
+    assert b is not None and 0 < b <= first
+    plans = _fewest_gpus(a, lp, int(b), int(first), time.perf_counter() + 30)
+    assert plans and all(b <= a.score(p) < first for p in plans)
+    out = solve_deployment(problem, "gpus", time_limit_s=10)
+    assert out.status in (Status.FEASIBLE, Status.OPTIMAL) and out.evaluation.violations == []
+    assert out.bound is not None and b <= out.bound <= out.value <= min(a.score(p) for p in plans)
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_constructive_plan_passes_evaluator_and_is_no_better_than_optimum(seed, tmp_path):
     problem = replace(random_instance(seed, tmp_path), faults=())

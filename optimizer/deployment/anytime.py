@@ -1275,11 +1275,13 @@ class BoundLP:
         # instance's rounded-down lengths lose up to the grid step: on the 5,000 Azure requests
         # one session at a time the floor is 48.3 s on the real lengths, 41.3 s on the rounded)
         G = problem.total_gpus
+        self.gpu_s_floor = math.inf  # GPU·s every plan's instances spend at least (s)
         if kinds:
             gpu_s = np.min([np.where(k.fits, k.gpus * k.work, np.inf) for k in kinds], axis=0)
             counts = np.array([c.count for c in problem.classes], dtype=float)
             if np.all(np.isfinite(gpu_s)):
-                self.t_floor = max(self.t_floor, float(np.sum(counts * gpu_s)) / G)
+                self.gpu_s_floor = float(np.sum(counts * gpu_s))
+                self.t_floor = max(self.t_floor, self.gpu_s_floor / G)
         work = sum(self.d.count[c] * min(kd[0] * kd[2][c] for kd in self.d.kinds) for c in range(C))
         self.t_floor = max(self.t_floor, work / G)
         from optimizer.deployment.colgen import ConfigLP
@@ -1289,9 +1291,11 @@ class BoundLP:
         self._grid: Optional[_Grid] = None  # set by cost_bound
         self._span: Optional[tuple[int, float, float]] = None  # (need, lo, hi) of makespan_bound
 
-    def max_on_time(self, T: float) -> tuple[float, Optional[dict[int, float]]]:
+    def max_on_time(self, T: float, gpus: Optional[int] = None) -> tuple[float, Optional[dict[int, float]]]:
         """LP maximum of on-time sessions with makespan ≤ T (−1 if infeasible), and the
-        instance counts per kind of the LP solution. An LP that HiGHS ends neither optimal nor
+        instance counts per kind of the LP solution. ``T = inf``: no makespan limit (memory,
+        deadlines and GPUs only); ``gpus``: GPUs the instances may use (default: all). An LP
+        that HiGHS ends neither optimal nor
         infeasible is solved again without presolve, then by the interior-point method; if it
         still ends unknown, every session counts as on time (the bound stays valid)."""
         import highspy
@@ -1332,7 +1336,8 @@ class BoundLP:
             row_lo.append(d.count[c]); row_hi.append(d.count[c]); r += 1
         for k in range(K):  # gpus
             entries.append((r, ncol[k], float(d.kinds[k][0])))
-        row_lo.append(-np.inf); row_hi.append(float(self.problem.total_gpus)); r += 1
+        row_lo.append(-np.inf); row_hi.append(float(self.problem.total_gpus if gpus is None else gpus)); r += 1
+        timed = math.isfinite(T)
         for k, (g, alone, work, w, room, kv, mn, dp, seq) in enumerate(d.kinds):
             for s in range(kv.shape[0]):  # memory per stage
                 for c in range(C):
@@ -1341,17 +1346,18 @@ class BoundLP:
                             entries.append((r, m[k, c], float(kv[s, c])))
                 entries.append((r, ncol[k], -float(room[s])))
                 row_lo.append(-np.inf); row_hi.append(0.0); r += 1
-            for c in range(C):  # time
+            for c in range(C) if timed else ():  # time
                 for m in (ycol, zcol):
                     if (k, c) in m:
                         entries.append((r, m[k, c], float(work[c])))
-            entries.append((r, ncol[k], w * mn - T))
-            prev = mn
-            for i, nu in enumerate(self.steps if w > 0 else ()):  # + w·Σ_i (ν_i − ν_{i−1})·m_i
-                entries.append((r, mcol[k, i], w * (nu - prev)))
-                prev = nu
-            row_lo.append(-np.inf); row_hi.append(0.0); r += 1
-            for i, nu in enumerate(self.steps if w > 0 else ()):
+            if timed:
+                entries.append((r, ncol[k], w * mn - T))
+                prev = mn
+                for i, nu in enumerate(self.steps if w > 0 else ()):  # + w·Σ_i (ν_i − ν_{i−1})·m_i
+                    entries.append((r, mcol[k, i], w * (nu - prev)))
+                    prev = nu
+                row_lo.append(-np.inf); row_hi.append(0.0); r += 1
+            for i, nu in enumerate(self.steps if w > 0 and timed else ()):
                 # the m_i instances that decode ≥ ν_i tokens carry every session with new_c ≥ ν_i
                 # and read their weights on Σ of their decode lengths ≥ ν_i·m_i + Σ_{j>i}
                 # (ν_j − ν_{j−1})·m_j steps: Σ_{new_c ≥ ν} work_c·x_kc + w·(that) ≤ m_i·T;
@@ -1380,9 +1386,10 @@ class BoundLP:
             # Σ u^(q)(size) ≤ 1; bins: instances (time, one at a time) and DP ranks (memory)
             for q in DFF_ORDERS:
                 if seq:
-                    sizes = [(c, alone[c] / T) for c in range(C)]
-                    self._dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, zcol, k, ncol[k], 1.0)
-                    r += 1
+                    if timed:
+                        sizes = [(c, alone[c] / T) for c in range(C)]
+                        self._dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, zcol, k, ncol[k], 1.0)
+                        r += 1
                     for dv in self.dpoints[self.dpoints < T][::DFF_DEADLINE_STRIDE]:
                         sizes = [(c, work[c] / dv) for c in range(C) if d.dl[c] <= dv]
                         self._dff_row(entries, row_lo, row_hi, r, q, sizes, ycol, None, k, ncol[k], 1.0)
@@ -1459,6 +1466,34 @@ class BoundLP:
         entries.append((r, ncol_k, -per_instance))
         row_lo.append(-np.inf)
         row_hi.append(0.0)
+
+    def min_gpus(self, need: int, deadline: float) -> Optional[int]:
+        """Fewest GPUs in instances with which the LP reaches ``need`` on-time sessions at any
+        makespan (memory, deadlines and the on-time count bind; a bound of the ``gpus``
+        objective), by bisection on the GPU row; None when the LP reaches ``need`` with no GPU
+        count up to the servers' or ``deadline`` passes first."""
+        lo, hi = 0, self.problem.total_gpus  # LP(lo) < need ≤ LP(hi)
+        if self.max_on_time(math.inf, hi)[0] < need - 1e-6:
+            return None
+        while hi - lo > 1:
+            if time.perf_counter() >= deadline:
+                return lo + 1
+            mid = (lo + hi) // 2
+            if self.max_on_time(math.inf, mid)[0] >= need - 1e-6:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def gpu_time_bound(self) -> Optional[float]:
+        """GPU·s per on-time session (s) below which no plan bills (a bound of the ``dollars``
+        objective before its price): every session's GPU time on the kind where it is least
+        (one at a time its service time, batched its KV reads, times the kind's GPUs), over
+        the LP's most on-time sessions at any makespan; None when a session fits no kind."""
+        if not math.isfinite(self.gpu_s_floor):
+            return None
+        v = self.max_on_time(math.inf)[0]
+        return None if v <= 0 else self.gpu_s_floor / v
 
     def cost_bound(self, need: int, t_hi: float, deadline: float) -> tuple[Optional[float], Optional[dict]]:
         """Lower bound (s·GPUs per on-time session) of ``G·M/v`` over plans with ≥ ``need`` on
@@ -1599,8 +1634,9 @@ class BoundLP:
 
 
 def bound_in_unit(problem: Problem, objective, lp: BoundLP, incumbent, deadline: float):
-    """The LP bound in the objective's unit (None when the objective has no threshold search,
-    e.g. gpus or dollars), and the LP's instance mix. ``incumbent``: the incumbent's nominal
+    """The LP bound in the objective's unit (cost, makespan and energy by their threshold
+    searches; gpus by :meth:`BoundLP.min_gpus`; dollars by :meth:`BoundLP.gpu_time_bound`;
+    None for the others, e.g. latency), and the LP's instance mix (None for gpus and dollars). ``incumbent``: the incumbent's nominal
     :class:`~optimizer.deployment.evaluate.ScenarioResult` (or None): plans whose makespan makes
     them worse than it need not be bounded."""
     need = max(problem.required_on_time, objective.min_on_time)
@@ -1612,6 +1648,12 @@ def bound_in_unit(problem: Problem, objective, lp: BoundLP, incumbent, deadline:
     elif objective.search == "makespan":
         t_hi = incumbent.makespan_s if incumbent is not None else lp.t_floor * 4
         b, mix = lp.makespan_bound(need, t_hi, deadline)
+    elif objective.name == "gpus":
+        g = lp.min_gpus(need, deadline)
+        return (None if g is None else float(g)), None
+    elif objective.name == "dollars":
+        b = lp.gpu_time_bound()
+        return (None if b is None else objective.ratio_in_unit(problem, Fraction(b / TIME_UNIT_S)) * (1 - 1e-9)), None
     else:
         return None, None
     return _in_unit(problem, objective, b), mix

@@ -215,6 +215,9 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 got = lp.cg.integer_plan(lp.best_T * f, time.perf_counter() + min(2.0, 0.05 * left()))
                 offer(A.from_classes(got) if got else None, "configuration LP (integer master)")
 
+    if not proven() and obj.name == "gpus" and left() > 0:  # fewest GPUs: plans on the LP's mixes
+        for cand in _fewest_gpus(A, lp, int(bound or 1), int(best_v), time.perf_counter() + GPUS_SHARE * left()):
+            offer(cand, "fewest-GPU mixes")
     mixed = []  # plans of the mix search (step 2c), starting points of the local search
     if not proven() and lp.best_T is not None and left() > 0:
         mixed = _mix_search(A, lp.best_T, [A.mixes(mix)[0]] if mix is not None else [],
@@ -280,8 +283,8 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     notes.append(f"{len(problem.sessions)} sessions in {n_cls} classes by exact equality; plan from {source}; "
                  f"exact part: {exact}; bound: " +
                  (f"LP relaxation (HiGHS, {lp.solves} solves)" if bound is not None else
-                  f"none (the {obj.name} objective has no threshold search)" if obj.search not in ("cost", "makespan")
-                  else "none reached in time"))
+                  f"none (the {obj.name} objective has no LP bound)" if obj.search not in ("cost", "makespan") and
+                  obj.name not in ("gpus", "dollars") else "none reached in time"))
     status = Status.OPTIMAL if bound is not None and bound >= value * (1 - OPTIMAL_GAP) else Status.FEASIBLE
     stats.status = status
     out = _finish(status, obj, value, bound, ev, stats, allowed, mode)
@@ -320,6 +323,52 @@ def _packings(A, lp, mix, deadline: float) -> list:
             sol = A.pack(m, lp.best_T * f, pref, deadline=deadline)
             if sol is not None:
                 out.append(A.choose_rule(sol))
+    return out
+
+
+GPUS_SHARE = 0.3  # objective gpus: share of the time left for the fewest-GPU bisection
+
+
+def _fewest_gpus(A, lp, lo: int, hi: int, deadline: float) -> list:
+    """Objective gpus: bisection on a GPU budget g between the LP bound ``lo`` and the
+    incumbent's ``hi`` GPUs. At each g, the LP without a makespan limit
+    (:meth:`~optimizer.deployment.anytime.BoundLP.max_on_time` with ``gpus=g``) gives a mix,
+    rounded to whole instances within g (largest remainders first), and every single-kind mix
+    of g GPUs is tried too; earliest-deadline list scheduling
+    (:meth:`~optimizer.deployment.anytime.Anytime.greedy`) and, one at a time, earliest-deadline
+    best fit (:meth:`~optimizer.deployment.anytime.Anytime.most_on_time`) build plans; g is met
+    when one meets the on-time requirement. Returns the plans that met it (``hi`` shrinks to
+    each), until ``deadline``."""
+    out = []
+    lo, hi = max(1, lo), hi - 1
+    while lo <= hi and time.perf_counter() < deadline:
+        g = (lo + hi) // 2
+        mixes = []
+        _, mix = lp.max_on_time(math.inf, g)
+        if mix is not None:
+            counts = {k: int(math.floor(n + 1e-6)) for k, n in mix.counts.items() if n > 1e-6}
+            free = g - sum(A.kinds[k].gpus * n for k, n in counts.items())
+            for k in sorted(counts, key=lambda k: -(mix.counts[k] - counts[k])):
+                if free >= A.kinds[k].gpus:
+                    counts[k] += 1
+                    free -= A.kinds[k].gpus
+            mixes.append({k: n for k, n in counts.items() if n > 0})
+        mixes += [{k: g // kd.gpus} for k, kd in enumerate(A.kinds) if g // kd.gpus > 0]
+        met = None
+        for m in [m for m in mixes if m]:
+            if met is not None or time.perf_counter() >= deadline:
+                break
+            for build in (lambda: A.greedy(dict(m)), lambda: A.most_on_time(dict(m), deadline)):
+                sol = build()
+                sol = A.choose_rule(sol) if sol is not None else None
+                if sol is not None and math.isfinite(A.score(sol)):
+                    met = sol
+                    break
+        if met is not None:
+            out.append(met)
+            hi = min(g, int(A.score(met))) - 1
+        else:
+            lo = g + 1
     return out
 
 
