@@ -55,6 +55,7 @@ def validation_error_to_input_error(err: ValidationError, file: str | Path, pref
     # pydantic's wording names our classes ("a valid dictionary or instance of LinkIn"): say mapping
     msg = re.sub(r"valid dictionary or instance of \w+", "mapping", first["msg"])
     msg = re.sub(r" or instance of \w+", "", msg)
+    msg = re.sub(r"^(Value error|Assertion failed), ", "", msg)  # our validators' own words, without pydantic's prefix
     if first["type"] == "extra_forbidden":
         msg = "unknown key"
     elif first["type"] == "missing":

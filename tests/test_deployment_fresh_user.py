@@ -383,3 +383,33 @@ def test_serving_keeps_its_time_limit_with_a_long_simulation(tmp_path):
     assert code == 0 and d["plan"] is not None
     assert wall <= 5 * 1.1, wall
     assert d["solver"]["cut_short"] and "analytic model only" in d["notes"][-1]
+
+
+def _edited_config(tmp_path, name: str, drop=(), **changes):
+    cfg = json.loads((INSTANCES / "models" / name).read_text())
+    for k in drop:
+        cfg.pop(k)
+    cfg.update(changes)
+    p = tmp_path / f"edited_{name}"
+    p.write_text(json.dumps(cfg))
+    return p
+
+
+def test_deepseek_config_without_kv_lora_rank_names_kv_lora_rank(cli, tmp_path):
+    """It used to blame head_dim (absent in every MLA config): the field missing is kv_lora_rank."""
+    cfg = _edited_config(tmp_path, "deepseek-v3.json", drop=("kv_lora_rank",))
+    r = cli(INSTANCES / "deepseek_v3_two_h200.yaml", "--set", f"model.config={cfg}")
+    assert_one_line_error(r, "edited_deepseek-v3.json", "kv_lora_rank: missing", "qk_rope_head_dim")
+
+
+def test_zero_experts_with_experts_per_token_is_bad_input(cli, tmp_path):
+    """`num_experts: 0` with `num_experts_per_tok: 8` used to be read as a dense model."""
+    cfg = _edited_config(tmp_path, "qwen3-30b-a3b.json", num_experts=0)
+    r = cli(INSTANCES / "qwen3_30b_a3b_batched.yaml", "--set", f"model.config={cfg}")
+    assert_one_line_error(r, "num_experts: is 0 while num_experts_per_tok is 8")
+
+
+def test_validator_messages_carry_no_pydantic_prefix(cli):
+    r = cli(INSTANCES / "qwen32b_128k.yaml", "--set", "workload.sessions.0.name=a/b")
+    assert_one_line_error(r, "workload.sessions[0].name: must not contain '/'")
+    assert "Value error" not in r.stderr

@@ -245,6 +245,10 @@ def _moe(cfg: dict, path: Path) -> tuple[Optional[MoeShape], tuple[int, ...]]:
             experts = _int(cfg, key, path)
             break
     else:
+        zero = [key for key in ("n_routed_experts", "num_experts", "num_local_experts") if key in cfg]
+        if zero and cfg.get("num_experts_per_tok"):  # 0 experts but each token visits some: not a dense model
+            raise InputError(path, zero[0], f"is 0 while num_experts_per_tok is {cfg['num_experts_per_tok']}: a MoE "
+                                            f"config needs its routed expert count (a dense config has neither)")
         return None, ()
     if cfg.get("num_experts_per_tok") is None:
         raise InputError(path, "num_experts_per_tok", f"missing: a MoE config ({key} {experts}) must say how many experts each token visits")
@@ -361,6 +365,10 @@ def parse_config(raw: dict[str, Any], path: Path, rope_scaling: Optional[dict] =
     ffn = _int(cfg, "intermediate_size", path) if (dense_layers or cfg.get("intermediate_size") is not None) else 0
 
     mla = None
+    other_mla = [k for k in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim") if cfg.get(k)]
+    if not cfg.get("kv_lora_rank") and other_mla:  # an MLA config (DeepSeek-V2/V3, Kimi-K2) missing its latent width
+        raise InputError(path, "kv_lora_rank", f"missing (or 0): the config has the MLA fields {', '.join(other_mla)}, "
+                                               f"and MLA caches a kv_lora_rank-wide latent per token and layer")
     if cfg.get("kv_lora_rank"):
         for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
             if cfg.get(key) is None:
