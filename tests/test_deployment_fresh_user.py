@@ -413,3 +413,26 @@ def test_validator_messages_carry_no_pydantic_prefix(cli):
     r = cli(INSTANCES / "qwen32b_128k.yaml", "--set", "workload.sessions.0.name=a/b")
     assert_one_line_error(r, "workload.sessions[0].name: must not contain '/'")
     assert "Value error" not in r.stderr
+
+
+def test_deadline_equal_to_a_finish_time_ends_at_once():
+    """A deadline set to exactly a plan's latest finish (119.1108 ms here): the exact model, whose
+    ticks round service up and deadlines down, has no plan, the list-scheduling plan meets the
+    LP bound within 1e-7, and LNS used to run out the default 60 s looking for the last 1e-7.
+    Now the improvement steps stop at the status tolerance."""
+    import time
+
+    from optimizer.deployment.schema import build_problem
+    from optimizer.deployment.solver import solve_deployment
+    from optimizer.result import Status
+
+    raw = yaml.safe_load((INSTANCES / "qwen32b_128k.yaml").read_text())
+    raw["model"]["config"] = str(INSTANCES / "models" / "qwen3-32b.json")
+    first = solve_deployment(build_problem(raw, INSTANCES / "qwen32b_128k.yaml"), "cost")
+    raw["workload"]["sessions"][0]["deadline_ms"] = max(s.finish_s for s in first.evaluation.nominal.sessions) * 1e3
+    raw["workload"]["min_on_time_fraction"] = 1.0
+    t = time.perf_counter()
+    out = solve_deployment(build_problem(raw, INSTANCES / "qwen32b_128k.yaml"), "cost")
+    assert out.status == Status.OPTIMAL and out.evaluation.violations == []
+    assert out.evaluation.nominal.on_time == 4
+    assert time.perf_counter() - t < 10.0  # was 60 s (the default limit)
