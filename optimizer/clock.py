@@ -26,6 +26,17 @@ def process_age_s() -> float:
     return age if 0.0 <= age < 60.0 else 0.0
 
 
+# --time-limit T: a command's work ends by 92 % of T less 0.4 s (output, start-up already
+# counted), at least half of T, so that the command ends within T + 10 %
+HARD_SHARE, HARD_MARGIN_S = 0.92, 0.4
+
+
+def budget_s(time_limit_s: float, extra_s: float = 0.0) -> float:
+    """Seconds of work a command gets from its start under ``--time-limit`` (s):
+    ``max(T/2, 0.92·T − 0.4 − extra_s)`` (``extra_s``: e.g. writing a large plan)."""
+    return max(0.5 * time_limit_s, HARD_SHARE * time_limit_s - HARD_MARGIN_S - extra_s)
+
+
 _FIRST = [True]
 
 

@@ -1470,8 +1470,8 @@ class BoundLP:
     def min_gpus(self, need: int, deadline: float) -> Optional[int]:
         """Fewest GPUs in instances with which the LP reaches ``need`` on-time sessions at any
         makespan (memory, deadlines and the on-time count bind; a bound of the ``gpus``
-        objective), by bisection on the GPU row; None when the LP reaches ``need`` with no GPU
-        count up to the servers' or ``deadline`` passes first."""
+        objective), by bisection on the GPU row (at ``deadline``, the smallest count not yet
+        ruled out); None when the LP misses ``need`` even with every GPU of the servers."""
         lo, hi = 0, self.problem.total_gpus  # LP(lo) < need ≤ LP(hi)
         if self.max_on_time(math.inf, hi)[0] < need - 1e-6:
             return None
@@ -1636,9 +1636,10 @@ class BoundLP:
 def bound_in_unit(problem: Problem, objective, lp: BoundLP, incumbent, deadline: float):
     """The LP bound in the objective's unit (cost, makespan and energy by their threshold
     searches; gpus by :meth:`BoundLP.min_gpus`; dollars by :meth:`BoundLP.gpu_time_bound`;
-    None for the others, e.g. latency), and the LP's instance mix (None for gpus and dollars). ``incumbent``: the incumbent's nominal
-    :class:`~optimizer.deployment.evaluate.ScenarioResult` (or None): plans whose makespan makes
-    them worse than it need not be bounded."""
+    None for the others, e.g. latency), and the LP's instance mix (None for gpus and
+    dollars). ``incumbent``: the incumbent's nominal
+    :class:`~optimizer.deployment.evaluate.ScenarioResult` (or None): plans whose makespan
+    makes them worse than it need not be bounded."""
     need = max(problem.required_on_time, objective.min_on_time)
     N, G = len(problem.sessions), problem.total_gpus
     if objective.search == "cost":

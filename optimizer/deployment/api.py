@@ -24,9 +24,6 @@ MAIN_SHARE = 0.6  # share of the budget for the main solve; explanations get the
 # problems of more sessions than this (traffic at scale: the anytime search improves until its
 # deadline, and the comparison rows cannot finish anyway) give the main solve a larger share
 LARGE_SESSIONS, LARGE_MAIN_SHARE = 60, 0.85
-# the budget: 92% of --time-limit less 0.4 s (process start-up, binding limits, output), so that
-# the whole command ends within the limit + 10%
-HARD_SHARE, HARD_MARGIN_S = 0.92, 0.4
 OUTPUT_S_PER_SESSION = 1.5e-5  # writing the plan: the JSON takes ~10 µs a session (1 s for 100,000)
 # without --time-limit: explanations (comparison rows, conflicts) get 1.5x the main solve's
 # time, at least 2 s and at most 10 s
@@ -68,8 +65,7 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
     if time_limit_s is None:
         main_s, end = DEFAULT_TIME_LIMIT_S, None
     else:  # keep a margin for start-up, the binding limits and printing
-        budget = max(0.5 * time_limit_s,
-                     HARD_SHARE * time_limit_s - HARD_MARGIN_S - OUTPUT_S_PER_SESSION * len(problem.sessions))
+        budget = clock.budget_s(time_limit_s, OUTPUT_S_PER_SESSION * len(problem.sessions))
         share = LARGE_MAIN_SHARE if len(problem.sessions) > LARGE_SESSIONS else MAIN_SHARE
         main_s, end = share * budget, t0 + budget
         late = time.perf_counter() - t0

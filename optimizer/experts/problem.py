@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from optimizer import clock
 from optimizer.errors import InputError
 from optimizer.experts import eplb
 from optimizer.experts.plan import (LayerPlan, balancedness, cross_node_tokens, moves, plan_from_phy2log,
@@ -133,14 +134,9 @@ def greedy_plans(loads: np.ndarray, slots: list[int], num_groups: int, num_nodes
     return p2l, "global (per-GPU slots)"
 
 
-HARD_SHARE, HARD_MARGIN_S = 0.92, 0.4  # --time-limit T: the layers' guards end by 0.92·T − 0.4 s
-
-
 def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: float | None,
                 output_dir: Path | None):
     from optimizer.experts.report import ExpertsReport, LayerRow, PlanScore
-
-    from optimizer import clock
 
     start = clock.take()  # the CLI's start: --time-limit counts start-up and reading too
     t_begin = time.perf_counter() if start is None else start
@@ -184,10 +180,8 @@ def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: floa
 
     # work limit per layer (deterministic); --time-limit is a wall-clock guard split across layers
     par = parallel_workers(L, E, G, ex.workers)
-    # (what is left of 92 % of the limit less 0.4 s for the held-out scoring and printing,
-    # counted from the process start)
-    left = None if time_limit_s is None else \
-        max(HARD_SHARE * time_limit_s - HARD_MARGIN_S, 0.5 * time_limit_s) - (time.perf_counter() - t_begin)
+    # (what is left of the command's budget, counted from the process start)
+    left = None if time_limit_s is None else clock.budget_s(time_limit_s) - (time.perf_counter() - t_begin)
     guard = None if left is None else max(0.05, left * par / L)
     tasks = [LayerTask(i, fit[i], slots, node_of, N, ex.split, objective, greedy[i],
                        prev[i].X if prev is not None else None, ex.migration_weight, ex.max_load_tolerance,

@@ -27,9 +27,6 @@ from optimizer.serving.solve import MODE_ROLES, solve_mode
 __all__ = ["run", "load_problem", "solve_instance", "ServingReport"]
 
 MARGINS = (1.0, 1.1, 1.25, 1.5, 2.0)
-# with --time-limit T the run ends by 92% of T less 0.4 s (start-up and printing), counted from
-# the process start, as the deployment problem's
-HARD_SHARE, HARD_MARGIN_S = 0.92, 0.4
 
 
 def load_problem(raw: dict[str, Any], path: str | Path, objective: str | None = None) -> Problem:
@@ -116,7 +113,7 @@ def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans
     t0 = time.perf_counter()
     start = clock.take()  # the CLI's start: --time-limit counts start-up and reading too
     deadline = None if time_limit_s is None else \
-        (t0 if start is None else min(t0, start)) + max(0.5 * time_limit_s, HARD_SHARE * time_limit_s - HARD_MARGIN_S)
+        (t0 if start is None else min(t0, start)) + clock.budget_s(time_limit_s)
     objectives = objective_registry()
     sm = ServingModel(p) if model is None else model
     p = sm.p
