@@ -20,6 +20,7 @@ are few (small instances), otherwise the sequence formulation takes over.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -60,9 +61,16 @@ def _timeline(order, t, d, fault=None) -> tuple[int, int]:
     return on, now
 
 
-def enumerate_columns(problem: Problem, options: dict[int, Option], limit: int = MAX_ORDERS) -> Optional[list[Column]]:
-    """Pareto-best ordered columns of every degree; None when more than ``limit`` orders."""
+def enumerate_columns(problem: Problem, options: dict[int, Option], limit: int = MAX_ORDERS,
+                      deadline: Optional[float] = None) -> Optional[list[Column]]:
+    """Pareto-best ordered columns of every degree; None when more than ``limit`` orders (or
+    class multisets, fitting or not) would be examined, or the wall clock passes ``deadline``
+    (a ``time.perf_counter()`` value) first. The multisets are counted before any is examined:
+    200 distinct sessions with a fault used to loop over 2^200 of them."""
     classes = problem.classes
+    for opt in options.values():
+        if math.prod(min(c.count, opt.cap[c.index]) + 1 for c in classes) > limit:
+            return None
     d = [ticks_down(c.deadline_s) if c.deadline_s is not None else None for c in classes]
     faults = [(ticks_down(f.at_s), ticks_up(f.stall_s)) for f in problem.faults]
     seen = 0
@@ -75,7 +83,7 @@ def enumerate_columns(problem: Problem, options: dict[int, Option], limit: int =
             best: dict[tuple, Column] = {}
             for order in multiset_orders(list(counts)):
                 seen += 1
-                if seen > limit:
+                if seen > limit or (deadline is not None and seen % 1024 == 0 and time.perf_counter() > deadline):
                     return None
                 on, load = _timeline(order, opt.ticks, d)
                 res = [_timeline(order, opt.ticks, d, f) for f in faults]

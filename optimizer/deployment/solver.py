@@ -124,8 +124,17 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
         if done is not None:
             return done
     small_sequence = anytime and obj.needs_sequence and _anytime_applies(problem, perf, obj, degrees, any_size=True)
-    exact_end = time.perf_counter() + SEQUENCE_EXACT_SHARE * limit if small_sequence else deadline
+    from dataclasses import replace
+
+    nominal = replace(problem, faults=())
+    fault_fallback = anytime and bool(problem.faults) and len(problem.sessions) > FAULT_FALLBACK_SESSIONS and \
+        _anytime_applies(nominal, perf, obj, degrees, any_size=True)
+    exact_end = time.perf_counter() + SEQUENCE_EXACT_SHARE * limit if small_sequence or fault_fallback else deadline
     out = _solve_exact(problem, obj, exact_end, degrees, perf, layouts)
+    if fault_fallback and out.value is None and out.status == Status.TIME_LIMIT:
+        done = _nominal_plan_under_faults(problem, nominal, perf, obj, deadline, degrees, layouts)
+        if done is not None:
+            return done
     if small_sequence and out.value is None and out.status == Status.TIME_LIMIT:
         # the sequence model found no plan in its share: the anytime path's plan (no bound)
         from optimizer.deployment.anytime_solve import solve_anytime
@@ -141,6 +150,32 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
     return out
 
 
+def _nominal_plan_under_faults(problem: Problem, nominal: Problem, perf: PerfModel, obj, deadline: float,
+                              degrees, layouts) -> Optional[SolveOutcome]:
+    """Faults at traffic scale, where the exact formulations found no plan in their share: the
+    anytime path's plan for the run without faults (``nominal``), re-evaluated with every fault
+    scenario; kept when the evaluator accepts it and every scenario meets the on-time
+    requirement (status feasible). The nominal bound stays a bound: a fault only delays, so
+    every scenario's objective is at least the nominal one. None otherwise."""
+    from optimizer.deployment.anytime_solve import solve_anytime
+
+    done = solve_anytime(nominal, perf, obj, deadline, degrees, layouts)
+    if done is None or done.evaluation is None:
+        return None
+    ev = evaluate(problem, done.evaluation.plan, perf)
+    value = obj.value(ev)
+    if ev.violations or value is None or not math.isfinite(value):
+        return None
+    bound = None if done.bound is None else min(done.bound, value)
+    out = _finish(Status.FEASIBLE, obj, value, bound, ev, done.stats, done.degrees, done.mode + ", faults re-evaluated")
+    out.notes.append(f"{len(problem.sessions)} sessions with faults: the exact formulations found no plan in "
+                     f"{SEQUENCE_EXACT_SHARE:.0%} of the limit; the plan is the anytime path's for the run without "
+                     f"faults, re-evaluated with every fault (worst case), and the bound is the run without faults'")
+    return out
+
+
+FAULT_FALLBACK_SESSIONS = 24  # with faults, above this many sessions the exact formulations get SEQUENCE_EXACT_SHARE
+# of the limit; without a plan by then, the run without faults' anytime plan, re-evaluated with the faults
 SEQUENCE_SESSIONS = 60  # above this many sessions, sequence objectives (latency) also take the anytime path
 SEQUENCE_EXACT_SHARE = 0.6  # up to that size, the sequence model's share of the limit; without a plan by then the
 # anytime path gives one (no bound) with the rest
@@ -452,7 +487,7 @@ def _solve_with_columns(problem, perf, usable, objective, deadline, stats, allow
     None to fall back to the sequence formulation (too many columns, or no plan in time)."""
     f = Formulation(problem, perf, usable, "aggregate")  # options only
     t0 = time.perf_counter()
-    cols = enumerate_columns(problem, f.options)
+    cols = enumerate_columns(problem, f.options, deadline=deadline)
     if not cols:
         return None
     res = solve_columns(problem, cols, objective.search, max(f.required, objective.min_on_time), deadline)
@@ -909,7 +944,8 @@ def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float,
     if any(all(perf.max_sessions(p, c.context, c.new) == 0 for p in usable) for c in problem.classes):
         return None  # a session fits no instance of these degrees
     if problem.faults and _columns_apply(problem, usable):
-        cols = enumerate_columns(problem, Formulation(problem, perf, usable, "aggregate").options)
+        cols = enumerate_columns(problem, Formulation(problem, perf, usable, "aggregate").options,
+                                 deadline=time.perf_counter() + time_limit_s)
         if cols:
             res = solve_columns(problem, cols, "worst_on_time", 0, time.perf_counter() + time_limit_s)
             if res is not None:
