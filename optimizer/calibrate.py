@@ -51,7 +51,6 @@ class Row:
     measured: float
     parts: Optional[np.ndarray] = None
     skipped: str = ""
-    note: str = ""
 
     def predict(self, eff) -> float:
         """Output tokens/s at efficiencies ``eff = (compute, memory, network)``."""
@@ -106,7 +105,7 @@ class Calibration:
                 d.update({"predicted_peak": peak, "ratio_peak": peak / r.measured, "predicted_fitted": fit,
                           "ratio_fitted": fit / r.measured, "predicted_leave_one_out": loo,
                           "ratio_leave_one_out": None if loo is None else loo / r.measured,
-                          "prefill_share_of_time": r.prefill_share(), "note": r.note})
+                          "prefill_share_of_time": r.prefill_share()})
             rows.append(d)
         return {"factors": dict(zip(FACTORS, self.fit.factors)), "cost": self.fit.cost,
                 "rms_log_error": self.fit.rms_log_error, "starts": self.fit.starts, "seed": self.fit.seed,
@@ -260,9 +259,10 @@ def prepare(rows: list[Row], models: dict, hw: dict, csv_path: Path) -> None:
         except Exception as exc:  # noqa: BLE001 - a layout the model rejects is a skipped row
             r.skipped = f"layout TP{r.tp} not valid for {r.model}: {exc}"
             continue
-        if perf.max_sessions(lay, r.isl, r.osl) < r.batch:
-            r.note = (f"batch {r.batch} at {r.isl + r.osl} tokens exceeds the KV memory the model allows "
-                      f"({perf.max_sessions(lay, r.isl, r.osl)} sessions)")
+        if perf.max_sessions(lay, r.isl, r.osl) < r.batch:  # the model cannot run it: not fitted
+            r.skipped = (f"batch {r.batch} at {r.isl + r.osl} tokens exceeds the KV memory the model allows "
+                         f"({perf.max_sessions(lay, r.isl, r.osl)} sessions)")
+            continue
         b, n = float(r.batch), float(r.isl)
         pre = forward_pass(perf, lay, b * n, b * n, b * chunk_attention_pairs(n, 0.0), PEAK)
         parts = [(pre.local_s, pre.compute_s, pre.comm_s)]
@@ -272,9 +272,9 @@ def prepare(rows: list[Row], models: dict, hw: dict, csv_path: Path) -> None:
             d = forward_pass(perf, lay, b, b * ctx, b * ctx, PEAK)
             parts.append((d.local_s, d.compute_s, d.comm_s))
         r.parts = np.asarray(parts)
-        # consistency with the model's own decode step (mixed_step_s with no chunk)
-        last = mixed_step_s(perf, lay, 0.0, 0.0, b, n + r.osl - 1, PEAK)
-        assert abs(last - (max(parts[-1][0], parts[-1][1]) + parts[-1][2])) <= 1e-9 * last
+        if r.osl > 1:  # consistency with the model's own decode step (mixed_step_s with no chunk)
+            last = mixed_step_s(perf, lay, 0.0, 0.0, b, n + r.osl - 1, PEAK)
+            assert abs(last - (max(parts[-1][0], parts[-1][1]) + parts[-1][2])) <= 1e-9 * last
 
 
 def _residuals(x, rows: list[Row]) -> np.ndarray:
@@ -350,8 +350,6 @@ def render(cal: Calibration, console) -> None:
     for r in cal.rows:
         if r.skipped:
             console.print(f"line {r.line} ({r.model}) skipped: {r.skipped}")
-        elif r.note:
-            console.print(f"line {r.line} ({r.model}): {r.note}")
     c, m, n = cal.fit.factors
     console.print(f"fitted efficiencies: compute {c:.4f}, memory {m:.4f}, network {n:.4f} "
                   f"(least squares on log ratios, {cal.fit.starts} starts, seed {cal.fit.seed}); "

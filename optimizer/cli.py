@@ -241,6 +241,12 @@ def calibrate_cmd(measurements: Path, models, hardware, seed: int, starts: int, 
         cal.prepare(rows, mp, hw, measurements)
         if not any(not r.skipped for r in rows):
             raise InputError(measurements, "", "no row can be predicted: " + rows[0].skipped)
+        usable = sum(not r.skipped for r in rows)
+        if usable < len(cal.FACTORS):
+            from optimizer.errors import warn_input
+
+            warn_input(measurements, "", f"{usable} usable row(s) for {len(cal.FACTORS)} efficiency factors: the fit is "
+                                         f"not determined by the data (many factor sets fit as well)")
         res = cal.calibrate(rows, seed, starts)
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)

@@ -124,3 +124,26 @@ def test_unknown_hardware_names_are_refused_in_both_forms(tmp_path):
     for value in ("zzz:yyy", "H100-SXM=zzz:yyy", "h100-sxm:dgx-a100"):
         with pytest.raises(InputError):
             read_mapping([], [value])
+
+
+def test_fresh_user_rows_one_token_out_and_beyond_memory(cli_any, tmp_path):
+    """osl 1 (the prefill's token only) raised an AssertionError from the decode consistency
+    check; a row the KV memory cannot hold was fitted anyway beside a note. Now osl 1 is a
+    prefill-only prediction, a row beyond memory is skipped (and alone it is bad input), and
+    fewer rows than factors warn that the fit is not determined."""
+    one = _rows(tmp_path, ["LLaMA-7B,H100-SXM,fp8,1,64,128,1,100"])
+    rows = _prepared(one)
+    assert not rows[0].skipped and rows[0].parts.shape == (1, 3)  # the prefill pass alone
+    r = cli_any("calibrate", one, "--model", MAPPING, "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert "1 usable row(s) for 3 efficiency factors" in r.stderr
+    oom = _rows(tmp_path, ["LLaMA-70B,H100-SXM,fp8,1,4096,128000,128000,10"])
+    assert_one_line_error(cli_any("calibrate", oom, "--model", MAPPING), "m.csv", "no row can be predicted",
+                          "exceeds the KV memory")
+    mixed = _rows(tmp_path, ["LLaMA-70B,H100-SXM,fp8,1,4096,128000,128000,10", "LLaMA-7B,H100-SXM,fp8,1,64,128,128,9193",
+                             "LLaMA-7B,H100-SXM,fp8,1,64,2048,128,5000", "LLaMA-7B,H100-SXM,fp8,1,8,128,128,3000"])
+    r = cli_any("calibrate", mixed, "--model", MAPPING, "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert "exceeds the KV memory" in d["rows"][0]["skipped"] and "skipped" not in d["rows"][1]
+    assert "warning" not in r.stderr
