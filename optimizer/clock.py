@@ -8,10 +8,18 @@ from typing import Optional
 COMMAND_START: Optional[float] = None
 
 
+# A process older than this at the command's start was not just starting up: the PID's start
+# is then not the command's (a shell that ran other commands and exec'd `optimize` last keeps
+# its PID: the README's install-and-run line counted 37 s of pip install against the limit).
+# The interpreter's start-up and imports take 1-3 s here.
+MAX_STARTUP_S = 10.0
+
+
 def process_age_s() -> float:
     """Seconds since this process started (Linux: ``/proc/self/stat`` field 22, the start time
     in clock ticks after boot, against ``/proc/uptime``), so that ``--time-limit`` also counts
-    the interpreter's start-up and imports; 0 where that cannot be read."""
+    the interpreter's start-up and imports; 0 where that cannot be read, and when the process
+    is :data:`MAX_STARTUP_S` or older (its PID began before this command did)."""
     import os
 
     try:
@@ -23,7 +31,7 @@ def process_age_s() -> float:
         age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return 0.0
-    return age if 0.0 <= age < 60.0 else 0.0
+    return age if 0.0 <= age < MAX_STARTUP_S else 0.0
 
 
 # --time-limit T: a command's work ends by 92 % of T less 0.4 s (output, start-up already
