@@ -124,6 +124,9 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     sys.exit(exit_code_for(report.status))
 
 
+PARETO_OUTPUT_S = 1.0  # --pareto: time kept for writing pareto.png and pareto.json
+
+
 def _pareto(raw, instance: Path, spec, objective, time_limit, output_dir, sweep: str, points: int, fmt: str) -> None:
     """``--pareto``: the fronts of a serving instance (:mod:`optimizer.serving.pareto`); exits."""
     if spec.section != "serving":
@@ -135,7 +138,14 @@ def _pareto(raw, instance: Path, spec, objective, time_limit, output_dir, sweep:
     from optimizer.serving.pareto import render, write
 
     p = load_problem(raw, instance, objective)
-    res = run_pareto(p, sweep, points=points, time_limit_s=20.0 if time_limit is None else time_limit)
+    from optimizer import clock
+
+    start = clock.take()
+    # with --time-limit: the targets until the budget less PARETO_OUTPUT_S (the plot and files)
+    deadline = None if time_limit is None else \
+        (time.perf_counter() if start is None else start) + clock.budget_s(time_limit, PARETO_OUTPUT_S)
+    res = run_pareto(p, sweep, points=points, time_limit_s=20.0 if time_limit is None else time_limit,
+                     deadline=deadline)
     files = write(res, output_dir)
     if fmt == "json":
         click.echo(json.dumps(res.to_dict() | {"files": [str(f) for f in files]}, indent=2))

@@ -72,6 +72,7 @@ class ParetoResult:
     curves: list[Curve]
     time_s: float
     solves: int
+    not_solved: int = 0  # targets the time limit left unsolved
 
     def to_dict(self) -> dict[str, Any]:
         p = self.problem
@@ -84,6 +85,7 @@ class ParetoResult:
                     "x": "tokens_per_s_per_user: 1 / analytic mean TPOT of the plan, tokens/s",
                     "y": "tokens_per_s_per_gpu: served rate x mean OSL / GPUs of the plan, tokens/s"},
                 "time_s": self.time_s, "solves": self.solves,
+                "cut_short": ([f"{self.not_solved} targets not solved before the time limit"] if self.not_solved else []),
                 "curves": [{"mode": c.mode, "ttft_ms": c.ttft_ms, "front": [q.to_dict() for q in c.front],
                             "points": [q.to_dict() for q in c.points]} for c in self.curves]}
 
@@ -147,10 +149,13 @@ def solve_point(sm: ServingModel, mode: str, tpot_ms: float, ttft_ms: float, tim
 
 
 def pareto(p: Problem, sweep: str = "tpot", tpot_ms: list[float] | None = None, ttft_ms: list[float] | None = None,
-           points: int = 20, modes: tuple[str, ...] | None = None, time_limit_s: float = 20.0) -> ParetoResult:
+           points: int = 20, modes: tuple[str, ...] | None = None, time_limit_s: float = 20.0,
+           deadline: float | None = None) -> ParetoResult:
     """Sweep TPOT targets (``sweep='tpot'``), or TPOT x TTFT targets (``'ttft'``: one curve per TTFT
     target, default :data:`TTFT_FACTORS` times the instance's), for both modes (or ``modes``) at the
-    instance's first rate; mark each curve's front.
+    instance's first rate; mark each curve's front. ``time_limit_s``: each solve's limit;
+    ``deadline`` (a ``time.perf_counter()`` value): after it only each curve's loosest target is
+    solved, the others are counted in ``not_solved``.
 
     Raises:
         ValueError: ``sweep`` not ``tpot``/``ttft``, or no targets.
@@ -168,17 +173,21 @@ def pareto(p: Problem, sweep: str = "tpot", tpot_ms: list[float] | None = None, 
     modes = modes or (MODES if p.mode == "both" else (p.mode,))
     base = replace(p, rates=(p.rates[0],))
     sm = ServingModel(base)
-    curves, solves = [], 0
+    curves, solves, not_solved = [], 0, 0
     for ttft in tt:
         for mode in modes:
             c = Curve(mode, ttft)
-            for tpot in tp:
-                c.points.append(solve_point(sm, mode, tpot, ttft, time_limit_s))
+            for n, tpot in enumerate(tp):
+                if n and deadline is not None and time.perf_counter() >= deadline:
+                    not_solved += 1
+                    continue
+                limit = time_limit_s if deadline is None else max(0.05, min(time_limit_s, deadline - time.perf_counter()))
+                c.points.append(solve_point(sm, mode, tpot, ttft, limit))
                 solves += 1
             c.points.sort(key=lambda q: q.tpot_ms)
             mark_front(c.points)
             curves.append(c)
-    return ParetoResult(base, base.objective, base.rates[0], curves, time.perf_counter() - t0, solves)
+    return ParetoResult(base, base.objective, base.rates[0], curves, time.perf_counter() - t0, solves, not_solved)
 
 
 def write(res: ParetoResult, folder: Path) -> list[Path]:
@@ -251,3 +260,5 @@ def render(res: ParetoResult, console) -> None:
                       str(q.gpus), q.label)
         console.print(t)
     console.print(f"{res.solves} solves in {res.time_s:.1f} s")
+    if res.not_solved:
+        console.print(f"[yellow]cut short by the time limit: {res.not_solved} targets not solved[/yellow]")
