@@ -34,12 +34,37 @@ def evaluate_plan(p: Problem, res: SolveResult):
     return evaluate(p, plan["servers"], racks, leaf_groups(p, plan), plan.get("spine", 0))
 
 
-def solve_instance(p: Problem, objective: str, time_limit_s: float | None = None) -> BuildoutReport:
-    """Solve, check the plan independently, explain it; returns the report.
+SOLVE_SHARE = 0.6  # with a time limit: the lexicographic solve's share of the budget, the explanation's what-ifs the rest
+MIN_SOLVE_S = 0.25  # the solve gets at least this long, even when start-up has used the budget
+
+
+def solve_instance(p: Problem, objective: str, time_limit_s: float | None = None,
+                   start: float | None = None) -> BuildoutReport:
+    """Solve, check the plan independently, explain it; returns the report. With
+    ``time_limit_s`` the whole call (from ``start``, a ``time.perf_counter()`` value, default
+    now) keeps :func:`optimizer.clock.budget_s`: the solve gets ``SOLVE_SHARE`` of it, the
+    explanation's what-if solves the rest (those skipped are counted in ``cut_short``).
 
     Raises:
         RuntimeError: the solver's plan fails the independent evaluation (a modelling bug).
     """
+    from optimizer import clock
+    from optimizer.buildout import explain
+
+    t0 = time.perf_counter() if start is None else start
+    end = None if time_limit_s is None else t0 + clock.budget_s(time_limit_s)
+    explain.WHATIF_DEADLINE[0], explain.WHATIF_SKIPPED[0] = end, 0
+    try:
+        return _solve_and_explain(p, objective, time_limit_s, end)
+    finally:
+        explain.WHATIF_DEADLINE[0] = None
+
+
+def _solve_and_explain(p: Problem, objective: str, time_limit_s: float | None, end: float | None) -> BuildoutReport:
+    from optimizer.buildout import explain
+
+    if end is not None:
+        time_limit_s = max(MIN_SOLVE_S, SOLVE_SHARE * (end - time.perf_counter()))
     res = solve(p, objective, time_limit_s)
     if res.plan is None:
         conflict = None
@@ -47,13 +72,18 @@ def solve_instance(p: Problem, objective: str, time_limit_s: float | None = None
         if res.status == Status.INFEASIBLE:
             keys = res.conflict or []
             conflict = Conflict(keys, conflict_details(p, keys) or ["the limits cannot all hold"])
-            achievable = most_gpus_without_target(p, time_limit_s)
+            achievable = most_gpus_without_target(p, time_limit_s if end is None else
+                                                  max(MIN_SOLVE_S, end - time.perf_counter()))
         return BuildoutReport(p, res, conflict=conflict, achievable=achievable)
     ev = evaluate_plan(p, res)
     if ev.violations:
         raise RuntimeError(f"build-out plan fails the independent check: {ev.violations}")
     binding = bindings(p, objective, res.value, res.plan, ev)
-    return BuildoutReport(p, res, ev, binding)
+    out = BuildoutReport(p, res, ev, binding)
+    if explain.WHATIF_SKIPPED[0]:
+        out.cut_short.append(f"explanation: {explain.WHATIF_SKIPPED[0]} what-if solves skipped (their lines are "
+                             f"left out)")
+    return out
 
 
 def most_gpus_without_target(p: Problem, time_limit_s: float | None) -> dict | None:
@@ -82,8 +112,11 @@ def run(raw: dict[str, Any], path: Path, objective: str | None, time_limit_s: fl
     Raises:
         InputError: bad input, including an unknown objective.
     """
+    from optimizer import clock
+
     t0 = time.perf_counter()
+    start = clock.take()  # the CLI's start: --time-limit counts start-up and reading too
     p, obj = load(raw, path, objective)
-    report = solve_instance(p, obj, time_limit_s)
+    report = solve_instance(p, obj, time_limit_s, t0 if start is None else min(t0, start))
     report.total_time_s = time.perf_counter() - t0
     return report

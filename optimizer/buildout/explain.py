@@ -11,6 +11,7 @@ Server types (and switch chips) that fit no rack come first, one entry per reaso
 from __future__ import annotations
 
 import dataclasses
+import time
 from math import ceil
 
 from constraints.buildout import fabric as buildout_fabric
@@ -30,6 +31,22 @@ from optimizer.buildout.solve import OBJECTIVE_MODULES, solve_primary
 from optimizer.result import Binding, ConstraintKey, Status
 
 WHATIF_TIME_S = 10.0
+# with --time-limit: when the what-if solves of the explanation must end (time.perf_counter()),
+# and how many were skipped past it (set and read by optimizer.buildout.solve_instance)
+WHATIF_DEADLINE: list = [None]
+WHATIF_SKIPPED: list = [0]
+
+
+def _whatif_time() -> float | None:
+    """Seconds a what-if solve may take (None: skip it, the deadline has passed)."""
+    end = WHATIF_DEADLINE[0]
+    if end is None:
+        return WHATIF_TIME_S
+    left = end - time.perf_counter()
+    if left <= 0.02:
+        WHATIF_SKIPPED[0] += 1
+        return None
+    return min(WHATIF_TIME_S, left)
 
 
 def kw(x: float) -> str:
@@ -47,9 +64,12 @@ def num(x: float | int | None) -> str:
 
 
 def _primary(p: Problem, objective: str, omit: frozenset[str] = frozenset()) -> float | None:
+    limit = _whatif_time()
+    if limit is None:
+        return None
     nm, ctx = build(p, omit=omit)
     mod = OBJECTIVE_MODULES[objective]
-    out = solve_primary(nm, ctx, mod.expr(ctx), mod.SENSE, WHATIF_TIME_S)
+    out = solve_primary(nm, ctx, mod.expr(ctx), mod.SENSE, limit)
     if out.status != Status.OPTIMAL:
         return None
     return mod.to_unit(out.objective, ctx)
@@ -65,6 +85,9 @@ def least_power_kw(p: Problem, objective: str | None = None, value: float | None
                    min_gpus: int | None = None) -> float | None:
     """Least total power (kW) of any plan without the power budget that is strictly better than
     ``value`` in ``objective`` (or that holds ``min_gpus`` GPUs). None when no such plan exists."""
+    limit = _whatif_time()
+    if limit is None:
+        return None
     need = min_gpus or 0
     if objective is not None:
         need = max(need, OBJECTIVE_MODULES[objective].min_gpus_better_than(value))
@@ -74,7 +97,7 @@ def least_power_kw(p: Problem, objective: str | None = None, value: float | None
         m.add(ctx.gpus >= need)
     if objective is not None:
         m.add(OBJECTIVE_MODULES[objective].better_than(ctx, value))
-    out = solve_primary(nm, ctx, ctx.power_w, "min", WHATIF_TIME_S)
+    out = solve_primary(nm, ctx, ctx.power_w, "min", limit)
     if out.status != Status.OPTIMAL:
         return None
     return out.objective / 1000.0
@@ -82,13 +105,16 @@ def least_power_kw(p: Problem, objective: str | None = None, value: float | None
 
 def _chips_kw_for(p: Problem, servers: dict[str, int]) -> float | None:
     """Least switch-chip power (kW) of a fabric for exactly ``servers`` (a what-if solve without
-    the budget); None when no fabric and racks can hold them."""
+    the budget); None when no fabric and racks can hold them (or the time limit skips it)."""
+    limit = _whatif_time()
+    if limit is None:
+        return None
     nm, ctx = build(p, omit=frozenset({"power", "target", "max_count"}),
                     min_gpus=sum(p.type(n).gpus * c for n, c in servers.items()))
     m = nm.model
     for t in p.types:
         m.add(ctx.n[t.name] == servers.get(t.name, 0))
-    out = solve_primary(nm, ctx, ctx.leaves + ctx.s, "min", WHATIF_TIME_S)
+    out = solve_primary(nm, ctx, ctx.leaves + ctx.s, "min", limit)
     if out.status != Status.OPTIMAL:
         return None
     return out.objective * p.fabric.switch_power_kw

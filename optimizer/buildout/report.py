@@ -30,6 +30,7 @@ class BuildoutReport:
     binding: list[Binding] = field(default_factory=list)
     conflict: Conflict | None = None
     achievable: dict | None = None  # infeasible target: the most GPUs that fit the limits
+    cut_short: list[str] = field(default_factory=list)  # parts the time limit cut short
     total_time_s: float | None = None
     """Wall time of the whole build-out run (validation, model, every solve, explanation),
     set by :func:`optimizer.buildout.run`; None when the report was built another way."""
@@ -102,6 +103,7 @@ class BuildoutReport:
         if self.total_time_s is not None:
             solver["time_s"] = self.total_time_s
         solver["stages"] = [{"name": s.name, "status": s.status.value, "time_s": s.time_s} for s in res.stages]
+        solver["cut_short"] = list(self.cut_short)
         plan = self.plan_dict()
         if plan is not None:
             plan["sources"] = {t.name: t.source for t in p.types}
@@ -193,6 +195,8 @@ class BuildoutReport:
         if res.status == Status.FEASIBLE:
             done = ", ".join(f"{x['name']} {x['status']}" for x in s["stages"])
             console.print(f"[yellow]time limit: not every objective stage is proven optimal ({done})[/yellow]")
+        if self.cut_short:
+            console.print(f"[yellow]cut short by the time limit: {escape(', '.join(self.cut_short))}[/yellow]")
         console.print(f"solver {s['name']}: {s['status']}, {s['solves']} solves, {s['time_s']:.3f} s "
                       f"(CP-SAT {s['cp_sat_time_s']:.3f} s), bound {num(o['bound'])}, gap {s['gap']:.2%}")
 
