@@ -142,11 +142,13 @@ def load_grid(path: Path) -> Grid:
                 if extra:
                     loc = ".".join(str(x) for x in extra[0]["loc"])
                     raise InputError(path, f"grid.{key}", f"unknown instance field '{loc}'") from None
-            try:
-                load_problem(one, base_path)
-            except InputError as exc:
-                raise _field_error(path, key, i, exc) from None
         fields.append((key, list(values)))
+    for key, values in fields:  # a value no combination with the other fields' values can load
+        others = [(k, vs) for k, vs in fields if k != key]
+        for i, v in enumerate(values):
+            err = _loads_in_some_point(base, base_path, key, v, others)
+            if err is not None:
+                raise _field_error(path, key, i, err) from None
     cols: list[str] = []
     for key, values in fields:
         for v in values:
@@ -154,6 +156,27 @@ def load_grid(path: Path) -> Grid:
                 if c not in cols:
                     cols.append(c)
     return Grid(path, base_path, base, fields, cols)
+
+
+COMBINATIONS_CHECKED = 256  # per value: the other fields' combinations tried before it is called bad input
+
+
+def _loads_in_some_point(base: dict, base_path: Path, key: str, value, others) -> Optional[InputError]:
+    """None when ``key = value`` loads with the base's other fields or with one of the first
+    ``COMBINATIONS_CHECKED`` combinations of the other grid fields' values (a value that fails
+    only in some combinations is a row of the sweep, not bad input); else the error with the
+    base's other fields."""
+    from optimizer.serving import load_problem
+
+    first = None
+    combos = itertools.product(*[[(k, x) for x in vs] for k, vs in others])
+    for combo in itertools.chain([()], itertools.islice(combos, COMBINATIONS_CHECKED)):
+        try:
+            load_problem(apply_point(base, {key: value, **dict(combo)}), base_path)
+            return None
+        except InputError as exc:
+            first = first or exc
+    return first
 
 
 # ----------------------------------------------------------------------------- one point

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from optimizer.errors import InputError
 from optimizer.sweep import load_grid, run_sweep
 from tests.conftest import INSTANCES, assert_one_line_error
 from tests.serving_helpers import llama8b_raw
@@ -111,6 +112,20 @@ def test_bad_combination_is_a_row(tmp_path):
     assert len(res.rows) == 4
     bad = [r for r in res.rows if r["serving.traffic.isl"] == 120000 and r["serving.traffic.osl"] == 20000]
     assert bad[0]["status"] == "error" and "exceeds the model's maximum length" in bad[0]["reason"]
+
+
+def test_value_bad_only_with_the_base_is_checked_against_the_grid(tmp_path):
+    """isl 131000 with the base's osl 128 is over the context, with the grid's osl 64 it is not: a
+    fresh user's grid was refused as bad input; the value loads with some combination of the
+    other fields, so its bad combinations are rows. A value bad in every combination stays bad
+    input."""
+    g = load_grid(_grid(tmp_path, {"serving.traffic.isl": [1024, 131000], "serving.traffic.osl": [64, 4000],
+                                   "serving.simulation.enabled": [False]}))
+    res = run_sweep(g, tmp_path / "o", workers=1, progress=False)
+    bad = [r for r in res.rows if r["serving.traffic.isl"] == 131000 and r["serving.traffic.osl"] == 4000]
+    assert bad[0]["status"] == "error" and "exceeds the model's maximum length" in bad[0]["reason"]
+    with pytest.raises(InputError, match=r"grid.serving.traffic.isl\[1\]"):
+        load_grid(_grid(tmp_path, {"serving.traffic.isl": [1024, 140000], "serving.traffic.osl": [64, 4000]}, "g2.yaml"))
 
 
 def test_repo_grid_loads():
