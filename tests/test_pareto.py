@@ -114,9 +114,9 @@ def test_cli_pareto_writes_json_and_png(cli, tmp_path):
     r = cli(PATH, "--pareto", "--pareto-points", "4", "--output", tmp_path, "--format", "json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert {c["mode"] for c in d["curves"]} == {"aggregated", "disaggregated"}
+    assert {c["mode"] for c in d["plan"]["curves"]} == {"aggregated", "disaggregated"}
     assert (tmp_path / "pareto.png").stat().st_size > 1000
-    assert json.loads((tmp_path / "pareto.json").read_text())["solves"] == 8
+    assert json.loads((tmp_path / "pareto.json").read_text())["solver"]["solves"] == 8
 
 
 def test_cli_pareto_bad_input(cli, tmp_path):
@@ -141,9 +141,11 @@ def test_pareto_keeps_the_time_limit(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert wall <= 3 * 1.1, wall
-    assert d["cut_short"] and d["cut_short"][0].endswith("targets not solved before the time limit")
-    assert all(len(c["points"]) >= 1 for c in d["curves"]) and d["solves"] < 200 * len(d["curves"])
+    cut = d["solver"]["cut_short"]
+    assert cut and cut[0].endswith("targets not solved before the time limit")
+    curves = d["plan"]["curves"]
+    assert all(len(c["points"]) >= 1 for c in curves) and d["solver"]["solves"] < 200 * len(curves)
     assert (tmp_path / "par" / "pareto.png").exists()
     # without a limit nothing is cut
     res = pareto(load_problem(llama70b_raw(), INSTANCES / "serving_llama70b_h100.yaml"), points=4)
-    assert res.not_solved == 0 and res.to_dict()["cut_short"] == []
+    assert res.not_solved == 0 and res.to_dict()["solver"]["cut_short"] == []

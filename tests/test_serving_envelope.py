@@ -26,3 +26,15 @@ def test_serving_envelope_validates(cli, args):
     assert len(fams) == len(set(fams))
     if d["status"] == "infeasible":
         assert d["plan"] is None and d["conflicts"] and all(g["detail"] for g in d["conflicts"])
+
+
+def test_pareto_json_is_the_result_envelope(cli, tmp_path):
+    """`--pareto` JSON had no plan or solver and a string objective (a fresh user's schema check
+    failed); it is the one envelope now, the curves under plan."""
+    r = cli(INSTANCES / "serving_llama70b_h100.yaml", "--pareto", "tpot", "--pareto-points", "4", "--output",
+            tmp_path / "par", "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    jsonschema.validate(d, SCHEMA)
+    assert d["problem"] == "serving-pareto" and d["objective"]["name"] == "gpus"
+    assert d["plan"]["curves"] and json.loads((tmp_path / "par" / "pareto.json").read_text())["plan"] == d["plan"]

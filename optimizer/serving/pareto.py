@@ -75,19 +75,30 @@ class ParetoResult:
     not_solved: int = 0  # targets the time limit left unsolved
 
     def to_dict(self) -> dict[str, Any]:
+        """The result envelope (:func:`optimizer.result.envelope`, problem ``serving-pareto``):
+        ``plan`` holds the rate, the axes and the curves (each with its front and every point);
+        ``objective`` names the instance's objective (no single value: one per point)."""
+        from objectives.serving import registry
+
+        from optimizer.result import Status, envelope
+
         p = self.problem
         on_front = sum(len(c.front) for c in self.curves)
-        status = "optimal" if on_front else "infeasible"
+        status = Status.OPTIMAL if on_front else Status.INFEASIBLE
         reason = ("" if on_front else "no target gives a proven-optimal plan at this rate (see each point's reason)")
-        return {"problem": "serving-pareto", "name": p.name, "status": status, "reason": reason,
-                "objective": self.objective, "rate_rps": self.rate_rps,
-                "traffic": p.traffic.source, "axes": {
+        obj = registry()[self.objective]
+        cut = [f"{self.not_solved} targets not solved before the time limit"] if self.not_solved else []
+        plan = {"rate_rps": self.rate_rps, "traffic": p.traffic.source, "axes": {
                     "x": "tokens_per_s_per_user: 1 / analytic mean TPOT of the plan, tokens/s",
                     "y": "tokens_per_s_per_gpu: served rate x mean OSL / GPUs of the plan, tokens/s"},
-                "time_s": self.time_s, "solves": self.solves,
-                "cut_short": ([f"{self.not_solved} targets not solved before the time limit"] if self.not_solved else []),
                 "curves": [{"mode": c.mode, "ttft_ms": c.ttft_ms, "front": [q.to_dict() for q in c.front],
                             "points": [q.to_dict() for q in c.points]} for c in self.curves]}
+        return envelope("serving-pareto", p.name, status,
+                        {"name": obj.name, "value": None, "unit": obj.unit, "bound": None, "gap": None,
+                         "definition": "one value per point (each point's objective)", "sense": obj.sense},
+                        plan, {"name": "highs (pulp)", "status": status.value, "time_s": self.time_s, "gap": None,
+                               "solves": self.solves, "cut_short": cut},
+                        reason=reason or None)
 
 
 def default_tpot_targets_ms(p: Problem, points: int = 20) -> list[float]:
