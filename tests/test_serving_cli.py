@@ -56,6 +56,9 @@ def test_unknown_pool_gpu(cli, tmp_path):
     (lambda r: r["serving"].update(mode="split"), ("serving.mode",)),
     (lambda r: r["serving"]["traffic"].update(isl=200_000), ("serving.traffic", "maximum length")),
     (lambda r: r["serving"].update(bogus=1), ("serving.bogus", "unknown key")),
+    # a fresh user's TP3 prefill went through as "disaggregated: no plan ()"; deployment calls it bad input too
+    (lambda r: r["serving"].update(prefill={"tp": [3]}), ("serving.prefill.tp", "TP3 does not split 32 attention heads")),
+    (lambda r: r["serving"].update(objective="gpu"), ("serving.objective", "unknown objective 'gpu'")),
 ])
 def test_bad_fields(cli, tmp_path, change, needles):
     raw = llama8b_raw(1.0, 512, 128, 1000, 50)

@@ -377,7 +377,8 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
     s = inst.serving
     obj = objective or s.objective or next(o.name for o in objectives.values() if o.default)
     if obj not in objectives:
-        raise InputError(path, "--objective", f"unknown objective '{obj}' for serving (one of {', '.join(objectives)})")
+        raise InputError(path, "--objective" if objective else "serving.objective",
+                         f"unknown objective '{obj}' for serving (one of {', '.join(objectives)})")
     for f, d in (("model.weight_dtype", inst.model.weight_dtype), ("model.kv_dtype", inst.model.kv_dtype)):
         if d is not None and d not in DTYPE_BYTES:
             raise InputError(path, f, f"unknown dtype {d!r} (one of {', '.join(DTYPE_BYTES)})")
@@ -386,6 +387,13 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
     if not cfg.is_file():
         raise InputError(path, "model.config", f"file not found: {cfg}")
     spec = read_hf_config(cfg)
+    from optimizer.model.layout import Layout, layout_problem
+
+    for role in ("prefill", "decode", "aggregated"):  # a degree that cannot split the heads is a typo, as in deployment
+        for d in getattr(s, role).tp or ():
+            bad = layout_problem(spec, Layout.tp(d))
+            if bad is not None:
+                raise InputError(path, f"serving.{role}.tp", bad[1])
     wd = inst.model.weight_dtype
     kd = inst.model.kv_dtype or wd
     reserve = s.reserve_gib_per_gpu * GIB
