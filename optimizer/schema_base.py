@@ -114,6 +114,20 @@ def load_yaml_text(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
+def existing_file(instance: str | Path, field: str, path: Path, what: str = "file") -> Path:
+    """``path`` (named by ``field`` of ``instance``) when it is a file.
+
+    Raises:
+        InputError: one line naming the instance, the field and whether ``path`` is missing or
+            a folder.
+    """
+    if not path.exists():
+        raise InputError(instance, field, f"{what} not found: {path}")
+    if not path.is_file():
+        raise InputError(instance, field, f"is a folder, expected a {what}: {path}")
+    return path
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping from ``path``.
 

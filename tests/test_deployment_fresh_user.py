@@ -482,3 +482,15 @@ def test_fault_columns_refuse_an_enumeration_beyond_their_limit_at_once():
     t = time.perf_counter()
     assert enumerate_columns(problem, options) is None
     assert time.perf_counter() - t < 5.0  # was unbounded (2^200 multisets)
+
+
+@pytest.mark.parametrize("instance,field,value,needle", [
+    ("qwen32b_128k.yaml", "model.config", "models", "model.config: is a folder, expected a file"),
+    ("deepseek_v3_ep32.yaml", "experts.trace", "/nonexistent/trace.json", "experts.trace: trace not found"),
+    ("supernode_v41_flash.yaml", "model.inventory", "nope/inventory.yaml", "model.inventory: file not found"),
+])
+def test_missing_or_folder_paths_name_their_field(cli, instance, field, value, needle):
+    """A fresh user's folder given as model.config said "file not found"; a missing trace or
+    inventory named only the path, not the instance's field."""
+    r = cli(INSTANCES / instance, "--set", f"{field}={value}")
+    assert_one_line_error(r, instance, needle)

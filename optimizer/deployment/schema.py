@@ -18,7 +18,7 @@ from optimizer.deployment.collectives import ACTIVATION_BYTES, AllReduceTable, r
 from optimizer.deployment.model_config import ModelShape, read_model_config
 from optimizer.errors import InputError
 from optimizer.model.layout import Layout, default_layouts, layout_problem
-from optimizer.schema_base import StrictModel, validate
+from optimizer.schema_base import StrictModel, existing_file, validate
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
@@ -282,10 +282,7 @@ def _resolve_path(base: Path, rel: str) -> Path:
 
 
 def _existing(base: Path, rel: str, field_name: str) -> Path:
-    p = _resolve_path(base, rel)
-    if not p.is_file():
-        raise InputError(base, field_name, f"file not found: {p}")
-    return p
+    return existing_file(base, field_name, _resolve_path(base, rel))
 
 
 def _link(data: LinkIn, base: Path, field_name: str) -> Link:

@@ -27,7 +27,7 @@ from optimizer.model.decode import DTYPE_BYTES
 from optimizer.model.hardware import GpuSpec, Hardware, LinkSpec, ServerSpec
 from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
-from optimizer.schema_base import StrictModel, validate
+from optimizer.schema_base import StrictModel, existing_file, validate
 
 GB = 1e9
 GIB = 2 ** 30
@@ -235,8 +235,7 @@ def read_trace(path: Path, field_name: str, instance: Path, limit: Optional[int]
     Raises:
         InputError: missing file, missing columns, a bad number or time on a line.
     """
-    if not path.is_file():
-        raise InputError(instance, field_name, f"trace file not found: {path}")
+    existing_file(instance, field_name, path, "trace file")
     try:
         return _read_trace_rows(path, limit)
     except UnicodeDecodeError as exc:
@@ -384,8 +383,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
             raise InputError(path, f, f"unknown dtype {d!r} (one of {', '.join(DTYPE_BYTES)})")
     cfg = Path(inst.model.config)
     cfg = cfg if cfg.is_absolute() else path.parent / cfg
-    if not cfg.is_file():
-        raise InputError(path, "model.config", f"file not found: {cfg}")
+    existing_file(path, "model.config", cfg)
     spec = read_hf_config(cfg)
     from optimizer.model.layout import Layout, layout_problem
 

@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError
 from optimizer.catalog import lookup
 from optimizer.errors import InputError
 from optimizer.model.decode import DecodeInventory
-from optimizer.schema_base import StrictModel, read_yaml, validate, validation_error_to_input_error
+from optimizer.schema_base import StrictModel, existing_file, read_yaml, validate, validation_error_to_input_error
 
 PosFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
@@ -277,12 +277,11 @@ def _inventory(m: ModelIn, path: Path) -> DecodeInventory:
 
         if m.weight_dtype is not None or m.kv_dtype is not None:
             raise InputError(path, "model.weight_dtype", "dtypes apply to model.config only (an inventory has bytes)")
-        return read_inventory(Path(path).parent / m.inventory)
+        return read_inventory(existing_file(path, "model.inventory", Path(path).parent / m.inventory))
     from optimizer.model.decode import decode_inventory
 
     cfg = Path(path).parent / m.config
-    if not cfg.is_file():
-        raise InputError(path, "model.config", f"file not found: {cfg}")
+    existing_file(path, "model.config", cfg)
     try:
         return decode_inventory(cfg, m.weight_dtype or "bf16", m.kv_dtype)
     except InputError as exc:
