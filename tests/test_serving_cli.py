@@ -133,3 +133,12 @@ def test_rate_sweep_table(cli, tmp_path):
     r = cli(write(tmp_path, raw))
     assert r.exit_code == 0, r.output
     assert "Plans (analytic | simulated)" in r.stdout and "why not" in r.stdout and "vllm serve" in r.stdout
+
+
+def test_unsorted_trace_starts_at_its_earliest_arrival(tmp_path):
+    """A fresh user's unsorted trace (1 s, then 0.5 s) gave arrivals -0.5 and 0: the offset was
+    the first line's time, not the earliest."""
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,input_tokens,output_tokens\n1,100,10\n0.5,200,20\n3,300,30\n")
+    t, isl, osl = read_trace(p, "serving.traffic.trace", tmp_path / "inst.yaml")
+    assert list(t) == [0.0, 0.5, 2.5] and list(isl) == [200, 100, 300] and list(osl) == [20, 10, 30]

@@ -282,7 +282,7 @@ def _read_trace_rows(path: Path, limit: Optional[int]):
                 break
     if len(t) < 2:
         raise InputError(path, "", "a trace needs at least two requests")
-    t = np.asarray(t) - t[0]
+    t = np.asarray(t) - min(t)  # from the earliest arrival (an unsorted trace used to start below 0)
     if np.any(np.diff(t) < 0):
         order = np.argsort(t, kind="stable")
         t, isl, osl = t[order], np.asarray(isl)[order], np.asarray(osl)[order]
