@@ -10,7 +10,6 @@ import numpy as np
 
 from optimizer import clock
 from optimizer.errors import InputError
-from optimizer.schema_base import existing_file
 from optimizer.experts import eplb
 from optimizer.experts.plan import (LayerPlan, balancedness, cross_node_tokens, moves, plan_from_phy2log,
                                     trivial_plan)
@@ -150,7 +149,8 @@ def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: floa
     G, N = ex.num_gpus, ex.num_nodes
     R = int(sum(slots))
     trace_path = (path.parent / ex.trace).resolve() if not Path(ex.trace).is_absolute() else Path(ex.trace)
-    existing_file(path, "experts.trace", trace_path, "trace")
+    if not trace_path.exists():  # a file, or a folder of files (the ESFT layout)
+        raise InputError(path, "experts.trace", f"trace not found: {trace_path}")
     trace: Trace = read_trace(trace_path, ex.format, ex.num_experts, ex.window_tokens, ex.top_k)
     E, L = trace.num_experts, trace.num_layers
     if R < E:
