@@ -174,7 +174,7 @@ def test_instance_errors(tmp_path):
     assert code == 2 and "previous_placement" in out
     inst = write_instance(tmp_path, "missing.json")
     code, out = run_cli(inst)
-    assert code == 2 and "missing.json: trace not found" in out
+    assert code == 2 and "experts.trace: trace not found" in out and "missing.json" in out  # the field named too
     inst = write_instance(tmp_path, "t.json", num_gpus=2, slots_per_gpu=2)   # 4 slots < 6 experts
     code, out = run_cli(inst)
     assert code == 2 and "cannot hold 6 experts" in out
