@@ -31,6 +31,9 @@ class DeploymentObjective(Objective):
             ``"makespan"`` or None (compact CP-SAT only).
         min_on_time: sessions that must be on time for the value to exist (1 for ratios).
         needs_sequence: order on an instance matters beyond EDD (sequence formulation).
+        lp_bound: the anytime LP bound of an objective without a threshold search: ``"gpus"``
+            (fewest GPUs the LP needs at any makespan) or ``"gpu_time"`` (least GPU time per
+            on-time session); None for none (:func:`optimizer.deployment.anytime.bound_in_unit`).
         decimals: digits shown in tables.
     """
 
@@ -38,6 +41,7 @@ class DeploymentObjective(Objective):
     search: Optional[str] = None
     min_on_time: int = 0
     needs_sequence: bool = False
+    lp_bound: Optional[str] = None
     decimals: int = 2
     fault_note: str = ""  # why a plan under faults may stay unproven (said in the result's notes)
 

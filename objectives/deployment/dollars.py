@@ -54,7 +54,7 @@ class Dollars(DeploymentObjective):
 
 
 OBJECTIVE = Dollars(
-    name="dollars", unit="$ per on-time session", kind="ratio", min_on_time=1, decimals=4,
+    name="dollars", unit="$ per on-time session", kind="ratio", min_on_time=1, decimals=4, lp_bound="gpu_time",
     fault_note="with faults the solver bills each instance's nominal busy time (a valid lower bound); the "
                "evaluated worst case adds the fault's delay, so the gap can remain when the search ends",
     definition="dollars per on-time session: each instance's GPUs billed at dollars_per_gpu_hour from t=0 until "

@@ -34,6 +34,6 @@ class Gpus(DeploymentObjective):
 
 
 OBJECTIVE = Gpus(
-    name="gpus", unit="GPUs", kind="count",
+    name="gpus", unit="GPUs", kind="count", lp_bound="gpus",
     definition="GPUs in instances of the plan (idle GPUs and servers are not counted); "
                "ties broken by the smallest makespan")

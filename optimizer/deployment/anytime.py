@@ -377,12 +377,31 @@ class Anytime:
         return self.obj.scenario_value(self.problem, r)
 
     # ------------------------------------------------------------------ construction
+    def single_kind_mixes(self, gpus: Optional[int] = None) -> list[dict[int, int]]:
+        """One kind on ``gpus`` GPUs (default: all), for every kind with at least one instance."""
+        g = self.problem.total_gpus if gpus is None else gpus
+        return [{k: g // kd.gpus} for k, kd in enumerate(self.kinds) if g // kd.gpus > 0]
+
+    def round_mix(self, lp_mix: "LpMix", gpus: Optional[int] = None, keep: float = 1e-6) -> dict[int, int]:
+        """The LP's instance counts rounded down to whole instances (kinds above ``keep``), the
+        GPUs left (of ``gpus``, default all) filled one instance at a time by largest
+        remainder; kinds with no instance dropped."""
+        g = self.problem.total_gpus if gpus is None else gpus
+        frac = {k: v for k, v in lp_mix.counts.items() if v > keep}
+        mix = {k: int(math.floor(v + 1e-6)) for k, v in frac.items()}
+        left = g - sum(self.kinds[k].gpus * n for k, n in mix.items())
+        for k in sorted(frac, key=lambda k: -(frac[k] - mix[k])):
+            if left >= self.kinds[k].gpus:
+                mix[k] += 1
+                left -= self.kinds[k].gpus
+        return {k: n for k, n in mix.items() if n > 0}
+
     def mixes(self, lp_mix: Optional["LpMix"] = None) -> list[dict[int, int]]:
         """Instance counts per kind to try: one kind on all GPUs, two kinds sharing the GPUs in
         quarters, and the LP relaxation's counts rounded down (the rest filled greedily)."""
         G = self.problem.total_gpus
         K = range(len(self.kinds))
-        out = [{k: G // self.kinds[k].gpus} for k in K]
+        out = [{k: G // self.kinds[k].gpus} for k in K]  # (kinds with no instance dropped below)
         for a in K:
             for b in K:
                 if a == b:
@@ -393,14 +412,7 @@ class Anytime:
                     if a < b or q != 2:
                         out.append({a: na, b: nb})
         if lp_mix is not None:
-            lp_mix = {k: v for k, v in lp_mix.counts.items() if v > 1e-9}
-            mix = {k: int(math.floor(v + 1e-6)) for k, v in lp_mix.items()}
-            left = G - sum(self.kinds[k].gpus * n for k, n in mix.items())
-            for k in sorted(lp_mix, key=lambda k: -(lp_mix[k] - math.floor(lp_mix[k] + 1e-6))):
-                if left >= self.kinds[k].gpus:
-                    mix[k] += 1
-                    left -= self.kinds[k].gpus
-            out.insert(0, mix)
+            out.insert(0, self.round_mix(lp_mix, keep=1e-9))
         uniq = []
         for m in out:
             m = {k: n for k, n in m.items() if n > 0}
@@ -1635,9 +1647,9 @@ class BoundLP:
 
 def bound_in_unit(problem: Problem, objective, lp: BoundLP, incumbent, deadline: float):
     """The LP bound in the objective's unit (cost, makespan and energy by their threshold
-    searches; gpus by :meth:`BoundLP.min_gpus`; dollars by :meth:`BoundLP.gpu_time_bound`;
-    None for the others, e.g. latency), and the LP's instance mix (None for gpus and
-    dollars). ``incumbent``: the incumbent's nominal
+    searches; by ``objective.lp_bound`` otherwise: ``"gpus"`` by :meth:`BoundLP.min_gpus`,
+    ``"gpu_time"`` (dollars) by :meth:`BoundLP.gpu_time_bound`; None for the others, e.g.
+    latency), and the LP's instance mix (None for the ``lp_bound`` ones). ``incumbent``: the incumbent's nominal
     :class:`~optimizer.deployment.evaluate.ScenarioResult` (or None): plans whose makespan
     makes them worse than it need not be bounded."""
     need = max(problem.required_on_time, objective.min_on_time)
@@ -1649,10 +1661,10 @@ def bound_in_unit(problem: Problem, objective, lp: BoundLP, incumbent, deadline:
     elif objective.search == "makespan":
         t_hi = incumbent.makespan_s if incumbent is not None else lp.t_floor * 4
         b, mix = lp.makespan_bound(need, t_hi, deadline)
-    elif objective.name == "gpus":
+    elif objective.lp_bound == "gpus":
         g = lp.min_gpus(need, deadline)
         return (None if g is None else float(g)), None
-    elif objective.name == "dollars":
+    elif objective.lp_bound == "gpu_time":
         b = lp.gpu_time_bound()
         return (None if b is None else objective.ratio_in_unit(problem, Fraction(b / TIME_UNIT_S)) * (1 - 1e-9)), None
     else:

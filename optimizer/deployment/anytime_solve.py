@@ -215,7 +215,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 got = lp.cg.integer_plan(lp.best_T * f, time.perf_counter() + min(2.0, 0.05 * left()))
                 offer(A.from_classes(got) if got else None, "configuration LP (integer master)")
 
-    if not proven() and obj.name == "gpus" and left() > 0:  # fewest GPUs: plans on the LP's mixes
+    if not proven() and obj.lp_bound == "gpus" and left() > 0:  # fewest GPUs: plans on the LP's mixes
         for cand in _fewest_gpus(A, lp, int(bound or 1), int(best_v), time.perf_counter() + GPUS_SHARE * left()):
             offer(cand, "fewest-GPU mixes")
     mixed = []  # plans of the mix search (step 2c), starting points of the local search
@@ -292,7 +292,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                  f"exact part: {exact}; bound: " +
                  (f"LP relaxation (HiGHS, {lp.solves} solves)" if bound is not None else
                   f"none (the {obj.name} objective has no LP bound)" if obj.search not in ("cost", "makespan") and
-                  obj.name not in ("gpus", "dollars") else "none reached in time"))
+                  obj.lp_bound is None else "none reached in time"))
     status = Status.OPTIMAL if bound is not None and bound >= value * (1 - OPTIMAL_GAP) else Status.FEASIBLE
     stats.status = status
     out = _finish(status, obj, value, bound, ev, stats, allowed, mode)
@@ -310,17 +310,8 @@ def _packings(A, lp, mix, deadline: float) -> list:
     above the LP solution's (``PACK_SLACK``), on the LP's instance mix rounded to whole instances
     and on every single-kind mix, each run under the better batch limit rule; stops at
     ``deadline``."""
-    G = A.problem.total_gpus
-    mixes = []
-    if mix is not None:
-        counts = {k: int(math.floor(n + 1e-6)) for k, n in mix.counts.items() if n > 1e-6}
-        free = G - sum(A.kinds[k].gpus * n for k, n in counts.items())
-        for k in sorted(counts, key=lambda k: -(mix.counts[k] - counts[k])):
-            if free >= A.kinds[k].gpus:
-                counts[k] += 1
-                free -= A.kinds[k].gpus
-        mixes.append(({k: n for k, n in counts.items() if n > 0}, mix.prefer(A.problem)))
-    mixes += [({k: G // kd.gpus}, None) for k, kd in enumerate(A.kinds) if G // kd.gpus > 0]
+    mixes = [(A.round_mix(mix), mix.prefer(A.problem))] if mix is not None else []
+    mixes += [(m, None) for m in A.single_kind_mixes()]
     out = []
     for f in PACK_SLACK:
         for m, pref in mixes:
@@ -351,17 +342,8 @@ def _fewest_gpus(A, lp, lo: int, hi: int, deadline: float) -> list:
     lo, hi = max(1, lo), hi - 1
     while lo <= hi and time.perf_counter() < deadline:
         g = (lo + hi) // 2
-        mixes = []
         _, mix = lp.max_on_time(math.inf, g)
-        if mix is not None:
-            counts = {k: int(math.floor(n + 1e-6)) for k, n in mix.counts.items() if n > 1e-6}
-            free = g - sum(A.kinds[k].gpus * n for k, n in counts.items())
-            for k in sorted(counts, key=lambda k: -(mix.counts[k] - counts[k])):
-                if free >= A.kinds[k].gpus:
-                    counts[k] += 1
-                    free -= A.kinds[k].gpus
-            mixes.append({k: n for k, n in counts.items() if n > 0})
-        mixes += [{k: g // kd.gpus} for k, kd in enumerate(A.kinds) if g // kd.gpus > 0]
+        mixes = ([A.round_mix(mix, g)] if mix is not None else []) + A.single_kind_mixes(g)
         met = None
         for m in [m for m in mixes if m]:
             if met is not None or time.perf_counter() >= deadline:
@@ -429,8 +411,7 @@ def _most_on_time_mix(A, deadline: float):
     def rank(t):
         return (t[0], -t[1])
 
-    G = A.problem.total_gpus
-    starts = [{k: G // kd.gpus} for k, kd in enumerate(A.kinds) if G // kd.gpus > 0]
+    starts = A.single_kind_mixes()
     starts.sort(key=lambda m: rank(score(m)), reverse=True)  # the climb from the best start first
 
     def met() -> bool:
