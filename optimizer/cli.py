@@ -140,10 +140,7 @@ def _pareto(raw, instance: Path, spec, objective, time_limit, output_dir, sweep:
     p = load_problem(raw, instance, objective)
     from optimizer import clock
 
-    start = clock.take()
-    # with --time-limit: the targets until the budget less PARETO_OUTPUT_S (the plot and files)
-    deadline = None if time_limit is None else \
-        (time.perf_counter() if start is None else start) + clock.budget_s(time_limit, PARETO_OUTPUT_S)
+    deadline = clock.command_deadline(time_limit, PARETO_OUTPUT_S)  # the plot and files get PARETO_OUTPUT_S
     res = run_pareto(p, sweep, points=points, time_limit_s=20.0 if time_limit is None else time_limit,
                      deadline=deadline)
     files = write(res, output_dir)

@@ -45,6 +45,18 @@ def budget_s(time_limit_s: float, extra_s: float = 0.0) -> float:
     return max(0.5 * time_limit_s, HARD_SHARE * time_limit_s - HARD_MARGIN_S - extra_s)
 
 
+def command_deadline(time_limit_s: Optional[float], extra_s: float = 0.0) -> Optional[float]:
+    """When a command under ``--time-limit`` must end its work (a ``time.perf_counter()``
+    value): the command's start (:func:`take`, else now) plus :func:`budget_s`; None without a
+    limit (the start is taken either way, so a later solve in the process starts afresh)."""
+    import time
+
+    now = time.perf_counter()
+    start = take()
+    t0 = now if start is None else min(now, start)
+    return None if time_limit_s is None else t0 + budget_s(time_limit_s, extra_s)
+
+
 _FIRST = [True]
 
 

@@ -39,10 +39,10 @@ MIN_SOLVE_S = 0.25  # the solve gets at least this long, even when start-up has 
 
 
 def solve_instance(p: Problem, objective: str, time_limit_s: float | None = None,
-                   start: float | None = None) -> BuildoutReport:
+                   end: float | None = None) -> BuildoutReport:
     """Solve, check the plan independently, explain it; returns the report. With
-    ``time_limit_s`` the whole call (from ``start``, a ``time.perf_counter()`` value, default
-    now) keeps :func:`optimizer.clock.budget_s`: the solve gets ``SOLVE_SHARE`` of it, the
+    ``time_limit_s`` the whole call ends by ``end`` (a ``time.perf_counter()`` value; default
+    :func:`optimizer.clock.command_deadline`): the solve gets ``SOLVE_SHARE`` of it, the
     explanation's what-if solves the rest (those skipped are counted in ``cut_short``).
 
     Raises:
@@ -51,8 +51,8 @@ def solve_instance(p: Problem, objective: str, time_limit_s: float | None = None
     from optimizer import clock
     from optimizer.buildout import explain
 
-    t0 = time.perf_counter() if start is None else start
-    end = None if time_limit_s is None else t0 + clock.budget_s(time_limit_s)
+    if end is None:
+        end = clock.command_deadline(time_limit_s)
     explain.WHATIF_DEADLINE[0], explain.WHATIF_SKIPPED[0] = end, 0
     try:
         return _solve_and_explain(p, objective, time_limit_s, end)
@@ -115,8 +115,8 @@ def run(raw: dict[str, Any], path: Path, objective: str | None, time_limit_s: fl
     from optimizer import clock
 
     t0 = time.perf_counter()
-    start = clock.take()  # the CLI's start: --time-limit counts start-up and reading too
+    end = clock.command_deadline(time_limit_s)  # counted from the CLI's start (start-up and reading too)
     p, obj = load(raw, path, objective)
-    report = solve_instance(p, obj, time_limit_s, t0 if start is None else min(t0, start))
+    report = solve_instance(p, obj, time_limit_s, end)
     report.total_time_s = time.perf_counter() - t0
     return report

@@ -138,8 +138,7 @@ def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: floa
                 output_dir: Path | None):
     from optimizer.experts.report import ExpertsReport, LayerRow, PlanScore
 
-    start = clock.take()  # the CLI's start: --time-limit counts start-up and reading too
-    t_begin = time.perf_counter() if start is None else start
+    end = clock.command_deadline(time_limit_s)  # counted from the CLI's start (start-up and reading too)
     objective = objective or "max-load"
     if objective not in OBJECTIVES:
         raise InputError("--objective", "", f"unknown objective {objective!r} for experts (expected {', '.join(OBJECTIVES)})")
@@ -183,7 +182,7 @@ def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: floa
     # work limit per layer (deterministic); --time-limit is a wall-clock guard split across layers
     par = parallel_workers(L, E, G, ex.workers)
     # (what is left of the command's budget, counted from the process start)
-    left = None if time_limit_s is None else clock.budget_s(time_limit_s) - (time.perf_counter() - t_begin)
+    left = None if end is None else end - time.perf_counter()
     guard = None if left is None else max(0.05, left * par / L)
     tasks = [LayerTask(i, fit[i], slots, node_of, N, ex.split, objective, greedy[i],
                        prev[i].X if prev is not None else None, ex.migration_weight, ex.max_load_tolerance,

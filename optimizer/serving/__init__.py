@@ -111,9 +111,7 @@ def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans
     ``model``: a :class:`ServingModel` to reuse (its step-time caches), e.g. one
     :meth:`~ServingModel.retarget`-ed to other SLO targets; its problem replaces ``p``."""
     t0 = time.perf_counter()
-    start = clock.take()  # the CLI's start: --time-limit counts start-up and reading too
-    deadline = None if time_limit_s is None else \
-        (t0 if start is None else min(t0, start)) + clock.budget_s(time_limit_s)
+    deadline = clock.command_deadline(time_limit_s)  # counted from the CLI's start (start-up and reading too)
     objectives = objective_registry()
     sm = ServingModel(p) if model is None else model
     p = sm.p
