@@ -64,7 +64,7 @@ MAX_SLOTS_PER_KIND = 10  # candidate instances of one kind in the repair model
 SUB_TIME_S = 0.3  # CP-SAT time per repair (most repairs of a plan full to its makespan end without a solution:
 #   more, shorter tries pay; 200 distinct sessions one at a time, 60 s: 0.6 s -> 5.34 %, 0.3 s -> 4.75-5.00 %)
 SLACK_WEIGHT = 20.0  # weight of an instance's idle share (1 - its makespan / the plan's) when fillers are drawn
-#   (3 -> 20: 4.75-5.00 % -> 4.42-4.56 % on the same case)
+#   (3 -> 20: 4.75-5.00 % -> 4.34-4.56 % on the same case)
 REPAIR_WORKERS = 2  # CP-SAT workers per repair (the target machine has 2 cores)
 KIB = 1024
 RESCUE_EVERY = 5  # every 5th step moves late sessions to where they are on time, simulated exactly
