@@ -142,3 +142,27 @@ def test_unsorted_trace_starts_at_its_earliest_arrival(tmp_path):
     p.write_text("arrival_s,input_tokens,output_tokens\n1,100,10\n0.5,200,20\n3,300,30\n")
     t, isl, osl = read_trace(p, "serving.traffic.trace", tmp_path / "inst.yaml")
     assert list(t) == [0.0, 0.5, 2.5] and list(isl) == [200, 100, 300] and list(osl) == [20, 10, 30]
+
+
+def test_launch_scripts_give_workers_on_one_server_their_own_gpus_and_port(cli, tmp_path):
+    """Two TP1 workers fit one 8-GPU server: slot 1 must not reuse slot 0's GPUs or port (a fresh
+    user's scripts all said --port 8000 and no GPU selection)."""
+    import os
+    import subprocess
+
+    out = tmp_path / "out"
+    r = cli(INSTANCES / "serving_qwen3_30b_a3b_mixed_pools.yaml", "--output", out)
+    assert r.exit_code == 0, r.output
+    script = next(out.glob("launch_*_vllm.sh"))
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "vllm").write_text('#!/bin/sh\necho "GPUS=$CUDA_VISIBLE_DEVICES ARGS=$*"\n')
+    (fake / "vllm").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    runs = [subprocess.run(["sh", str(script), str(slot)], capture_output=True, text=True, env=env) for slot in (0, 1, 7)]
+    assert all(x.returncode == 0 for x in runs), [x.stderr for x in runs]
+    gpus = [x.stdout.split()[0] for x in runs]
+    assert gpus == ["GPUS=0", "GPUS=1", "GPUS=7"]
+    assert [x.stdout.split()[-1] for x in runs] == ["8000", "8001", "8007"]
+    bad = subprocess.run(["sh", str(script), "8"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "slot must be 0..7" in bad.stderr and bad.stdout == ""

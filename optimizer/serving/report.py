@@ -122,7 +122,7 @@ class ServingReport:
             pool = p.pools[w.pool]
             out.append({"role": w.role, "pool": pool.name, "gpu": pool.gpu, "layout": w.layout.label(),
                         "layout_detail": w.layout.as_dict(), "count": n, "gpus_per_worker": w.gpus,
-                        "gpus": w.gpus * n, "max_batch": w.max_batch, "rate_per_worker_rps": w.rate,
+                        "gpus": w.gpus * n, "gpus_per_server": pool.hw.server.gpus, "max_batch": w.max_batch, "rate_per_worker_rps": w.rate,
                         "load_rps": lam, "limited_by": w.limit, "limit_detail": w.detail, "analytic": an,
                         "launch": commands(p, w)})
         return out
@@ -297,7 +297,12 @@ class ServingReport:
 
     # ------------------------------------------------------------------ scripts
     def write_scripts(self, out: Path) -> list[Path]:
-        """``launch_<mode>_<role>_<layout>_<engine>.sh`` for each worker group of each rate's best plan."""
+        """``launch_<mode>_<role>_<layout>_<pool>_<engine>.sh`` for each worker group of each
+        rate's best plan. A script is run once per worker with its slot on the server
+        (``./launch_….sh 0``, ``1``, …): the slot picks the worker's own GPUs
+        (``CUDA_VISIBLE_DEVICES``) and port (the engine's default port plus the slot), so workers
+        sharing a server do not collide. A worker wider than a server has one slot (all GPUs of
+        each of its servers); the engine's multi-node options are not generated."""
         out.mkdir(parents=True, exist_ok=True)
         files = []
         d = self.to_dict()
@@ -310,8 +315,7 @@ class ServingReport:
                     tag = f"{r['best_mode']}_{g['role']}_{g['layout'].replace(' ', '').replace('/', '-')}_{g['pool']}"
                     suffix = f"_{r['rate_rps']:g}rps" if len(d["plan"]["rates"]) > 1 else ""
                     f = out / f"launch_{tag}{suffix}_{engine}.sh"
-                    f.write_text(f"#!/bin/sh\n# {g['count']} worker(s) of {g['gpus_per_worker']} {g['gpu']} GPUs each; "
-                                 f"run once per worker\n{cmd}\n")
+                    f.write_text(_slot_script(f.name, cmd, g))
                     f.chmod(0o755)
                     files.append(f)
         return files
@@ -392,3 +396,22 @@ class ServingReport:
         console.print(f"solver highs: {d['solver']['status']}, {d['solver']['solves']} solves, "
                       f"{d['solver']['time_s']:.2f} s, {o['name']} = {o['value']:.4g} {o['unit']} "
                       f"(bound {o['bound']:.4g}, gap {(o['gap'] or 0):.2%})")
+
+
+def _slot_script(name: str, cmd: str, g: dict) -> str:
+    """A launch script taking the worker's slot on its server (see ``write_scripts``); ``cmd``
+    ends with ``--port N`` (:mod:`optimizer.serving.launch`), the first slot's port."""
+    base, port = cmd.rsplit(" --port ", 1)
+    per_gpu, per_server = int(g["gpus_per_worker"]), int(g["gpus_per_server"])
+    slots = max(1, per_server // per_gpu)
+    width = min(per_gpu, per_server)
+    cases = "\n".join(f"  {k}) gpus={','.join(str(k * width + i) for i in range(width))} ;;" for k in range(slots))
+    wide = ("" if per_gpu <= per_server else
+            f"# each worker spans {-(-per_gpu // per_server)} servers: run it on each with the engine's multi-node "
+            "options (not generated)\n")
+    return (f"#!/bin/sh\n# {g['count']} worker(s) of {per_gpu} {g['gpu']} GPUs each, {slots} per server of "
+            f"{per_server} GPUs.\n{wide}# Run once per worker: ./{name} SLOT (SLOT 0..{slots - 1} on each server "
+            f"picks the worker's GPUs and port {port} + SLOT)\n"
+            f"slot=${{1:-0}}\ncase \"$slot\" in\n{cases}\n"
+            f"  *) echo \"{name}: slot must be 0..{slots - 1} ({slots} worker(s) per server)\" >&2; exit 2 ;;\nesac\n"
+            f"export CUDA_VISIBLE_DEVICES=$gpus\nexec {base} --port $(({port} + slot))\n")
