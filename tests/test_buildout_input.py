@@ -10,6 +10,10 @@ from tests.buildout_helpers import EXAMPLE, SECOND_TIER, raw_of, run_cli, write_
     ("buildout.power_budget_kw=-5", "buildout.power_budget_kw", "greater than 0"),
     ("buildout.power_budget_kw=abc", "buildout.power_budget_kw", "valid number"),
     ("buildout.fixed_power_kw=-1", "buildout.fixed_power_kw", "greater than or equal to 0"),
+    # a fresh user's 1e12 kW hall: CP-SAT's integer watts overflowed and a stage came back
+    # infeasible under a "time limit" line; power figures are capped at 10 GW
+    ("buildout.power_budget_kw=1e12", "buildout.power_budget_kw", "less than or equal to 10000000"),
+    ("buildout.racks.liquid_cooled_kw=2e7", "buildout.racks.liquid_cooled_kw", "less than or equal to 10000000"),
     ("buildout.bogus=1", "buildout.bogus", "unknown key"),
     ("buildout.racks.rack_units=4.5", "buildout.racks.rack_units", "valid integer"),
     ("buildout.racks.air_cooled_kw=0", "buildout.racks.air_cooled_kw", "greater than 0"),

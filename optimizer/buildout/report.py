@@ -194,7 +194,8 @@ class BuildoutReport:
         s = d["solver"]
         if res.status == Status.FEASIBLE:
             done = ", ".join(f"{x['name']} {x['status']}" for x in s["stages"])
-            console.print(f"[yellow]time limit: not every objective stage is proven optimal ({done})[/yellow]")
+            why = "time limit: " if all(x["status"] in ("optimal", "feasible", "time_limit") for x in s["stages"]) else ""
+            console.print(f"[yellow]{why}not every objective stage is proven optimal ({done})[/yellow]")
         if self.cut_short:
             console.print(f"[yellow]cut short by the time limit: {escape(', '.join(self.cut_short))}[/yellow]")
         console.print(f"solver {s['name']}: {s['status']}, {s['solves']} solves, {s['time_s']:.3f} s "

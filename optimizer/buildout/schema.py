@@ -30,6 +30,11 @@ NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
 PosInt = Annotated[int, Field(strict=True, ge=1)]
 Utilization = Annotated[float, Field(strict=True, gt=0, le=1, allow_inf_nan=False)]
 NonNegInt = Annotated[int, Field(strict=True, ge=0)]
+# power figures above 10 GW (beyond any planned campus) are refused: CP-SAT's integer watts
+# overflow its bounds near 1e15 W, and a budget of that size is a typo
+MAX_KW = 1e7
+Kw = Annotated[float, Field(strict=True, gt=0, le=MAX_KW, allow_inf_nan=False)]
+NonNegKw = Annotated[float, Field(strict=True, ge=0, le=MAX_KW, allow_inf_nan=False)]
 
 SERVERS_FILE = Path(__file__).resolve().parents[2] / "instances" / "hardware" / "buildout_servers.yaml"
 
@@ -44,7 +49,7 @@ class ServerTypeIn(StrictModel):
     name: Annotated[str, Field(strict=True, min_length=1)]
     max_count: Optional[NonNegInt] = None
     gpus: Optional[PosInt] = None
-    power_kw: Optional[PosFloat] = None
+    power_kw: Optional[Kw] = None
     rack_units: Optional[PosInt] = None
     cost: Optional[NonNegFloat] = None
 
@@ -60,10 +65,10 @@ class RacksIn(StrictModel):
     three-phase feed is 208 x 60 x sqrt(3) = 21.6 kW; x 0.8 = 17.28 kW usable with A+B.
     """
 
-    air_cooled_kw: Optional[PosFloat]
-    liquid_cooled_kw: Optional[PosFloat] = None
+    air_cooled_kw: Optional[Kw]
+    liquid_cooled_kw: Optional[Kw] = None
     rack_units: PosInt
-    feed_kw: Optional[PosFloat] = None
+    feed_kw: Optional[Kw] = None
     max_utilization: Optional[Utilization] = None
     redundant_feeds: Optional[Annotated[bool, Field(strict=True)]] = None
     feeds_per_rack: Optional[PosInt] = None
@@ -76,15 +81,15 @@ class FabricIn(StrictModel):
     port_bandwidth_gb_s: PosFloat
     gpu_links: PosInt
     max_oversubscription: PosFloat
-    second_tier_power_kw: NonNegFloat
+    second_tier_power_kw: NonNegKw
     one_tier_max_gpus: PosInt
-    switch_power_kw: NonNegFloat = 0.0
+    switch_power_kw: NonNegKw = 0.0
     switch_rack_units: NonNegInt = 0
 
 
 class BuildoutIn(StrictModel):
-    power_budget_kw: PosFloat
-    fixed_power_kw: NonNegFloat = 0.0
+    power_budget_kw: Kw
+    fixed_power_kw: NonNegKw = 0.0
     server_types: list[ServerTypeIn] = Field(min_length=1)
     install_unit_servers: PosInt = 1
     target_gpus: Optional[PosInt] = None
