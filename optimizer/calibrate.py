@@ -30,6 +30,7 @@ import numpy as np
 
 from optimizer.errors import InputError
 
+ABOVE_PEAK = 10.0  # a row measured above this many times its peak-efficiency prediction is refused
 COLUMNS = ("model", "gpu", "dtype", "tp", "batch", "isl", "osl", "output_tokens_per_s")
 FACTORS = ("compute", "memory", "network")
 LOWER = 1e-3
@@ -272,6 +273,11 @@ def prepare(rows: list[Row], models: dict, hw: dict, csv_path: Path) -> None:
             d = forward_pass(perf, lay, b, b * ctx, b * ctx, PEAK)
             parts.append((d.local_s, d.compute_s, d.comm_s))
         r.parts = np.asarray(parts)
+        peak = r.predict((1.0, 1.0, 1.0))
+        if r.measured > ABOVE_PEAK * peak:  # a typo (a fresh user's 1e308 was fitted as given)
+            raise InputError(csv_path, f"line {r.line}.output_tokens_per_s",
+                             f"{r.measured:g} tok/s is more than {ABOVE_PEAK:g}x the peak model's {peak:.6g} tok/s "
+                             f"(every efficiency 1) for {r.model} TP{r.tp} on {h[0]}: not a measurement of this row")
         if r.osl > 1:  # consistency with the model's own decode step (mixed_step_s with no chunk)
             last = mixed_step_s(perf, lay, 0.0, 0.0, b, n + r.osl - 1, PEAK)
             assert abs(last - (max(parts[-1][0], parts[-1][1]) + parts[-1][2])) <= 1e-9 * last

@@ -147,3 +147,17 @@ def test_fresh_user_rows_one_token_out_and_beyond_memory(cli_any, tmp_path):
     d = json.loads(r.stdout)
     assert "exceeds the KV memory" in d["rows"][0]["skipped"] and "skipped" not in d["rows"][1]
     assert "warning" not in r.stderr
+
+
+def test_a_row_far_above_its_peak_prediction_is_refused(cli_any, tmp_path):
+    """A fresh user's 1e308 tok/s was fitted as given; a row measured above 10x its peak-efficiency
+    prediction is a typo, refused with its line (the published rows are 1.2-3.5x below peak)."""
+    typo = _rows(tmp_path, ["LLaMA-7B,H100-SXM,fp8,1,64,128,128,9193", "LLaMA-7B,H100-SXM,fp8,1,64,128,2048,1e308"])
+    assert_one_line_error(cli_any("calibrate", typo, "--model", MAPPING), "m.csv", "line 3.output_tokens_per_s",
+                          "peak model")
+    rows = _prepared(_rows(tmp_path, ["LLaMA-7B,H100-SXM,fp8,1,64,128,128,9193"]))
+    peak = rows[0].predict((1.0, 1.0, 1.0))
+    near = _rows(tmp_path, [f"LLaMA-7B,H100-SXM,fp8,1,64,128,128,{9.9 * peak:.1f}"])
+    assert cli_any("calibrate", near, "--model", MAPPING, "--format", "json").exit_code == 0
+    far = _rows(tmp_path, [f"LLaMA-7B,H100-SXM,fp8,1,64,128,128,{10.1 * peak:.1f}"])
+    assert_one_line_error(cli_any("calibrate", far, "--model", MAPPING), "line 2.output_tokens_per_s")
