@@ -78,3 +78,25 @@ def test_bad_work_limit_is_one_line_exit_2(tmp_path):
     assert code == 2
     assert "work_units_per_layer" in out and "inst.yaml" in out and "Traceback" not in out
     assert len(out.strip().splitlines()) == 1
+
+
+def test_secondary_objective_text_names_whose_gap_the_table_shows(tmp_path):
+    """With --objective inter-node the table's bound and gap are the max load's (a fresh user read
+    the 0.00 % column as the objective's gap, which the JSON left null): the column says so and a
+    line gives the objective's own value and bound, as in the JSON."""
+    from tests.experts_helpers import run_cli
+
+    rng = np.random.default_rng(4)
+    loads = (rng.lognormal(0, 1.2, (2, 2, 12)) * 80).astype(int) + 1
+    (tmp_path / "t.json").write_text(json.dumps(loads.tolist()))
+    inst = write_instance(tmp_path, "t.json", num_gpus=4, num_nodes=2, slots_per_gpu=4, work_units_per_layer=0.2)
+    code, text = run_cli(inst, "--objective", "inter-node")
+    assert code == 0, text
+    _, d = run_json(inst, "--objective", "inter-node")
+    o = d["objective"]
+    assert "max-load gap" in text and "mean max-load gap" in " ".join(text.split())
+    line = next(x for x in text.splitlines() if x.startswith("objective inter-node:"))
+    assert f"{o['value']:.6g} tokens crossing nodes" in line
+    assert (f"bound {o['bound']:.6g}" in line) if o["bound"] is not None else ("not proven" in line)
+    code, text = run_cli(inst)
+    assert code == 0 and "max-load gap" not in text and "objective max-load:" not in text
