@@ -166,3 +166,30 @@ def test_launch_scripts_give_workers_on_one_server_their_own_gpus_and_port(cli, 
     assert [x.stdout.split()[-1] for x in runs] == ["8000", "8001", "8007"]
     bad = subprocess.run(["sh", str(script), "8"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "slot must be 0..7" in bad.stderr and bad.stdout == ""
+
+
+def test_a_rate_sweep_the_time_limit_cuts_keeps_the_solved_rates(cli, tmp_path):
+    """A fresh user's 60-rate sweep on --time-limit 1 ran 2 s, and a rate left without a plan
+    crashed the text report: rates not begun by the limit are now reported as not solved, the
+    solved ones keep their plans (status feasible), and the first rate is always solved."""
+    raw = llama70b_raw(mode="both")
+    raw["serving"]["traffic"]["rate_rps"] = [float(r) for r in range(1, 61)]
+    path = write(tmp_path, raw)
+    d = serving_solve(raw, budget_limit=0.05)
+    rates = d["plan"]["rates"]
+    assert rates[0]["best_mode"] is not None  # the first rate, even with the limit already spent
+    unsolved = [r for r in rates if r["best_mode"] is None]
+    assert unsolved and all(m["status"] == "time_limit" for r in unsolved for m in r["modes"].values())
+    assert d["status"] == "feasible" and d["objective"]["rate_rps"] == max(r["rate_rps"] for r in rates if r["best_mode"])
+    assert any("not begun before the time limit" in c for c in d["solver"]["cut_short"])
+    r = cli(path, "--time-limit", "0.05")
+    assert r.exit_code == 0, r.output
+    assert "not begun before the time limit" in " ".join(r.output.split()) and "Traceback" not in r.output
+    assert "Workers of the best plan" in r.output
+
+
+def serving_solve(raw, budget_limit: float) -> dict:
+    import optimizer.serving as serving
+    from tests.serving_helpers import problem
+
+    return serving.solve_instance(problem(raw), time_limit_s=budget_limit).to_dict()

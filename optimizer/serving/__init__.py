@@ -19,10 +19,10 @@ from objectives.serving import registry as objective_registry
 from optimizer import clock
 from optimizer.result import Status
 from optimizer.serving.perf import ServingModel
-from optimizer.serving.report import ModePlan, RateResult, ServingReport
+from optimizer.serving.report import NOT_BEGUN, ModePlan, RateResult, ServingReport
 from optimizer.serving.schema import Problem, load
 from optimizer.serving.simulate import SimulationCut, simulate
-from optimizer.serving.solve import MODE_ROLES, solve_mode
+from optimizer.serving.solve import MODE_ROLES, ModeResult, solve_mode
 
 __all__ = ["run", "load_problem", "solve_instance", "ServingReport"]
 
@@ -127,8 +127,13 @@ def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans
     for rate in rates:
         plans = {}
         for m in modes:  # each (rate, mode) gets an equal share of the time left
-            share = None if deadline is None else time.perf_counter() + (deadline - time.perf_counter()) / todo
-            plans[m] = _plan_mode(p, sm, workers, m, objective, rate, limit, do_sim, share)
+            if deadline is not None and time.perf_counter() >= deadline and results:  # not begun: not solved
+                # (the first rate is always solved: a plan, on the analytic checks if need be)
+                plans[m] = ModePlan(m, ModeResult(m, Status.TIME_LIMIT, None, None, None, 0.0, rate,
+                                                  details=[f"not solved: {NOT_BEGUN}"]))
+            else:
+                share = None if deadline is None else time.perf_counter() + (deadline - time.perf_counter()) / todo
+                plans[m] = _plan_mode(p, sm, workers, m, objective, rate, limit, do_sim, share)
             todo -= 1
         results.append(RateResult(rate, plans))
     rep = ServingReport(p, sm, workers, objective, results, time.perf_counter() - t0)

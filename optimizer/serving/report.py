@@ -30,6 +30,9 @@ DEFINITIONS = {
 }
 
 
+NOT_BEGUN = "the time limit had passed before this rate and mode began"
+
+
 @dataclass
 class ModePlan:
     mode: str
@@ -76,8 +79,12 @@ class ServingReport:
         (time_limit when a solve ran out of time without one)."""
         bests = [self.best(rr) for rr in self.results]
         if any(b is None for b in bests):
-            timed_out = any(m.result.status == Status.TIME_LIMIT for rr in self.results for m in rr.plans.values())
-            return Status.TIME_LIMIT if timed_out else Status.INFEASIBLE
+            short = [rr for rr, b in zip(self.results, bests) if b is None]
+            timed_out = [rr for rr in short if any(m.result.status == Status.TIME_LIMIT for m in rr.plans.values())]
+            if len(timed_out) < len(short):
+                return Status.INFEASIBLE  # a rate no mode serves (proven)
+            # rates the time limit left without a plan: the others' plans stand (cut_short names the rest)
+            return Status.FEASIBLE if len(short) < len(bests) else Status.TIME_LIMIT
         return Status.OPTIMAL if all(b.result.status == Status.OPTIMAL for b in bests) else Status.FEASIBLE
 
     # ------------------------------------------------------------------ figures
@@ -244,7 +251,8 @@ class ServingReport:
             return self._cache["dict"]
         p, obj = self.problem, self.objective
         rates = self.rates()
-        last = self.results[-1]
+        # the largest rate with a plan (a time limit may leave the sweep's last rates unsolved)
+        last = next((rr for rr in reversed(self.results) if self.best(rr) is not None), self.results[-1])
         best = self.best(last)
         status = self.status
         objective = {**obj.describe(), "value": None, "bound": None, "gap": None}
@@ -287,8 +295,18 @@ class ServingReport:
     def cut_short(self) -> list[str]:
         """One line per plan whose simulation the time limit ended (its checks are the analytic
         model's alone)."""
-        return [f"simulation of {m.mode} at {rr.rate:g} req/s ({m.sim_cut}): the plan is checked by the analytic "
-                f"model only" for rr in self.results for m in rr.plans.values() if m.sim_cut]
+        cut = [(rr.rate, m) for rr in self.results for m in rr.plans.values() if m.sim_cut]
+        out = [f"simulation of {m.mode} at {rate:g} req/s ({m.sim_cut}): the plan is checked by the analytic "
+               f"model only" for rate, m in cut[:3]]
+        if len(cut) > 3:
+            out.append(f"and {len(cut) - 3} more simulations (up to {cut[-1][0]:g} req/s): those plans are checked by "
+                       f"the analytic model only")
+        unsolved = [(rr.rate, m.mode) for rr in self.results for m in rr.plans.values()
+                    if m.result.counts is None and m.result.status == Status.TIME_LIMIT and m.result.solves == 0]
+        if unsolved:
+            out.append(f"{len(unsolved)} of {sum(len(rr.plans) for rr in self.results)} (rate, mode) solves not begun "
+                       f"before the time limit (from {unsolved[0][0]:g} req/s {unsolved[0][1]})")
+        return out
 
     def slo_dict(self) -> dict[str, Any]:
         p = self.problem
@@ -361,7 +379,8 @@ class ServingReport:
             console.print(f"[yellow]cut short by the time limit: {escape(line)}[/yellow]")
         for r in rates:
             for w in r["why_other_mode_lost"] if len(r["modes"]) > 1 else []:
-                console.print(escape(f"why not {w['detail']}"))
+                if not w["detail"].endswith(NOT_BEGUN):  # counted in the cut-short line
+                    console.print(escape(f"why not {w['detail']}"))
         if d["status"] == Status.INFEASIBLE.value:
             console.print("[red]No plan meets the SLOs.[/red]")
             if self.achievable:
@@ -373,8 +392,14 @@ class ServingReport:
                     console.print(escape(f"    - {line}"))
             console.print(f"solver highs: {d['solver']['status']}, {d['solver']['time_s']:.2f} s")
             return
-        best = rates[-1]["modes"][rates[-1]["best_mode"]]
-        g = Table(title=f"Workers of the best plan ({rates[-1]['best_mode']}, {rates[-1]['rate_rps']:g} req/s)")
+        solved = [r for r in rates if r["best_mode"] is not None]
+        if not solved:  # the time limit ended the run before any rate had a plan
+            console.print(f"[yellow]no plan within the time limit[/yellow]; solver highs: {d['solver']['status']}, "
+                          f"{d['solver']['time_s']:.2f} s")
+            return
+        last = solved[-1]
+        best = last["modes"][last["best_mode"]]
+        g = Table(title=f"Workers of the best plan ({last['best_mode']}, {last['rate_rps']:g} req/s)")
         for col in ("role", "count", "layout", "GPU", "max batch", "req/s max", "load", "limited by"):
             g.add_column(col)
         for x in best["workers"]:
@@ -395,7 +420,7 @@ class ServingReport:
                 console.print(escape(f"  [{x['role']} x{x['count']}] {cmd}"), soft_wrap=True)
         console.print(f"solver highs: {d['solver']['status']}, {d['solver']['solves']} solves, "
                       f"{d['solver']['time_s']:.2f} s, {o['name']} = {o['value']:.4g} {o['unit']} "
-                      f"(bound {o['bound']:.4g}, gap {(o['gap'] or 0):.2%})")
+                      + ("(no bound)" if o["bound"] is None else f"(bound {o['bound']:.4g}, gap {(o['gap'] or 0):.2%})"))
 
 
 def _slot_script(name: str, cmd: str, g: dict) -> str:
