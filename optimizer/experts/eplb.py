@@ -23,6 +23,8 @@ to ``num_replicas - num_experts + 1`` columns.
 """
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 
@@ -48,17 +50,17 @@ def balanced_packing(weights: np.ndarray, num_packs: int, capacities: list[int] 
     rank = np.zeros((rows, items), dtype=np.int64)
     for i in range(rows):
         order = np.argsort(-weights[i], kind="stable")
-        load = [0.0] * num_packs
         used = [0] * num_packs
-        for item in order:
-            best = -1
-            for p in range(num_packs):
-                if used[p] < capacities[p] and (best < 0 or load[p] < load[best]):
-                    best = p
+        # the lightest pack with room, the lowest index among equal loads: a heap of (load, pack)
+        heap = [(0.0, p) for p in range(num_packs) if capacities[p] > 0]
+        row = weights[i].tolist()
+        for item in order.tolist():
+            load, best = heapq.heappop(heap)
             pack[i, item] = best
             rank[i, item] = used[best]
-            load[best] += float(weights[i, item])
             used[best] += 1
+            if used[best] < capacities[best]:
+                heapq.heappush(heap, (load + float(row[item]), best))
     return pack, rank
 
 

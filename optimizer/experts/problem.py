@@ -183,7 +183,7 @@ def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: floa
     par = parallel_workers(L, E, G, ex.workers)
     # (what is left of the command's budget, counted from the process start)
     left = None if end is None else end - time.perf_counter()
-    guard = None if left is None else max(0.05, left * par / L)
+    guard = None if left is None else max(0.005, left * par / L)  # spent: the start plans, nearly at once
     tasks = [LayerTask(i, fit[i], slots, node_of, N, ex.split, objective, greedy[i],
                        prev[i].X if prev is not None else None, ex.migration_weight, ex.max_load_tolerance,
                        guard, work_limit=ex.work_units_per_layer) for i in range(L)]
