@@ -113,7 +113,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
             live()
     _print_warnings()
     if fmt == "json":
-        click.echo(json.dumps(_result_dict(report, files), indent=2, default=_json_default))
+        click.echo(_dumps(_result_dict(report, files)))
     else:
         for f in files:
             click.echo(f"wrote {f}", err=True)
@@ -221,7 +221,17 @@ def _write_result(report, output_dir: Path, files: list[str]) -> None:
     """``--output DIR``: every problem writes ``DIR/result.json`` (the ``--format json`` object);
     expert placement also writes its placement files there."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "result.json").write_text(json.dumps(_result_dict(report, files), indent=2, default=_json_default))
+    (output_dir / "result.json").write_text(_dumps(_result_dict(report, files)))
+
+
+COMPACT_JSON_CHARS = 1_000_000  # larger results are printed without indentation (3.5x faster to write)
+
+
+def _dumps(d: dict) -> str:
+    """A result as JSON: indented, or compact when it is large (a 500,000-session plan is
+    114 MB indented and took 3.5 s to encode; compact, 76 MB in 1.0 s: the C encoder)."""
+    text = json.dumps(d, default=_json_default)
+    return text if len(text) > COMPACT_JSON_CHARS else json.dumps(d, indent=2, default=_json_default)
 
 
 @click.command("calibrate", context_settings={"help_option_names": ["-h", "--help"]})

@@ -152,6 +152,41 @@ def test_rounded_instance_plan_is_feasible_for_the_real_one(seed, tmp_path):
     assert ev.nominal.makespan_s <= out.evaluation.nominal.makespan_s * (1 + 1e-12)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_dealt_plan_places_every_session_once_within_memory(seed, tmp_path):
+    """Anytime.deal (the first plans above DEAL_SESSIONS sessions; a fresh user's 500,000
+    sessions got no plan in 20 s from the greedy): each session placed once, the plan
+    passing the evaluator, one at a time and batched; construct_many uses it when the
+    threshold is lowered."""
+    from optimizer.deployment import anytime as at
+
+    problem = replace(random_instance(seed, tmp_path), faults=()) if seed % 2 == 0 else random_batched(seed, tmp_path)
+    perf = PerfModel(problem)
+    a = Anytime(problem, perf, get("cost"), _kinds_layouts(problem))
+    G = problem.total_gpus
+    dealt = 0
+    for k, kd in enumerate(a.kinds):
+        if G // kd.gpus == 0:
+            continue
+        sol = a.deal({k: G // kd.gpus})
+        if sol is None:  # memory full before every session is placed
+            continue
+        dealt += 1
+        assert sorted(i for it in sol for i in it.sessions) == list(range(len(problem.sessions)))
+        if len(problem.classes) == 1 and kd.fits.all() and len(sol) == G // kd.gpus:  # one class: even, in turn
+            sizes = sorted(len(it.sessions) for it in sol)
+            assert sizes[-1] - sizes[0] <= 1
+        assert evaluate(problem, a.plan(sol), perf).violations == []
+    old = at.DEAL_SESSIONS
+    at.DEAL_SESSIONS = 0
+    try:
+        got = a.construct_many(time.perf_counter() + 5)
+    finally:
+        at.DEAL_SESSIONS = old
+    if dealt:
+        assert got and all(evaluate(problem, a.plan(s), perf).violations == [] for s in got[:3])
+
+
 def _mixed(tmp_path, n=200, servers=16, max_batch=1, seed=0):
     raw = generate_mixed(n, servers, seed=seed, max_batch=max_batch)
     path = tmp_path / "mixed.yaml"

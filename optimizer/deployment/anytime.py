@@ -87,6 +87,8 @@ DEADLINE_ROWS = 40  # deadline values with an EDD row in the bound LP
 # HiGHS options tried in turn when an LP ends neither optimal nor infeasible
 LP_RETRIES = (("presolve", "off"), ("solver", "ipm"))
 STAIRCASE_STEPS = 16
+DEAL_SESSIONS = 20_000  # above this many sessions the first plans are dealt out in turn (Anytime.deal)
+DEAL_MIXES = 3  # mixes dealt out before the greedy plans
 PACK_CANDIDATES = 32  # instances of one kind whose deadlines Anytime.pack checks per session  # decode-length thresholds of the batched staircase rows in the bound LP
 
 # --progress: a callable receiving {"phase", "elapsed_s", "value", "bound", "gap", "unit"}
@@ -695,6 +697,20 @@ class Anytime:
         prefer = lp_mix.prefer(self.problem) if lp_mix is not None else None
         self.tradeoff = None  # every greedy plan is run under both rules (choose_rule)
         self.stop_at = hard
+        if len(self.sess) > DEAL_SESSIONS:  # a plan in linear time first: the greedy is O(sessions x instances)
+            for mix in self.mixes(lp_mix)[:DEAL_MIXES]:
+                if hard is not None and time.perf_counter() >= hard and found:
+                    break
+                sol = self.deal(mix)
+                if sol is not None:
+                    sol = self.choose_rule(sol)
+                    r = self.scenario(sol)
+                    v = self.value_of(r)
+                    found.append((v, self.need - r.on_time if math.isinf(v) else 0, len(found), sol))
+                    if best is None or v < best_v:
+                        best, best_v = sol, v
+            if math.isfinite(best_v):  # a dealt plan stands: the greedy ones only until the soft deadline
+                self.stop_at = deadline if hard is None else min(hard, deadline)
         for n, mix in enumerate(self.mixes(lp_mix)):
             pref = [prefer] if (prefer is not None and n == 0) else []
             for target, pr in [(None, p) for p in pref] + [(t, p) for p in pref for t in targets] + \
@@ -718,6 +734,34 @@ class Anytime:
         if best is not None:
             self.tradeoff = self.rule_of.get(id(best))
         return [x for *_, x in sorted(found, key=lambda t: t[:3])]
+
+    def deal(self, mix: dict[int, int]) -> Optional[list[Inst]]:
+        """Sessions dealt out in deadline order to the instances of ``mix`` in turn (the next
+        one whose kind fits the session and whose memory has room), each instance then run under
+        the present batch limit rule: a plan in time linear in the sessions for inputs too large
+        for :meth:`greedy`; None when a session fits no instance."""
+        slots = [(k, j) for k in mix for j in range(mix[k])]
+        if not slots:
+            return None
+        mem = [self.kinds[k].static.copy() for k, _ in slots]
+        members: list[list[int]] = [[] for _ in slots]
+        order = np.lexsort((np.arange(len(self.sess)), self.dl))
+        ptr = 0
+        for n, i in enumerate(order):
+            if self.stop_at is not None and n % 4096 == 0 and time.perf_counter() >= self.stop_at:
+                return None  # out of time (construct_many's hard deadline)
+            c = self.cls[i]
+            for step in range(len(slots)):
+                m = (ptr + step) % len(slots)
+                kd = self.kinds[slots[m][0]]
+                if kd.fits[c] and np.all(mem[m] + kd.kv[:, c] <= self.mem):
+                    mem[m] += kd.kv[:, c]
+                    members[m].append(int(i))
+                    ptr = m + 1
+                    break
+            else:
+                return None
+        return [self.run(Inst(k, members[m])) for m, (k, _) in enumerate(slots) if members[m]]
 
     def most_on_time(self, mix: dict[int, int], deadline: Optional[float] = None) -> Optional[list[Inst]]:
         """As many sessions on time as earliest-deadline best fit reaches on the instances of
