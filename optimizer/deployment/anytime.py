@@ -699,8 +699,8 @@ class Anytime:
         self.stop_at = hard
         if len(self.sess) > DEAL_SESSIONS:  # a plan in linear time first: the greedy is O(sessions x instances)
             for mix in self.mixes(lp_mix)[:DEAL_MIXES]:
-                if hard is not None and time.perf_counter() >= hard and found:
-                    break
+                if found and time.perf_counter() >= (deadline if math.isfinite(best_v) else (hard or deadline)):
+                    break  # one dealt plan stands; more mixes only while time is left
                 sol = self.deal(mix)
                 if sol is not None:
                     sol = self.choose_rule(sol)
