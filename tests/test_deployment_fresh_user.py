@@ -494,3 +494,24 @@ def test_missing_or_folder_paths_name_their_field(cli, instance, field, value, n
     inventory named only the path, not the instance's field."""
     r = cli(INSTANCES / instance, "--set", f"{field}={value}")
     assert_one_line_error(r, instance, needle)
+
+
+def test_fault_instance_whose_run_without_faults_is_infeasible_is_infeasible_at_once(cli, tmp_path):
+    """300 sessions with a fault, the on-time requirement out of reach even without it: exit 4
+    after the whole limit (no conflicts) for a fresh user; now the LP relaxation of the run
+    without faults decides it (a fault only delays), exit 3 with the on-time conflict, long
+    before the limit."""
+    from benchmarks.gen_deployment import generate_mixed
+
+    raw = generate_mixed(300, 8, seed=1, fraction=0.9, max_batch=1)
+    raw["faults"] = [{"at_ms": 100, "stall_ms": 10}]
+    path = tmp_path / "f.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    code, d, r = _json(cli, path, "--time-limit", "30")
+    assert code == 3, r.output  # was exit 4 (time limit) after the whole 30 s
+    assert d["status"] == "infeasible" and any("on_time" in c["family"] for c in d["conflicts"])
+    assert any(n.startswith("no plan meets the on-time requirement even without a fault") for n in d["notes"])
+    raw["faults"] = []
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    code, d0, _ = _json(cli, path, "--time-limit", "30")
+    assert code == 3 and d0["notes"][0] == d["notes"][0]  # the same LP verdict as the run without faults

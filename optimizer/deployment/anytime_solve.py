@@ -593,6 +593,41 @@ def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float
 
     if len(problem.sessions) <= SMALL_SESSIONS:
         return None  # the exact formulations decide and explain (e.g. the most sessions on time)
+    out, most = _lp_verdict(problem, perf, obj, A, allowed, t0)
+    if out is not None:
+        return out
+    need = max(problem.required_on_time, obj.min_on_time)
+    stats = SolverStats("anytime (list scheduling, HiGHS LP bound)", Status.TIME_LIMIT, time.perf_counter() - t0)
+    out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, "anytime")
+    out.notes.append(f"no plan with {need} sessions on time found by list scheduling and LNS repair within the time limit; "
+                     f"the LP relaxation allows "
+                     f"up to {max(0.0, most):.1f}")
+    return out
+
+
+def nominal_lp_verdict(problem: Problem, perf, obj, degrees=None, layouts=None):
+    """The LP relaxation's verdict on ``problem`` (no faults): an INFEASIBLE
+    :class:`~optimizer.deployment.solver.SolveOutcome` when it proves that no plan places every
+    session or meets the on-time requirement, else None. A fault only delays, so a fault
+    instance whose run without faults is infeasible is infeasible too."""
+    from optimizer.deployment.solver import usable_degrees
+
+    if problem.tp_only:
+        allowed = tuple(problem.degrees if degrees is None else degrees)
+        lays = [Layout.tp(p) for p in usable_degrees(problem, perf, allowed)]
+    else:
+        allowed = tuple(problem.degrees)
+        lays = list(problem.layouts if layouts is None else layouts)
+    A = at.Anytime(problem, perf, obj, lays)
+    if not A.kinds:
+        return None
+    return _lp_verdict(problem, perf, obj, A, allowed, time.perf_counter())[0]
+
+
+def _lp_verdict(problem: Problem, perf, obj, A, allowed, t0: float):
+    """(INFEASIBLE outcome or None, the LP's most sessions on time at any makespan)."""
+    from optimizer.deployment.solver import SolveOutcome
+
     need = max(problem.required_on_time, obj.min_on_time)
     lp = at.BoundLP(problem, perf, A.kinds)
     most, _ = lp.max_on_time(_horizon(problem, A))  # every session one after another: no tighter T
@@ -602,15 +637,10 @@ def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float
         out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (LP relaxation)")
         out.notes.append(f"the LP relaxation proves the {len(problem.sessions)} sessions cannot all be placed "
                          f"(KV memory of the instances that fit the GPUs)")
-        return out
+        return out, most
     if most < need - 1e-6:
         out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (LP relaxation)")
         out.notes.append(f"the LP relaxation proves at most {max(0.0, most):.1f} of {len(problem.sessions)} sessions "
                          f"can be on time; {need} required")
-        return out
-    stats.status = Status.TIME_LIMIT
-    out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, "anytime")
-    out.notes.append(f"no plan with {need} sessions on time found by list scheduling and LNS repair within the time limit; "
-                     f"the LP relaxation allows "
-                     f"up to {max(0.0, most):.1f}")
-    return out
+        return out, most
+    return None, most

@@ -129,6 +129,17 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
     nominal = replace(problem, faults=())
     fault_fallback = anytime and bool(problem.faults) and len(problem.sessions) > FAULT_FALLBACK_SESSIONS and \
         _anytime_applies(nominal, perf, obj, degrees, any_size=True)
+    from optimizer.deployment.anytime_solve import SMALL_SESSIONS, nominal_lp_verdict
+
+    if fault_fallback and len(problem.sessions) > SMALL_SESSIONS:
+        # a fault only delays: no plan without faults, none with them. The LP decides it at
+        # once where the sequence model would spend its share (smaller ones: the exact
+        # formulations decide and explain, e.g. the most sessions on time)
+        verdict = nominal_lp_verdict(nominal, perf, obj, degrees, layouts)
+        if verdict is not None:
+            what = "meets the on-time requirement" if "on time" in verdict.notes[-1] else "exists"
+            verdict.notes.append(f"no plan {what} even without a fault (the nominal run), so none does with the faults")
+            return verdict
     exact_end = time.perf_counter() + SEQUENCE_EXACT_SHARE * limit if small_sequence or fault_fallback else deadline
     out = _solve_exact(problem, obj, exact_end, degrees, perf, layouts)
     if fault_fallback and out.value is None and out.status == Status.TIME_LIMIT:
