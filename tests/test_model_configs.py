@@ -149,3 +149,18 @@ def test_dense_config_drives_a_solve(tmp_path, name, degrees):
     assert r.status.value == "optimal"
     assert r.outcome.evaluation.violations == []
     assert r.outcome.evaluation.nominal.on_time == 4
+
+
+@pytest.mark.parametrize("key,value", [("num_hidden_layers", 10**12), ("hidden_size", 10**10), ("vocab_size", 2 * 10**9)])
+def test_absurd_config_sizes_are_bad_input_not_a_memory_error(tmp_path, key, value):
+    """A fresh user's config with 10^12 layers ended in numpy's 'Unable to allocate 7.28 TiB'
+    traceback: config integers have upper limits (10,000 layers, 10^9 otherwise)."""
+    from tests.conftest import INSTANCES
+
+    raw = json.loads((INSTANCES / "models" / "qwen3-32b.json").read_text())
+    raw[key] = value
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(raw))
+    with pytest.raises(InputError) as exc:
+        read_model_config(p)
+    assert exc.value.field == key and "must be at most" in exc.value.line()

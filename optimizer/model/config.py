@@ -180,12 +180,22 @@ class ModelSpec:
         return k
 
 
+# Upper limits of config integers (far beyond any published model): the layer and expert counts
+# size per-layer and per-expert arrays (a fresh user's 10^12 layers asked numpy for 7 TiB)
+CONFIG_INT_MAX = 10**9
+CONFIG_INT_CAPS = {"num_hidden_layers": 10_000, "n_routed_experts": 100_000, "num_experts": 100_000,
+                   "num_local_experts": 100_000, "num_experts_per_tok": 100_000}
+
+
 def _int(cfg: dict, key: str, path: Path, *, allow_zero: bool = False) -> int:
     v = cfg.get(key)
     if isinstance(v, bool) or not isinstance(v, int):
         raise InputError(path, key, f"expected a {'non-negative' if allow_zero else 'positive'} integer (got {v!r})")
     if v < 0 or (v == 0 and not allow_zero):
         raise InputError(path, key, f"must be {'non-negative' if allow_zero else 'positive'} (got {v})")
+    cap = CONFIG_INT_CAPS.get(key, CONFIG_INT_MAX)
+    if v > cap:
+        raise InputError(path, key, f"must be at most {cap:,} (got {v:,})")
     return v
 
 

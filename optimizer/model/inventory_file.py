@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.errors import InputError
+from optimizer.model.config import CONFIG_INT_CAPS
 from optimizer.model.decode import DecodeInventory, Linear, LookupTable
 from optimizer.schema_base import read_yaml
 
@@ -123,6 +124,8 @@ def read_inventory(path: str | Path) -> DecodeInventory:
     if not isinstance(name, str) or not name:
         raise r.fail("model", "expected the model's name")
     layers = r.number("layers", integer=True, positive=True)
+    if layers > CONFIG_INT_CAPS["num_hidden_layers"]:
+        raise r.fail("layers", f"must be at most {CONFIG_INT_CAPS['num_hidden_layers']:,} (got {layers:,})")
     moe_layers = r.number("moe_layers", integer=True, required=False)
     moe_layers = layers if moe_layers is None else moe_layers
     if moe_layers > layers:
