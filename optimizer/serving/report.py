@@ -83,8 +83,9 @@ class ServingReport:
             timed_out = [rr for rr in short if any(m.result.status == Status.TIME_LIMIT for m in rr.plans.values())]
             if len(timed_out) < len(short):
                 return Status.INFEASIBLE  # a rate no mode serves (proven)
-            # rates the time limit left without a plan: the others' plans stand (cut_short names the rest)
-            return Status.FEASIBLE if len(short) < len(bests) else Status.TIME_LIMIT
+            # rates the time limit left without a plan: the sweep is not answered (exit 4); the
+            # solved rates' plans stand in the result and cut_short names the rest
+            return Status.TIME_LIMIT
         return Status.OPTIMAL if all(b.result.status == Status.OPTIMAL for b in bests) else Status.FEASIBLE
 
     # ------------------------------------------------------------------ figures
@@ -418,9 +419,14 @@ class ServingReport:
         for x in best["workers"]:
             for engine, cmd in x["launch"].items():
                 console.print(escape(f"  [{x['role']} x{x['count']}] {cmd}"), soft_wrap=True)
+        at = f" at {o['rate_rps']:g} req/s" if o.get("rate_rps") is not None else ""
         console.print(f"solver highs: {d['solver']['status']}, {d['solver']['solves']} solves, "
-                      f"{d['solver']['time_s']:.2f} s, {o['name']} = {o['value']:.4g} {o['unit']} "
+                      f"{d['solver']['time_s']:.2f} s, {o['name']} = {o['value']:.4g} {o['unit']}{at} "
                       + ("(no bound)" if o["bound"] is None else f"(bound {o['bound']:.4g}, gap {(o['gap'] or 0):.2%})"))
+        if len(solved) < len(rates):
+            console.print(f"[yellow]the sweep is not answered: {len(rates) - len(solved)} of {len(rates)} rates have no "
+                          f"plan within the time limit; the objective is the largest rate solved ({last['rate_rps']:g} "
+                          f"req/s)[/yellow]")
 
 
 def _slot_script(name: str, cmd: str, g: dict) -> str:
