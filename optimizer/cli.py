@@ -153,9 +153,9 @@ def _pareto(raw, instance: Path, spec, objective, time_limit, output_dir, sweep:
 
         render(res, Console() if sys.stdout.isatty() else Console(width=120))
     ok = any(c.front for c in res.curves)
-    from optimizer.errors import EXIT_INFEASIBLE
+    from optimizer.errors import EXIT_INFEASIBLE, EXIT_TIME_LIMIT
 
-    sys.exit(0 if ok else EXIT_INFEASIBLE)
+    sys.exit(0 if ok else EXIT_TIME_LIMIT if res.not_solved else EXIT_INFEASIBLE)
 
 
 def _progress_display():

@@ -143,6 +143,7 @@ def test_pareto_keeps_the_time_limit(tmp_path):
     assert wall <= 3 * 1.1, wall
     cut = d["solver"]["cut_short"]
     assert cut and cut[0].endswith("targets not solved before the time limit")
+    assert d["status"] == "feasible"  # its front points are proven, the front is not whole (was "optimal")
     curves = d["plan"]["curves"]
     assert all(len(c["points"]) >= 1 for c in curves) and d["solver"]["solves"] < 200 * len(curves)
     assert (tmp_path / "par" / "pareto.png").exists()

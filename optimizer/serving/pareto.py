@@ -84,8 +84,11 @@ class ParetoResult:
 
         p = self.problem
         on_front = sum(len(c.front) for c in self.curves)
-        status = Status.OPTIMAL if on_front else Status.INFEASIBLE
-        reason = ("" if on_front else "no target gives a proven-optimal plan at this rate (see each point's reason)")
+        # each front point is a proven optimum; a front the time limit cut short is not the whole front
+        status = (Status.FEASIBLE if self.not_solved else Status.OPTIMAL) if on_front else \
+            (Status.TIME_LIMIT if self.not_solved else Status.INFEASIBLE)
+        reason = ("" if on_front else "no target gives a proven-optimal plan at this rate (see each point's reason)"
+                  + ("; some targets were not solved before the time limit" if self.not_solved else ""))
         obj = registry()[self.objective]
         cut = [f"{self.not_solved} targets not solved before the time limit"] if self.not_solved else []
         plan = {"rate_rps": self.rate_rps, "traffic": p.traffic.source, "axes": {
