@@ -92,7 +92,10 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
             if plot_dir is not None:
                 raise InputError("--plot", str(plot_dir), "does not apply with --pareto (pareto.png goes to --output)")
             _pareto(raw, instance, spec, objective, time_limit, output_dir, pareto, pareto_points, fmt)
-        report = spec.module().run(raw, instance, objective, time_limit, output_dir)
+        solve_limit = time_limit
+        if plot_dir is not None and time_limit is not None:  # --plot counts against the limit too
+            solve_limit = max(0.5 * time_limit, time_limit - _plot_reserve_s(raw))
+        report = spec.module().run(raw, instance, objective, solve_limit, output_dir)
         files: list[str] = []
         if plot_dir is not None:
             from optimizer.plots import write_plots
@@ -222,6 +225,20 @@ def _write_result(report, output_dir: Path, files: list[str]) -> None:
     expert placement also writes its placement files there."""
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "result.json").write_text(_dumps(_result_dict(report, files)))
+
+
+PLOT_S, PLOT_S_PER_SESSION = 1.0, 5e-4  # --plot: matplotlib's import and figures (3,000 sessions: 2.5 s)
+
+
+def _plot_reserve_s(raw) -> float:
+    """Seconds kept for ``--plot`` out of ``--time-limit``: a fixed part plus a share per
+    deployment session (the timeline draws them)."""
+    n = 0
+    try:
+        n = sum(int(g.get("count", 1)) for g in raw["workload"]["sessions"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        pass
+    return PLOT_S + PLOT_S_PER_SESSION * min(n, 100_000)
 
 
 COMPACT_JSON_CHARS = 1_000_000  # larger results are printed without indentation (3.5x faster to write)
