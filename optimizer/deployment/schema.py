@@ -37,6 +37,7 @@ class _In(StrictModel):
 MAX_MS = 1e9  # 11.6 days
 MAX_TOKENS = 100_000_000
 MAX_SESSIONS_PER_GROUP = 100_000
+MAX_SESSIONS_TOTAL = 500_000  # over all session groups
 MAX_SERVERS = 4096
 MAX_GPUS_PER_SERVER = 1024
 
@@ -108,6 +109,14 @@ class SessionGroupIn(_In):
 class WorkloadIn(_In):
     sessions: list[SessionGroupIn] = Field(min_length=1)
     min_on_time_fraction: float = Field(default=1.0, ge=0, le=1)
+
+    @field_validator("sessions")
+    @classmethod
+    def _total(cls, v: list[SessionGroupIn]) -> list[SessionGroupIn]:
+        total = sum(g.count for g in v)
+        if total > MAX_SESSIONS_TOTAL:  # 5,000,000 sessions took 12 s to read before any check
+            raise ValueError(f"{total:,} sessions in all; at most {MAX_SESSIONS_TOTAL:,}")
+        return v
 
 
 class AttentionLayoutIn(_In):
