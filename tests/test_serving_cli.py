@@ -195,3 +195,22 @@ def serving_solve(raw, budget_limit: float) -> dict:
     from tests.serving_helpers import problem
 
     return serving.solve_instance(problem(raw), time_limit_s=budget_limit).to_dict()
+
+
+def test_launch_commands_follow_the_weight_dtype(cli):
+    """Llama-70B in FP8 planned on one H100 was printed as a plain BF16 `vllm serve` (141 GB on
+    an 80 GB GPU): FP8 weights add `--quantization fp8` (vLLM quantizes a BF16 checkpoint online);
+    INT4 weights say a 4-bit checkpoint is needed."""
+    r = cli(INSTANCES / "serving_llama70b_h100.yaml", "--set", "model.weight_dtype=fp8", "--set", "model.kv_dtype=fp8",
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    cmds = [c for rr in d["plan"]["rates"] for m in rr["modes"].values() for g in m.get("workers", [])
+            for c in g["launch"].values()]
+    assert cmds and all("--quantization fp8" in c for c in cmds)
+    r = cli(INSTANCES / "serving_llama70b_h100.yaml", "--format", "json")
+    d = json.loads(r.stdout)
+    assert not any("--quantization" in c for rr in d["plan"]["rates"] for m in rr["modes"].values()
+                   for g in m.get("workers", []) for c in g["launch"].values())
+    r = cli(INSTANCES / "serving_llama70b_h100.yaml", "--set", "model.weight_dtype=int4", "--format", "json")
+    assert any("4-bit checkpoint" in n for n in json.loads(r.stdout)["notes"])

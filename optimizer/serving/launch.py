@@ -7,7 +7,9 @@ spread over TP x DP GPUs), ``--max-num-seqs`` (running requests), ``--max-num-ba
 disaggregated prefill; SGLang ``--tp`` (GPUs of the worker), ``--dp`` with
 ``--enable-dp-attention`` (attention DP inside the TP group), ``--ep-size``,
 ``--max-running-requests``, ``--chunked-prefill-size``, ``--disaggregation-mode prefill|decode``
-with ``--disaggregation-transfer-backend``. A disaggregated deployment also needs the engine's
+with ``--disaggregation-transfer-backend``; both ``--quantization fp8`` for FP8 weights (vLLM
+quantizes a BF16 checkpoint online, its FP8 docs). INT4 weights need a 4-bit checkpoint
+(AWQ/GPTQ) as MODEL, whose quantization the engines read from it (a note in the report). A disaggregated deployment also needs the engine's
 router in front (vLLM's proxy example, SGLang's router), not generated here.
 """
 from __future__ import annotations
@@ -29,6 +31,8 @@ def vllm(p: Problem, w: Worker, port: int = 8000) -> str:
         args += ["--max-num-seqs", str(max(1, w.max_batch))]
     if w.role == "aggregated":
         args += ["--max-num-batched-tokens", str(p.chunk_tokens)]
+    if p.weight_dtype == "fp8":  # online FP8 quantization of a BF16 checkpoint (or an FP8 checkpoint as it is)
+        args += ["--quantization", "fp8"]
     if p.kv_dtype in ("fp8",):
         args += ["--kv-cache-dtype", "fp8"]
     if w.role in ("prefill", "decode"):
@@ -47,6 +51,8 @@ def sglang(p: Problem, w: Worker, port: int = 30000) -> str:
     if w.role != "prefill":
         args += ["--max-running-requests", str(max(1, w.max_batch))]
     args += ["--chunked-prefill-size", str(p.chunk_tokens)]
+    if p.weight_dtype == "fp8":
+        args += ["--quantization", "fp8"]
     if p.kv_dtype in ("fp8",):
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     if w.role in ("prefill", "decode"):

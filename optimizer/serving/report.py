@@ -279,6 +279,9 @@ class ServingReport:
         notes = []
         if p.hf_id == HF_ID_PLACEHOLDER:
             notes.append("no model.hf_id: the launch commands say MODEL; replace it with the model's name or folder")
+        if p.weight_dtype == "int4":
+            notes.append("weights int4: serve a 4-bit checkpoint (AWQ/GPTQ) as the launch commands' model; the engines "
+                         "read its quantization from it (a BF16 checkpoint would not fit the planned GPUs)")
         cut = self.cut_short()
         if cut:
             notes.append("cut short by the time limit: " + "; ".join(cut))
@@ -416,6 +419,8 @@ class ServingReport:
         console.print("[bold]Launch commands[/bold] (one per worker; --output DIR writes them as scripts)")
         if p.hf_id == HF_ID_PLACEHOLDER:
             console.print("  (no model.hf_id in the instance: replace MODEL with the model's name or folder)")
+        if p.weight_dtype == "int4":
+            console.print("  (weights int4: serve a 4-bit checkpoint (AWQ/GPTQ) as the model; a BF16 one would not fit)")
         for x in best["workers"]:
             for engine, cmd in x["launch"].items():
                 console.print(escape(f"  [{x['role']} x{x['count']}] {cmd}"), soft_wrap=True)
