@@ -122,6 +122,10 @@ def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[
 
         done = solve_anytime(problem, perf, obj, deadline, degrees, layouts)
         if done is not None:
+            if done.value is None:  # --progress: a final row says how it ended (an empty table said nothing)
+                from optimizer.deployment import anytime as at
+
+                at.report(f"done: {done.status.value}", at.progress_start(), None, done.bound, obj.unit)
             return done
     small_sequence = anytime and obj.needs_sequence and _anytime_applies(problem, perf, obj, degrees, any_size=True)
     from dataclasses import replace
