@@ -56,3 +56,23 @@ def test_memory_binding_when_hbm_is_short(tmp_path):
     mem = [b for b in rep.binding if b.key.family == "memory"]
     assert mem and 0 <= mem[0].slack < 4.001e-3  # less than one session's 4.001 MB of KV left
     assert "HBM capacity" in mem[0].detail
+
+
+def test_best_achievable_names_an_option_that_fits_memory():
+    """An impossible per-token target on DeepSeek-V3 / 64 H100: the best achievable is the
+    fastest option the target alone rules out; a fresh user was pointed to S=8, which is 21 GB
+    short of memory."""
+    from optimizer.schema_base import apply_overrides
+    from optimizer.supernode import achievable
+    from tests.conftest import INSTANCES
+
+    path = INSTANCES / "supernode_deepseek_v3.yaml"
+    p = load(apply_overrides(read_yaml(path), ["supernode.slo_ms_per_token=0.001"], path), path, None)
+    res = solve(p, "throughput", None)
+    a = achievable(p, res)
+    assert any("memory" in r.violations for r in res.results)  # the case: some options do not fit
+    fits = [r for r in res.results if set(r.violations) <= {"slo"}]
+    assert fits and a["requirement"] == "slo_ms_per_token"
+    assert a["best"] == pytest.approx(min(r.single.token for r in fits) * 1e3)
+    named = next(r for r in res.results if f"({r.option.label(p)})" in a["detail"])
+    assert "memory" not in named.violations
