@@ -214,3 +214,14 @@ def test_launch_commands_follow_the_weight_dtype(cli):
                    for g in m.get("workers", []) for c in g["launch"].values())
     r = cli(INSTANCES / "serving_llama70b_h100.yaml", "--set", "model.weight_dtype=int4", "--format", "json")
     assert any("4-bit checkpoint" in n for n in json.loads(r.stdout)["notes"])
+
+
+@pytest.mark.parametrize("override,requirement", [("serving.slo.ttft_ms=1", "ttft_ms"), ("serving.slo.tpot_ms=0.5", "tpot_ms")])
+def test_an_slo_no_worker_meets_gives_the_best_achievable(cli, override, requirement):
+    """Conflicts were listed with no best-achievable value: now the lowest TTFT (TPOT) any worker
+    reaches without load, against the target."""
+    r = cli(INSTANCES / "serving_llama70b_h100.yaml", "--set", override, "--format", "json")
+    assert r.exit_code == 3, r.output
+    a = json.loads(r.stdout)["achievable"]
+    assert a["requirement"] == requirement and a["best"] > a["required"] > 0
+    assert "even without load" in a["detail"]

@@ -140,7 +140,23 @@ def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans
     if rep.status == Status.INFEASIBLE and objective.sense == "min" and "goodput" in objectives:
         rep.achievable = _most_rate(p, sm, workers, objectives["goodput"], modes, limit)
         rep.time_s = time.perf_counter() - t0
+    if rep.status == Status.INFEASIBLE and rep.achievable is None:
+        rep.achievable = _fastest_slo(p, workers)
     return rep
+
+
+def _fastest_slo(p: Problem, workers) -> dict | None:
+    """For an SLO no worker meets even without load: the lowest TTFT (else TPOT) any worker
+    configuration reaches at zero load (the analytic model), against the target."""
+    for key, target in (("ttft_s", p.ttft_s), ("tpot_s", p.tpot_s)):
+        vals = [w.zero_load[key] for w in workers if key in (w.zero_load or {})]
+        if vals and min(vals) > target:
+            best = min(vals) * 1e3
+            name = key[:4].upper()
+            return {"requirement": f"{key[:4]}_ms", "best": best, "required": target * 1e3,
+                    "detail": f"the lowest {name} any worker reaches even without load is {best:.4g} ms; "
+                              f"{target * 1e3:g} ms required"}
+    return None
 
 
 def _most_rate(p: Problem, sm, workers, goodput, modes, limit: float) -> dict | None:
