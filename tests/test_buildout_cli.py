@@ -78,6 +78,9 @@ def test_max_count_conflict():
 def test_fixed_power_above_budget_is_infeasible():
     code, d = run_json(EXAMPLE, "--set", "buildout.fixed_power_kw=130")
     assert code == 3 and conflict_constraints(d) == {"power[budget]"}
+    # with the best achievable (a fresh user got none): no server, 10 kW of budget short
+    a = d["achievable"]
+    assert a["requirement"] == "power_budget_kw" and a["best"] == 0 and "10 kW more budget" in a["detail"]
 
 
 def test_zero_gpu_plan_when_nothing_fits():

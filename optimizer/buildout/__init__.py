@@ -88,7 +88,13 @@ def _solve_and_explain(p: Problem, objective: str, time_limit_s: float | None, e
 
 def most_gpus_without_target(p: Problem, time_limit_s: float | None) -> dict | None:
     """For an infeasible ``target_gpus``: the most GPUs any plan fits within the other limits
-    (the ``gpus`` objective without the target), or None when there is no target or no plan."""
+    (the ``gpus`` objective without the target), or None when there is no target or no plan; a
+    fixed load that takes the whole budget: the budget missing before the first server."""
+    if p.fixed_w >= p.budget_w:  # no server at all: the budget is the answer
+        short = (p.fixed_w - p.budget_w) / 1e3
+        return {"requirement": "power_budget_kw", "best": 0, "required": p.power_budget_kw,
+                "detail": f"the fixed load ({p.fixed_power_kw:g} kW) takes the whole {p.power_budget_kw:g} kW budget: "
+                          f"no server fits; {short:g} kW more budget covers the fixed load, the first server needs its own power on top"}
     if p.target_gpus is None:
         return None
     best = solve(replace(p, target_gpus=None), "gpus", time_limit_s)
