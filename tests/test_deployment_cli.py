@@ -226,3 +226,17 @@ def test_instance_generator_prints_yaml_and_refuses_bad_arguments():
     bad = subprocess.run([sys.executable, "-m", "benchmarks.gen_deployment", "mixed", "many", "1"],
                          capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "SESSIONS" in bad.stderr
+
+
+def test_sessions_beyond_kv_memory_get_a_number_and_a_server_count(cli):
+    """200 sessions of 128K on one HGX H100 (the LP proves they cannot all be placed): the best
+    achievable was prose only; now how many sessions' KV one layout holds on every GPU (a
+    placement found) and the servers all of them need at least at that layout."""
+    r = cli(BOOK, "--set", "workload.sessions.0.count=200", "--set", "workload.min_on_time_fraction=1",
+            "--time-limit", "20", "--format", "json")
+    assert r.exit_code == 3, r.output
+    a = json.loads(r.stdout)["achievable"]
+    assert a["requirement"] == "memory" and a["required"] == 200
+    # TP8: 80 GB less 65.5 GB/8 of weights and 2 GiB reserve leaves 69.6 GB a GPU for 4.3 GB a session: 16
+    assert a["best"] == 16
+    assert "need at least 13 servers at TP8" in a["detail"]  # 200 x 34.4 GB / (8 x 69.6 GB) = 12.3

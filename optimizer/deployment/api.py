@@ -230,12 +230,62 @@ def explain_by_lp(report: DeploymentReport, problem: Problem, obj) -> bool:
         report.conflict_details = ["assignment[all sessions]: every session must be served by one instance",
                                    f"memory[all instances]: {note}",
                                    "gpus_per_server[all servers]: instances fit the GPUs of the servers"]
-        report.achievable = {"requirement": "memory", "best": None, "required": n, "detail": note}
+        report.achievable = _kv_fit(problem, obj) or {"requirement": "memory", "best": None, "required": n,
+                                                      "detail": note}
     else:
         report.conflict_keys = [ConstraintKey("on_time", "nominal")]
         report.conflict_details = [f"on_time[nominal]: at least {need} of {n} sessions on time; {note}"]
         report.achievable = {"requirement": "on_time", "best": None, "required": need, "detail": note}
     return True
+
+
+def _kv_fit(problem: Problem, obj) -> Optional[dict]:
+    """The most sessions whose KV memory a single layout on every GPU holds, smallest first
+    (a placement, deadlines aside), and the servers the whole workload would need at that
+    layout's KV room per server (a lower estimate); None when no layout holds one session."""
+    import math
+
+    import numpy as np
+
+    from optimizer.deployment.anytime import Anytime
+    from optimizer.model.layout import Layout
+
+    perf = PerfModel(problem)
+    lays = ([Layout.tp(p) for p in usable_degrees(problem, perf, problem.degrees)] if problem.tp_only
+            else list(problem.layouts))
+    A = Anytime(problem, perf, obj, lays)
+    n, best = len(problem.sessions), None
+    for kd in A.kinds:
+        count = problem.total_gpus // kd.gpus
+        if not count:
+            continue
+        room = problem.gpu.memory_bytes - kd.static  # per stage
+        kv = kd.kv[:, A.cls]  # [stage, session]
+        order = np.argsort(kv.max(axis=0), kind="stable")
+        used = np.zeros((count, kv.shape[0]))
+        placed, j = 0, 0
+        for i in order:  # first fit in turn over the instances
+            for step in range(count):
+                m = (j + step) % count
+                if np.all(used[m] + kv[:, i] <= room):
+                    used[m] += kv[:, i]
+                    placed += 1
+                    j = m + 1
+                    break
+            else:
+                break  # the smallest left does not fit anywhere: larger ones neither
+        per_server = (problem.server.gpus // kd.gpus) * float(np.min(room)) if kd.gpus <= problem.server.gpus else 0.0
+        total = float(kv.max(axis=0).sum())
+        servers = math.ceil(total / per_server) if per_server > 0 else None
+        if best is None or placed > best[0]:
+            best = (placed, kd.layout.label(), servers)
+    if best is None or best[0] == 0:
+        return None
+    placed, label, servers = best
+    more = f"; all {n} need at least {servers} servers at {label}" if servers else ""
+    return {"requirement": "memory", "best": placed, "required": n,
+            "detail": f"{placed} of the {n} sessions' KV fits the GPUs ({label} on every GPU, smallest "
+                      f"first, deadlines aside){more}"}
 
 
 def explain_infeasible_batched(report: DeploymentReport, problem: Problem, perf: PerfModel, obj, left) -> None:
