@@ -42,6 +42,17 @@ def test_trace_with_a_bad_line(cli, tmp_path):
     assert_one_line_error(cli(write(tmp_path, raw)), "t.csv", "line 3")
 
 
+def test_trace_requests_without_a_decode_are_counted_with_a_warning(cli, tmp_path):
+    """Output tokens 0 or 1 were raised to 2 silently: now said on stderr (the run goes on)."""
+    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n0,100,10\n0.5,100,0\n1.0,0,1\n")
+    raw = llama8b_raw(1.0, 512, 128, 1000, 50)
+    raw["serving"]["traffic"] = {"trace": str(tmp_path / "t.csv")}
+    r = cli(write(tmp_path, raw), "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert "2 of 3 requests with fewer than 2 output tokens counted as 2" in r.stderr
+    assert "1 with no input tokens counted as 1" in r.stderr
+
+
 def test_unknown_pool_gpu(cli, tmp_path):
     raw = llama8b_raw(1.0, 512, 128, 1000, 50)
     raw["hardware"] = {"pools": [{"gpu": "h100-sxm", "server": "hgx-h100", "count": 8},

@@ -286,10 +286,17 @@ def _read_trace_rows(path: Path, limit: Optional[int]):
     if np.any(np.diff(t) < 0):
         order = np.argsort(t, kind="stable")
         t, isl, osl = t[order], np.asarray(isl)[order], np.asarray(osl)[order]
-    isl, osl = np.maximum(np.asarray(isl), 1), np.asarray(osl)
-    # a request with one output token has no TPOT: counted with two (first token + one decode)
-    osl = np.maximum(osl, 2)
-    return t, isl, osl
+    isl, osl = np.asarray(isl), np.asarray(osl)
+    # a request with fewer than two output tokens has no TPOT: counted with two (first token +
+    # one decode); an empty prompt with one token. Said, not silent
+    short, empty = int(np.sum(osl < 2)), int(np.sum(isl < 1))
+    if short or empty:
+        from optimizer.errors import warn_input
+
+        warn_input(path, "output_tokens", ", ".join(x for x in (
+            f"{short} of {len(osl)} requests with fewer than 2 output tokens counted as 2 (no TPOT otherwise)" if short else "",
+            f"{empty} with no input tokens counted as 1" if empty else "") if x))
+    return t, np.maximum(isl, 1), np.maximum(osl, 2)
 
 
 def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
