@@ -122,6 +122,8 @@ def test_cli_pareto_writes_json_and_png(cli, tmp_path):
 def test_cli_pareto_bad_input(cli, tmp_path):
     assert_one_line_error(cli(PATH, "--pareto"), "--pareto", "--output")
     assert_one_line_error(cli(INSTANCES / "qwen32b_128k.yaml", "--pareto", "--output", tmp_path), "serving instances only")
+    # --pareto-points alone was ignored silently
+    assert_one_line_error(cli(PATH, "--pareto-points", "5"), "--pareto-points", "only with --pareto")
 
 
 def test_pareto_keeps_the_time_limit(tmp_path):
