@@ -94,7 +94,8 @@ def most_gpus_without_target(p: Problem, time_limit_s: float | None) -> dict | N
         short = (p.fixed_w - p.budget_w) / 1e3
         return {"requirement": "power_budget_kw", "best": 0, "required": p.power_budget_kw,
                 "detail": f"the fixed load ({p.fixed_power_kw:g} kW) takes the whole {p.power_budget_kw:g} kW budget: "
-                          f"no server fits; {short:g} kW more budget covers the fixed load, the first server needs its own power on top"}
+                          f"no server fits; {short:g} kW more budget covers the fixed load, the first server "
+                          f"needs its own power on top"}
     if p.target_gpus is None:
         return None
     best = solve(replace(p, target_gpus=None), "gpus", time_limit_s)

@@ -9,8 +9,9 @@ disaggregated prefill; SGLang ``--tp`` (GPUs of the worker), ``--dp`` with
 ``--max-running-requests``, ``--chunked-prefill-size``, ``--disaggregation-mode prefill|decode``
 with ``--disaggregation-transfer-backend``; both ``--quantization fp8`` for FP8 weights (vLLM
 quantizes a BF16 checkpoint online, its FP8 docs). INT4 weights need a 4-bit checkpoint
-(AWQ/GPTQ) as MODEL, whose quantization the engines read from it (a note in the report). A disaggregated deployment also needs the engine's
-router in front (vLLM's proxy example, SGLang's router), not generated here.
+(AWQ/GPTQ) as MODEL, whose quantization the engines read from it (a note in the report). A
+disaggregated deployment also needs the engine's router in front (vLLM's proxy example,
+SGLang's router), not generated here.
 """
 from __future__ import annotations
 

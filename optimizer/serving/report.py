@@ -130,7 +130,8 @@ class ServingReport:
             pool = p.pools[w.pool]
             out.append({"role": w.role, "pool": pool.name, "gpu": pool.gpu, "layout": w.layout.label(),
                         "layout_detail": w.layout.as_dict(), "count": n, "gpus_per_worker": w.gpus,
-                        "gpus": w.gpus * n, "gpus_per_server": pool.hw.server.gpus, "max_batch": w.max_batch, "rate_per_worker_rps": w.rate,
+                        "gpus": w.gpus * n, "gpus_per_server": pool.hw.server.gpus, "max_batch": w.max_batch,
+                        "rate_per_worker_rps": w.rate,
                         "load_rps": lam, "limited_by": w.limit, "limit_detail": w.detail, "analytic": an,
                         "launch": commands(p, w)})
         return out
@@ -427,7 +428,8 @@ class ServingReport:
         at = f" at {o['rate_rps']:g} req/s" if o.get("rate_rps") is not None else ""
         console.print(f"solver highs: {d['solver']['status']}, {d['solver']['solves']} solves, "
                       f"{d['solver']['time_s']:.2f} s, {o['name']} = {o['value']:.4g} {o['unit']}{at} "
-                      + ("(no bound)" if o["bound"] is None else f"(bound {o['bound']:.4g}, gap {(o['gap'] or 0):.2%})"))
+                      + ("(no bound)" if o["bound"] is None else
+                         f"(bound {o['bound']:.4g}, gap {(o['gap'] or 0):.2%})"))
         if len(solved) < len(rates):
             console.print(f"[yellow]the sweep is not answered: {len(rates) - len(solved)} of {len(rates)} rates have no "
                           f"plan within the time limit; the objective is the largest rate solved ({last['rate_rps']:g} "
