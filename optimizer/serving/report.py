@@ -298,8 +298,9 @@ class ServingReport:
         return out
 
     def cut_short(self) -> list[str]:
-        """One line per plan whose simulation the time limit ended (its checks are the analytic
-        model's alone)."""
+        """What the time limit cut: the plans whose simulation it ended (their checks are the
+        analytic model's alone; the first three named, the rest counted), and the (rate, mode)
+        solves it left unbegun (counted)."""
         cut = [(rr.rate, m) for rr in self.results for m in rr.plans.values() if m.sim_cut]
         out = [f"simulation of {m.mode} at {rate:g} req/s ({m.sim_cut}): the plan is checked by the analytic "
                f"model only" for rate, m in cut[:3]]
