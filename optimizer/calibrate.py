@@ -258,7 +258,8 @@ def prepare(rows: list[Row], models: dict, hw: dict, csv_path: Path) -> None:
         try:
             perf.check(lay)
         except Exception as exc:  # noqa: BLE001 - a layout the model rejects is a skipped row
-            r.skipped = f"layout TP{r.tp} not valid for {r.model}: {exc}"
+            why = exc.problem if isinstance(exc, InputError) else str(exc)  # not the nested "error: <input>:" line
+            r.skipped = f"layout TP{r.tp} not valid for {r.model}: {why}"
             continue
         if perf.max_sessions(lay, r.isl, r.osl) < r.batch:  # the model cannot run it: not fitted
             r.skipped = (f"batch {r.batch} at {r.isl + r.osl} tokens exceeds the KV memory the model allows "

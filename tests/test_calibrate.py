@@ -161,3 +161,12 @@ def test_a_row_far_above_its_peak_prediction_is_refused(cli_any, tmp_path):
     assert cli_any("calibrate", near, "--model", MAPPING, "--format", "json").exit_code == 0
     far = _rows(tmp_path, [f"LLaMA-7B,H100-SXM,fp8,1,64,128,128,{10.1 * peak:.1f}"])
     assert_one_line_error(cli_any("calibrate", far, "--model", MAPPING), "line 2.output_tokens_per_s")
+
+
+def test_a_layout_the_model_refuses_is_said_once(cli_any, tmp_path):
+    """TP3 of a 32-head model: the reason was nested as "error: <input>: layout...: ..." inside
+    the calibrate line; now the reason alone."""
+    tp3 = _rows(tmp_path, ["LLaMA-7B,H100-SXM,fp8,3,64,128,128,100"])
+    r = cli_any("calibrate", tp3, "--model", MAPPING)
+    assert_one_line_error(r, "m.csv", "layout TP3 not valid for LLaMA-7B: TP3 does not split 32 attention heads")
+    assert "<input>" not in r.output and r.output.count("error:") == 1
