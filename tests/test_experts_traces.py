@@ -162,6 +162,18 @@ def test_csv_negative_and_npy_wrong_dims(tmp_path):
     assert code == 2 and "b.npy" in lines[0] and "4 dimensions" in lines[0]
 
 
+def test_garbage_npy_and_a_folder_that_is_no_topk_trace(tmp_path):
+    """A garbage .npy was answered with numpy's "pickled data" advice, and any folder (e.g. /tmp)
+    with "num_experts: required": each now says what the input is not."""
+    (tmp_path / "g.npy").write_bytes(b"garbage bytes here")
+    code, lines = _cli_error(tmp_path, "g.npy")
+    assert code == 2 and "not a .npy file (no NumPy header)" in lines[0] and "pickle" not in lines[0]
+    (tmp_path / "stuff").mkdir()
+    (tmp_path / "stuff" / "notes.txt").write_text("hello")
+    code, lines = _cli_error(tmp_path, "stuff")
+    assert code == 2 and "no expert_weights_<layer>.txt files in the folder" in lines[0]
+
+
 def test_instance_errors(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps(M2))
     inst = write_instance(tmp_path, "t.json", slot_per_gpu=3)

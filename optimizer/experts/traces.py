@@ -162,6 +162,10 @@ def _load_file(path: Path, fmt: str):
     if suffix == ".npy":
         if fmt != "matrix":
             raise InputError(path, "format", f".npy files hold a matrix, not a {fmt} trace")
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+        if magic != b"\x93NUMPY":  # numpy calls anything else "pickled data": say what it is not
+            raise InputError(path, "", "not a .npy file (no NumPy header); save the matrix with numpy.save")
         try:
             return np.load(path, allow_pickle=False)
         except (ValueError, OSError) as exc:
@@ -341,15 +345,15 @@ def _check_not_empty(trace: Trace) -> None:
 # ---------------------------------------------------------------- topk folders
 
 def _read_topk(folder: Path, num_experts: int | None, window_tokens: int | None, top_k: int | None) -> Trace:
-    if num_experts is None:
-        raise InputError(folder, "num_experts", "required for topk traces (expert ids are checked against it)")
     files = {}
     for p in folder.iterdir():
         m = _TOPK_NAME.match(p.name)
         if m:
             files[int(m.group(1))] = p
-    if not files:
-        raise InputError(folder, "", "no expert_weights_<layer>.txt files in the folder")
+    if not files:  # first: a folder that is no topk trace at all (a fresh user's /tmp was asked for num_experts)
+        raise InputError(folder, "", "no expert_weights_<layer>.txt files in the folder (a topk trace)")
+    if num_experts is None:
+        raise InputError(folder, "num_experts", "required for topk traces (expert ids are checked against it)")
     layer_ids = sorted(files)
     per_layer = []  # per layer: list of per-sequence id arrays
     lengths_ref: list[int] | None = None
