@@ -95,10 +95,9 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
                 raise InputError("--plot", str(plot_dir), "does not apply with --pareto (pareto.png goes to --output)")
             _pareto(raw, instance, spec, objective, time_limit, output_dir, pareto,
                     PARETO_POINTS if pareto_points is None else pareto_points, fmt)
-        solve_limit = time_limit
-        if plot_dir is not None and time_limit is not None:  # --plot counts against the limit too
-            solve_limit = max(0.5 * time_limit, time_limit - _plot_reserve_s(raw))
-        report = spec.module().run(raw, instance, objective, solve_limit, output_dir)
+        # --plot counts against the limit too: its figures' time is kept out of the work's budget
+        clock.AFTER_S = _plot_reserve_s(raw) if plot_dir is not None and time_limit is not None else 0.0
+        report = spec.module().run(raw, instance, objective, time_limit, output_dir)
         files: list[str] = []
         if plot_dir is not None:
             from optimizer.plots import write_plots
@@ -115,6 +114,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         _exit_bad_input(exc, output_dir or plot_dir)
     finally:
         clock.COMMAND_START = None
+        clock.AFTER_S = 0.0
         if live is not None:
             live()
     _print_warnings()

@@ -39,10 +39,15 @@ def process_age_s() -> float:
 HARD_SHARE, HARD_MARGIN_S = 0.92, 0.4
 
 
+# seconds the CLI keeps out of every command's work for what follows it (``--plot``'s figures)
+AFTER_S = 0.0
+
+
 def budget_s(time_limit_s: float, extra_s: float = 0.0) -> float:
     """Seconds of work a command gets from its start under ``--time-limit`` (s):
-    ``max(T/2, 0.92·T − 0.4 − extra_s)`` (``extra_s``: e.g. writing a large plan)."""
-    return max(0.5 * time_limit_s, HARD_SHARE * time_limit_s - HARD_MARGIN_S - extra_s)
+    ``max(T/2, 0.92·T − 0.4 − extra_s − AFTER_S)`` (``extra_s``: e.g. writing a large plan;
+    :data:`AFTER_S`: e.g. drawing the figures)."""
+    return max(0.5 * time_limit_s, HARD_SHARE * time_limit_s - HARD_MARGIN_S - extra_s - AFTER_S)
 
 
 def command_deadline(time_limit_s: Optional[float], extra_s: float = 0.0) -> Optional[float]:

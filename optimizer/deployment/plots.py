@@ -21,6 +21,7 @@ from optimizer.deployment.report import _ranges
 
 
 TIMELINE_MAX_ROWS = 64  # instances drawn in timeline.png (the title says when there are more)
+TIMELINE_MAX_LABELS = 100  # sessions named on their bars, only when there are at most this many
 
 
 def write(report, folder: Path) -> list[Path]:
@@ -151,13 +152,14 @@ def _timeline_figure(d: TimelineData):
             for y, b in shown:
                 by_row.setdefault(y, []).append(b)
             for y, bs in by_row.items():  # one collection per instance, not a patch per session
+                bs = sorted(bs, key=lambda b: b.on_time, reverse=True)  # late ones on top of the batch they share
                 ax.broken_barh([(b.start_ms, b.finish_ms - b.start_ms) for b in bs], (y - 0.3, 0.6),
                                facecolors=[ON_TIME if b.on_time else LATE for b in bs], edgecolor="black", linewidth=0.5)
             marks = [(y, b.deadline_ms) for y, b in shown if b.deadline_ms is not None]
             if marks:
                 ax.vlines([m for _, m in marks], [y - 0.4 for y, _ in marks], [y + 0.4 for y, _ in marks],
                           color="black", linewidth=1.2)
-            if rows <= 24:
+            if rows <= 24 and len(shown) <= TIMELINE_MAX_LABELS:  # (3,000 labels overlapped and took seconds)
                 for y, b in shown:
                     if b.finish_ms - b.start_ms >= 0.06 * span:  # label bars wide enough
                         ax.text((b.start_ms + b.finish_ms) / 2, y, b.session, ha="center", va="center", fontsize=7,
