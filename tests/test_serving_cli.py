@@ -50,7 +50,7 @@ def test_trace_requests_without_a_decode_are_counted_with_a_warning(cli, tmp_pat
     r = cli(write(tmp_path, raw), "--format", "json")
     assert r.exit_code == 0, r.output
     assert "2 of 3 requests with fewer than 2 output tokens counted as 2" in r.stderr
-    assert "1 with no input tokens counted as 1" in r.stderr
+    assert "input_tokens: 1 of 3 requests with no input tokens counted as 1" in r.stderr
 
 
 def test_unknown_pool_gpu(cli, tmp_path):

@@ -339,7 +339,7 @@ class ServingReport:
                     tag = f"{r['best_mode']}_{g['role']}_{g['layout'].replace(' ', '').replace('/', '-')}_{g['pool']}"
                     suffix = f"_{r['rate_rps']:g}rps" if len(d["plan"]["rates"]) > 1 else ""
                     f = out / f"launch_{tag}{suffix}_{engine}.sh"
-                    f.write_text(_slot_script(f.name, cmd, g))
+                    f.write_text(_slot_script(f.name, cmd, g, self.problem.weight_dtype))
                     f.chmod(0o755)
                     files.append(f)
         return files
@@ -437,9 +437,11 @@ class ServingReport:
                           f"req/s)[/yellow]")
 
 
-def _slot_script(name: str, cmd: str, g: dict) -> str:
+def _slot_script(name: str, cmd: str, g: dict, weight_dtype: str = "bf16") -> str:
     """A launch script taking the worker's slot on its server (see ``write_scripts``); ``cmd``
-    ends with ``--port N`` (:mod:`optimizer.serving.launch`), the first slot's port."""
+    ends with ``--port N`` (:mod:`optimizer.serving.launch`), the first slot's port. ``GPUS``
+    and ``PORT`` in the environment override the slot's (workers of other layouts on the same
+    server: the plan counts workers, it does not place them on servers)."""
     base, port = cmd.rsplit(" --port ", 1)
     per_gpu, per_server = int(g["gpus_per_worker"]), int(g["gpus_per_server"])
     slots = max(1, per_server // per_gpu)
@@ -448,9 +450,13 @@ def _slot_script(name: str, cmd: str, g: dict) -> str:
     wide = ("" if per_gpu <= per_server else
             f"# each worker spans {-(-per_gpu // per_server)} servers: run it on each with the engine's multi-node "
             "options (not generated)\n")
+    int4 = ("# weights int4: MODEL must be a 4-bit checkpoint (AWQ/GPTQ); a BF16 one does not fit these GPUs\n"
+            if weight_dtype == "int4" else "")
     return (f"#!/bin/sh\n# {g['count']} worker(s) of {per_gpu} {g['gpu']} GPUs each, {slots} per server of "
-            f"{per_server} GPUs.\n{wide}# Run once per worker: ./{name} SLOT (SLOT 0..{slots - 1} on each server "
-            f"picks the worker's GPUs and port {port} + SLOT)\n"
-            f"slot=${{1:-0}}\ncase \"$slot\" in\n{cases}\n"
+            f"{per_server} GPUs.\n{wide}{int4}# Run once per worker: ./{name} SLOT (SLOT 0..{slots - 1} on each "
+            f"server picks the worker's GPUs and port {port} + SLOT).\n"
+            f"# Workers of other scripts on the same server: give each its own GPUS=0,1,.. and PORT=...\n"
+            f"if [ $# -ne 1 ]; then echo \"usage: {name} SLOT (0..{slots - 1})\" >&2; exit 2; fi\n"
+            f"slot=$1\ncase \"$slot\" in\n{cases}\n"
             f"  *) echo \"{name}: slot must be 0..{slots - 1} ({slots} worker(s) per server)\" >&2; exit 2 ;;\nesac\n"
-            f"export CUDA_VISIBLE_DEVICES=$gpus\nexec {base} --port $(({port} + slot))\n")
+            f"export CUDA_VISIBLE_DEVICES=${{GPUS:-$gpus}}\nexec {base} --port ${{PORT:-$(({port} + slot))}}\n")

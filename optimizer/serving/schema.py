@@ -293,9 +293,11 @@ def _read_trace_rows(path: Path, limit: Optional[int]):
     if short or empty:
         from optimizer.errors import warn_input
 
-        warn_input(path, "output_tokens", ", ".join(x for x in (
-            f"{short} of {len(osl)} requests with fewer than 2 output tokens counted as 2 (no TPOT otherwise)" if short else "",
-            f"{empty} with no input tokens counted as 1" if empty else "") if x))
+        if short:
+            warn_input(path, "output_tokens", f"{short} of {len(osl)} requests with fewer than 2 output tokens "
+                                              f"counted as 2 (no TPOT otherwise)")
+        if empty:
+            warn_input(path, "input_tokens", f"{empty} of {len(isl)} requests with no input tokens counted as 1")
     return t, np.maximum(isl, 1), np.maximum(osl, 2)
 
 
