@@ -177,6 +177,12 @@ def test_launch_scripts_give_workers_on_one_server_their_own_gpus_and_port(cli, 
     assert [x.stdout.split()[-1] for x in runs] == ["8000", "8001", "8007"]
     bad = subprocess.run(["sh", str(script), "8"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "slot must be 0..7" in bad.stderr and bad.stdout == ""
+    missing = subprocess.run(["sh", str(script)], capture_output=True, text=True, env=env)
+    assert missing.returncode == 2 and "usage:" in missing.stderr  # was slot 0 silently
+    # another layout's workers on the same server: GPUS and PORT override the slot's
+    own = subprocess.run(["sh", str(script), "0"], capture_output=True, text=True,
+                         env={**env, "GPUS": "4,5", "PORT": "9100"})
+    assert own.stdout.split()[0] == "GPUS=4,5" and own.stdout.split()[-1] == "9100"
 
 
 def test_a_rate_sweep_the_time_limit_cuts_keeps_the_solved_rates(cli, tmp_path):
