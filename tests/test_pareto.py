@@ -152,3 +152,14 @@ def test_pareto_keeps_the_time_limit(tmp_path):
     # without a limit nothing is cut
     res = pareto(load_problem(llama70b_raw(), INSTANCES / "serving_llama70b_h100.yaml"), points=4)
     assert res.not_solved == 0 and res.to_dict()["solver"]["cut_short"] == []
+
+
+def test_pareto_with_an_slo_no_worker_meets(cli, tmp_path):
+    """TTFT 1 ms: exit 3 with two empty fronts, no best achievable and an empty pareto.png; now
+    the best achievable TTFT (as a plain run gives) and no figure."""
+    r = cli(PATH, "--pareto", "--output", tmp_path / "p", "--set", "serving.slo.ttft_ms=1", "--format", "json")
+    assert r.exit_code == 3, r.output
+    d = json.loads((tmp_path / "p" / "pareto.json").read_text())
+    assert d["status"] == "infeasible" and d["achievable"]["requirement"] == "ttft_ms"
+    assert d["achievable"]["best"] > d["achievable"]["required"] == 1.0
+    assert not (tmp_path / "p" / "pareto.png").exists()

@@ -19,12 +19,13 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from optimizer.result import Status
 from optimizer.serving.perf import ServingModel
+from optimizer.serving.solve import MODE_ROLES
 from optimizer.serving.schema import Problem
 
 TPOT_SPAN = (0.25, 4.0)       # default TPOT targets: geometric from 1/4 to 4x the instance's
@@ -73,6 +74,7 @@ class ParetoResult:
     time_s: float
     solves: int
     not_solved: int = 0  # targets the time limit left unsolved
+    achievable: Optional[dict] = None  # no front: the best the instance's SLOs reach (as a plain run's)
 
     def to_dict(self) -> dict[str, Any]:
         """The result envelope (:func:`optimizer.result.envelope`, problem ``serving-pareto``):
@@ -101,7 +103,7 @@ class ParetoResult:
                          "definition": "one value per point (each point's objective)", "sense": obj.sense},
                         plan, {"name": "highs (pulp)", "status": status.value, "time_s": self.time_s, "gap": None,
                                "solves": self.solves, "cut_short": cut},
-                        reason=reason or None)
+                        reason=reason or None, achievable=self.achievable)
 
 
 def default_tpot_targets_ms(p: Problem, points: int = 20) -> list[float]:
@@ -201,7 +203,12 @@ def pareto(p: Problem, sweep: str = "tpot", tpot_ms: list[float] | None = None, 
             c.points.sort(key=lambda q: q.tpot_ms)
             mark_front(c.points)
             curves.append(c)
-    return ParetoResult(base, base.objective, base.rates[0], curves, time.perf_counter() - t0, solves, not_solved)
+    res = ParetoResult(base, base.objective, base.rates[0], curves, time.perf_counter() - t0, solves, not_solved)
+    if not any(c.front for c in curves):  # no front: what the instance's SLOs miss by, as a plain run says
+        from optimizer.serving import _fastest_slo
+
+        res.achievable = _fastest_slo(base, sm.workers(tuple(r for m in modes for r in MODE_ROLES[m])))
+    return res
 
 
 def write(res: ParetoResult, folder: Path) -> list[Path]:
@@ -209,6 +216,8 @@ def write(res: ParetoResult, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     js = folder / "pareto.json"
     js.write_text(json.dumps(res.to_dict(), indent=2))
+    if not any(c.front for c in res.curves):  # nothing to draw (an empty figure was written)
+        return [js]
     png = folder / "pareto.png"
     plot(res, png)
     return [js, png]
@@ -274,5 +283,9 @@ def render(res: ParetoResult, console) -> None:
                       str(q.gpus), q.label)
         console.print(t)
     console.print(f"{res.solves} solves in {res.time_s:.1f} s")
+    if not any(c.front for c in res.curves):
+        console.print("[red]No target gives a plan: no front (pareto.png not written).[/red]")
+        if res.achievable:
+            console.print(f"[bold]best achievable[/bold]: {res.achievable['detail']}")
     if res.not_solved:
         console.print(f"[yellow]cut short by the time limit: {res.not_solved} targets not solved[/yellow]")
