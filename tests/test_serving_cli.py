@@ -242,3 +242,15 @@ def test_an_slo_no_worker_meets_gives_the_best_achievable(cli, override, require
     a = json.loads(r.stdout)["achievable"]
     assert a["requirement"] == requirement and a["best"] > a["required"] > 0
     assert "even without load" in a["detail"]
+
+
+def test_a_model_no_worker_holds_gives_the_memory_reason_as_best_achievable(cli, tmp_path):
+    """A model far beyond the GPUs (10,000 layers of Llama-70B): the conflicts were listed with
+    no best achievable; now the widest worker's memory reason."""
+    cfg = json.loads((INSTANCES / "models" / "llama-3.1-70b.json").read_text())
+    cfg["num_hidden_layers"] = 10_000
+    (tmp_path / "big.json").write_text(json.dumps(cfg))
+    r = cli(INSTANCES / "serving_llama70b_h100.yaml", "--set", f"model.config={tmp_path / 'big.json'}", "--format", "json")
+    assert r.exit_code == 3, r.output
+    a = json.loads(r.stdout)["achievable"]
+    assert a["requirement"] == "memory" and "no worker holds the weights" in a["detail"] and "TP8" in a["detail"]

@@ -147,7 +147,8 @@ def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans
 
 def _fastest_slo(p: Problem, workers) -> dict | None:
     """For an SLO no worker meets even without load: the lowest TTFT (else TPOT) any worker
-    configuration reaches at zero load (the analytic model), against the target."""
+    configuration reaches at zero load (the analytic model), against the target; when no worker
+    holds the model at all, the widest one's memory shortfall."""
     for key, target in (("ttft_s", p.ttft_s), ("tpot_s", p.tpot_s)):
         vals = [w.zero_load[key] for w in workers if key in (w.zero_load or {})]
         if vals and min(vals) > target:
@@ -156,6 +157,11 @@ def _fastest_slo(p: Problem, workers) -> dict | None:
             return {"requirement": f"{key[:4]}_ms", "best": best, "required": target * 1e3,
                     "detail": f"the lowest {name} any worker reaches even without load is {best:.4g} ms; "
                               f"{target * 1e3:g} ms required"}
+    mem = [w for w in workers if w.limit in ("weights", "kv_memory")]
+    if mem and len(mem) == len(workers):  # no layout holds the model and a request: the widest says by how much
+        w = max(mem, key=lambda w: w.gpus)
+        return {"requirement": "memory", "best": None, "required": None,
+                "detail": f"no worker holds the weights and a request's KV; the widest, {w.label(p)}: {w.detail}"}
     return None
 
 
