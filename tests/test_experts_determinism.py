@@ -100,3 +100,13 @@ def test_secondary_objective_text_names_whose_gap_the_table_shows(tmp_path):
     assert (f"bound {o['bound']:.6g}" in line) if o["bound"] is not None else ("not proven" in line)
     code, text = run_cli(inst)
     assert code == 0 and "max-load gap" not in text and "objective max-load:" not in text
+
+
+def test_inter_node_on_one_node_is_proven_at_zero(tmp_path):
+    """One node: no token crosses nodes; the objective's bound was null ("not proven") at 0."""
+    rng = np.random.default_rng(5)
+    loads = (rng.lognormal(0, 1.2, (1, 2, 12)) * 80).astype(int) + 1
+    (tmp_path / "t.json").write_text(json.dumps(loads.tolist()))
+    inst = write_instance(tmp_path, "t.json", num_gpus=4, num_nodes=1, slots_per_gpu=4, work_units_per_layer=0.2)
+    code, d = run_json(inst, "--objective", "inter-node")
+    assert code == 0 and d["objective"]["value"] == 0 and d["objective"]["bound"] == 0 and d["objective"]["gap"] == 0

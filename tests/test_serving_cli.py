@@ -254,3 +254,9 @@ def test_a_model_no_worker_holds_gives_the_memory_reason_as_best_achievable(cli,
     assert r.exit_code == 3, r.output
     a = json.loads(r.stdout)["achievable"]
     assert a["requirement"] == "memory" and "no worker holds the weights" in a["detail"] and "TP8" in a["detail"]
+
+
+def test_a_rate_listed_twice_is_bad_input(cli):
+    """rate_rps [5, 5, 5] solved the same rate three times."""
+    assert_one_line_error(cli(INSTANCES / "serving_llama70b_h100.yaml", "--set", "serving.traffic.rate_rps=[5,5,6]"),
+                          "serving.traffic.rate_rps", "lists 5 more than once")

@@ -165,7 +165,8 @@ class ExpertsReport:
             else:
                 key = "cross_node_tokens" if obj.name == "inter-node" else "moves"
                 value = summ["optimized"][key]
-                proven = self.status == Status.OPTIMAL
+                # a count of tokens or moves is never below 0: a plan at 0 is its own proof
+                proven = self.status == Status.OPTIMAL or value == 0
                 objective.update(value=value, bound=value if proven else None, gap=0.0 if proven else None)
         gap = objective["gap"]
         return envelope(

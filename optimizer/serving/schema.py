@@ -307,6 +307,9 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
         raise InputError(path, "serving.traffic", "give exactly one of isl/osl, classes or trace")
     rates = tr.rate_rps
     rate_list = None if rates is None else ([rates] if isinstance(rates, (int, float)) else list(rates))
+    if rate_list is not None and len(set(rate_list)) < len(rate_list):
+        twice = sorted({r for r in rate_list if rate_list.count(r) > 1})
+        raise InputError(path, "serving.traffic.rate_rps", f"lists {', '.join(f'{r:g}' for r in twice)} more than once")
     if rate_list is not None:
         if not rate_list:
             raise InputError(path, "serving.traffic.rate_rps", "empty list")
