@@ -160,9 +160,7 @@ def test_dealt_plan_places_every_session_once_within_memory(seed, tmp_path):
     threshold is lowered."""
     from optimizer.deployment import anytime as at
 
-    problem = replace(random_instance(seed, tmp_path), faults=()) if seed % 2 == 0 else random_batched(seed, tmp_path)
-    perf = PerfModel(problem)
-    a = Anytime(problem, perf, get("cost"), _kinds_layouts(problem))
+    problem, perf, a = _random_anytime(seed, tmp_path)
     G = problem.total_gpus
     dealt = 0
     for k, kd in enumerate(a.kinds):
@@ -309,13 +307,19 @@ def _search_checked(problem, objective, search, exhaustive) -> None:
     assert best is not None and value >= best * (1 - 1e-9)
 
 
+def _random_anytime(seed: int, tmp_path):
+    """(problem, perf model, Anytime for cost) of a random small instance: one session at a
+    time without faults for even seeds, batched for odd ones."""
+    problem = replace(random_instance(seed, tmp_path), faults=()) if seed % 2 == 0 else random_batched(seed, tmp_path)
+    perf = PerfModel(problem)
+    return problem, perf, Anytime(problem, perf, get("cost"), _kinds_layouts(problem))
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_packing_places_every_session_within_memory(seed, tmp_path):
     """Anytime.pack on every single-kind mix at a few makespan targets: each session placed
     once, the plan passes the evaluator (memory, GPUs), one at a time and batched."""
-    problem = replace(random_instance(seed, tmp_path), faults=()) if seed % 2 == 0 else random_batched(seed, tmp_path)
-    perf = PerfModel(problem)
-    a = Anytime(problem, perf, get("cost"), _kinds_layouts(problem))
+    problem, perf, a = _random_anytime(seed, tmp_path)
     G = problem.total_gpus
     packed = 0
     for k, kd in enumerate(a.kinds):

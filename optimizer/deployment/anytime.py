@@ -697,18 +697,23 @@ class Anytime:
         prefer = lp_mix.prefer(self.problem) if lp_mix is not None else None
         self.tradeoff = None  # every greedy plan is run under both rules (choose_rule)
         self.stop_at = hard
+
+        def keep(sol) -> None:  # a plan built: run it under its better rule, rank it
+            nonlocal best, best_v
+            sol = self.choose_rule(sol)
+            r = self.scenario(sol)
+            v = self.value_of(r)
+            found.append((v, self.need - r.on_time if math.isinf(v) else 0, len(found), sol))
+            if best is None or v < best_v:
+                best, best_v = sol, v
+
         if len(self.sess) > DEAL_SESSIONS:  # a plan in linear time first: the greedy is O(sessions x instances)
             for mix in self.mixes(lp_mix)[:DEAL_MIXES]:
                 if found and time.perf_counter() >= (deadline if math.isfinite(best_v) else (hard or deadline)):
                     break  # one dealt plan stands; more mixes only while time is left
                 sol = self.deal(mix)
                 if sol is not None:
-                    sol = self.choose_rule(sol)
-                    r = self.scenario(sol)
-                    v = self.value_of(r)
-                    found.append((v, self.need - r.on_time if math.isinf(v) else 0, len(found), sol))
-                    if best is None or v < best_v:
-                        best, best_v = sol, v
+                    keep(sol)
             if math.isfinite(best_v):  # a dealt plan stands: the greedy ones only until the soft deadline
                 self.stop_at = deadline if hard is None else min(hard, deadline)
         for n, mix in enumerate(self.mixes(lp_mix)):
@@ -722,14 +727,8 @@ class Anytime:
                     self.tradeoff = self.rule_of.get(id(best)) if best is not None else None
                     return [x for *_, x in sorted(found, key=lambda t: t[:3])]
                 sol = self.greedy(mix, target, pr)
-                if sol is None:
-                    continue
-                sol = self.choose_rule(sol)
-                r = self.scenario(sol)
-                v = self.value_of(r)
-                found.append((v, self.need - r.on_time if math.isinf(v) else 0, len(found), sol))
-                if best is None or v < best_v:
-                    best, best_v = sol, v
+                if sol is not None:
+                    keep(sol)
         self.stop_at = None
         if best is not None:
             self.tradeoff = self.rule_of.get(id(best))
@@ -740,12 +739,21 @@ class Anytime:
         one whose kind fits the session and whose memory has room), each instance then run under
         the present batch limit rule: a plan in time linear in the sessions for inputs too large
         for :meth:`greedy`; None when a session fits no instance."""
+        placed = self.place_in_turn(mix)
+        return None if placed is None else [self.run(Inst(k, ss)) for k, ss in placed if ss]
+
+    def place_in_turn(self, mix: dict[int, int], order: Optional[np.ndarray] = None,
+                      partial: bool = False) -> Optional[list[tuple[int, list[int]]]]:
+        """(kind, sessions) per instance of ``mix``: the sessions in ``order`` (default: deadline
+        order) each go to the next instance in turn whose kind fits it and whose KV memory has
+        room. A session that fits no instance ends the placement: None, or with ``partial`` the
+        instances as they are (the sessions placed so far). Memory only, no timeline."""
         slots = [(k, j) for k in mix for j in range(mix[k])]
         if not slots:
             return None
         mem = [self.kinds[k].static.copy() for k, _ in slots]
         members: list[list[int]] = [[] for _ in slots]
-        order = np.lexsort((np.arange(len(self.sess)), self.dl))
+        order = np.lexsort((np.arange(len(self.sess)), self.dl)) if order is None else order
         ptr = 0
         for n, i in enumerate(order):
             if self.stop_at is not None and n % 4096 == 0 and time.perf_counter() >= self.stop_at:
@@ -760,8 +768,10 @@ class Anytime:
                     ptr = m + 1
                     break
             else:
-                return None
-        return [self.run(Inst(k, members[m])) for m, (k, _) in enumerate(slots) if members[m]]
+                if not partial:
+                    return None
+                break
+        return [(k, members[m]) for m, (k, _) in enumerate(slots)]
 
     def most_on_time(self, mix: dict[int, int], deadline: Optional[float] = None) -> Optional[list[Inst]]:
         """As many sessions on time as earliest-deadline best fit reaches on the instances of

@@ -84,15 +84,11 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
 
     t0 = time.perf_counter()
     total = max(0.05, deadline - t0)
-    if problem.tp_only:
-        allowed = tuple(problem.degrees if degrees is None else degrees)
-        lays = [Layout.tp(p) for p in usable_degrees(problem, perf, allowed)]
-    else:
+    if not problem.tp_only:
         from optimizer.deployment.batching import check_supported
 
         check_supported(problem, obj)
-        allowed = tuple(problem.degrees)
-        lays = list(problem.layouts if layouts is None else layouts)
+    allowed, lays = anytime_layouts(problem, perf, degrees, layouts)
     A = at.Anytime(problem, perf, obj, lays)
     mode = "anytime"
     if not A.kinds:
@@ -610,18 +606,23 @@ def nominal_lp_verdict(problem: Problem, perf, obj, degrees=None, layouts=None):
     :class:`~optimizer.deployment.solver.SolveOutcome` when it proves that no plan places every
     session or meets the on-time requirement, else None. A fault only delays, so a fault
     instance whose run without faults is infeasible is infeasible too."""
-    from optimizer.deployment.solver import usable_degrees
-
-    if problem.tp_only:
-        allowed = tuple(problem.degrees if degrees is None else degrees)
-        lays = [Layout.tp(p) for p in usable_degrees(problem, perf, allowed)]
-    else:
-        allowed = tuple(problem.degrees)
-        lays = list(problem.layouts if layouts is None else layouts)
+    allowed, lays = anytime_layouts(problem, perf, degrees, layouts)
     A = at.Anytime(problem, perf, obj, lays)
     if not A.kinds:
         return None
     return _lp_verdict(problem, perf, obj, A, allowed, time.perf_counter())[0]
+
+
+def anytime_layouts(problem: Problem, perf, degrees=None, layouts=None) -> tuple[tuple, list]:
+    """(allowed TP degrees, layouts) the anytime path works with: the usable TP degrees of a
+    TP-only problem (``degrees``, default the problem's), else the problem's layouts (or
+    ``layouts``)."""
+    from optimizer.deployment.solver import usable_degrees
+
+    if problem.tp_only:
+        allowed = tuple(problem.degrees if degrees is None else degrees)
+        return allowed, [Layout.tp(p) for p in usable_degrees(problem, perf, allowed)]
+    return tuple(problem.degrees), list(problem.layouts if layouts is None else layouts)
 
 
 def _lp_verdict(problem: Problem, perf, obj, A, allowed, t0: float):

@@ -248,32 +248,20 @@ def _kv_fit(problem: Problem, obj) -> Optional[dict]:
     import numpy as np
 
     from optimizer.deployment.anytime import Anytime
-    from optimizer.model.layout import Layout
+    from optimizer.deployment.anytime_solve import anytime_layouts
 
     perf = PerfModel(problem)
-    lays = ([Layout.tp(p) for p in usable_degrees(problem, perf, problem.degrees)] if problem.tp_only
-            else list(problem.layouts))
-    A = Anytime(problem, perf, obj, lays)
+    A = Anytime(problem, perf, obj, anytime_layouts(problem, perf)[1])
     n, best = len(problem.sessions), None
-    for kd in A.kinds:
+    for k, kd in enumerate(A.kinds):
         count = problem.total_gpus // kd.gpus
         if not count:
             continue
         room = problem.gpu.memory_bytes - kd.static  # per stage
         kv = kd.kv[:, A.cls]  # [stage, session]
-        order = np.argsort(kv.max(axis=0), kind="stable")
-        used = np.zeros((count, kv.shape[0]))
-        placed, j = 0, 0
-        for i in order:  # first fit in turn over the instances
-            for step in range(count):
-                m = (j + step) % count
-                if np.all(used[m] + kv[:, i] <= room):
-                    used[m] += kv[:, i]
-                    placed += 1
-                    j = m + 1
-                    break
-            else:
-                break  # the smallest left does not fit anywhere: larger ones neither
+        # smallest first, in turn over the instances, until one fits nowhere (larger ones neither)
+        got = A.place_in_turn({k: count}, order=np.argsort(kv.max(axis=0), kind="stable"), partial=True)
+        placed = sum(len(ss) for _, ss in got or [])
         per_server = (problem.server.gpus // kd.gpus) * float(np.min(room)) if kd.gpus <= problem.server.gpus else 0.0
         total = float(kv.max(axis=0).sum())
         servers = math.ceil(total / per_server) if per_server > 0 else None

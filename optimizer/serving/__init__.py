@@ -141,11 +141,11 @@ def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans
         rep.achievable = _most_rate(p, sm, workers, objectives["goodput"], modes, limit)
         rep.time_s = time.perf_counter() - t0
     if rep.status == Status.INFEASIBLE and rep.achievable is None:
-        rep.achievable = _fastest_slo(p, workers)
+        rep.achievable = best_achievable_slo(p, workers)
     return rep
 
 
-def _fastest_slo(p: Problem, workers) -> dict | None:
+def best_achievable_slo(p: Problem, workers) -> dict | None:
     """For an SLO no worker meets even without load: the lowest TTFT (else TPOT) any worker
     configuration reaches at zero load (the analytic model), against the target; when no worker
     holds the model at all, the widest one's memory shortfall."""

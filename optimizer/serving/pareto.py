@@ -205,9 +205,9 @@ def pareto(p: Problem, sweep: str = "tpot", tpot_ms: list[float] | None = None, 
             curves.append(c)
     res = ParetoResult(base, base.objective, base.rates[0], curves, time.perf_counter() - t0, solves, not_solved)
     if not any(c.front for c in curves):  # no front: what the instance's SLOs miss by, as a plain run says
-        from optimizer.serving import _fastest_slo
+        from optimizer.serving import best_achievable_slo
 
-        res.achievable = _fastest_slo(base, sm.workers(tuple(r for m in modes for r in MODE_ROLES[m])))
+        res.achievable = best_achievable_slo(base, sm.workers(tuple(r for m in modes for r in MODE_ROLES[m])))
     return res
 
 
