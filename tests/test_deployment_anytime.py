@@ -925,6 +925,19 @@ def test_issue_acceptance_200_distinct_sessions_gap_at_60_s(tmp_path):
     assert r["wall_s"] <= 60 * 1.1, r
 
 
+def test_issue_acceptance_thousand_sessions_one_at_a_time_gap_at_60_s(tmp_path):
+    """Issue acceptance, the 1,000-session case in 12 types one session at a time, run as a
+    user runs it (`--time-limit 60`, a fresh process): gap ≤ 2 % at 60 s within 60 s + 10 %.
+    Measured 0.23 % (the README table). The batched variant (13 %) does not meet it: no test."""
+    from benchmarks.bench_deployment import run_scale_case
+
+    raw = generate_mixed(1000, 64, seed=0, types=12, fraction=0.6, max_batch=1)
+    r = run_scale_case(raw, 60, tmp_path)
+    assert r["status"] in ("feasible", "optimal") and r["gap"] is not None, r
+    assert r["gap"] <= 0.02, r
+    assert r["first_s"] is not None and r["first_s"] <= 10.0 and r["wall_s"] <= 60 * 1.1, r
+
+
 @pytest.mark.parametrize("max_batch", [1, None])
 def test_issue_acceptance_thousand_sessions_get_a_plan_within_10_s(tmp_path, max_batch):
     """The 1,000-session case in 12 types on 64 servers: with `--time-limit 10` a feasible plan
