@@ -948,3 +948,71 @@ def test_issue_acceptance_thousand_sessions_get_a_plan_within_10_s(tmp_path, max
     r = run_scale_case(raw, 10, tmp_path)
     assert r["status"] == "feasible" and r["value"] is not None and r["bound"] is not None, r
     assert r["first_s"] is not None and r["first_s"] <= 10.0 and r["wall_s"] <= 10 * 1.1, r
+
+
+def _sigma_problem(tmp_path, config, layouts, servers=1, context=8_000):
+    raw = {"name": "sigma", "model": {"config": str(ROOT / "instances" / "models" / config)},
+           "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
+           "workload": {"sessions": [{"name": "a", "count": 300, "context_tokens": context, "new_tokens": 16},
+                                     {"name": "b", "count": 300, "context_tokens": 4 * context, "new_tokens": 8}]},
+           "deployment": {"reserve_gib_per_gpu": 2, "layouts": layouts}}
+    path = tmp_path / "sigma.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return build_problem(raw, path)
+
+
+def _check_sigma(problem, rng, draws=60):
+    """Every batched kind: a step of b sessions at random contexts (b up to what memory holds)
+    takes at least w + σ·(b − 1) + their KV reads, the split the LP rows use."""
+    from optimizer.deployment.anytime import _kv_and_weight_rates
+    from optimizer.model.perf import batch_step_table
+
+    perf = PerfModel(problem)
+    a = Anytime(problem, perf, get("cost"), _kinds_layouts(problem))
+    table = batch_step_table(perf.model)
+    checked = 0
+    for k in a.kinds:
+        if k.batch_cap == 1:
+            continue
+        w, kv_rate = _kv_and_weight_rates(perf, k.layout)
+        assert k.sigma < w
+        room = problem.gpu.memory_bytes - k.static
+        b_max = int(min(k.batch_cap, np.min(room / np.min(k.kv[:, k.fits], axis=1))))
+        for _ in range(draws):
+            b = int(rng.integers(1, max(2, b_max) + 1))
+            pos = rng.integers(0, 2 * max(c.context for c in problem.classes), size=b).astype(float)
+            step = float(table.step_times_s(k.layout, pos, 1)[0])
+            floor = w + k.sigma * (b - 1) + kv_rate * float(np.sum(pos + 1.0))
+            assert step >= floor * (1 - 1e-9), (k.layout.label(), b, step, floor)
+            checked += 1
+    return a, checked
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_session_step_floor_holds_on_random_layouts(seed, tmp_path):
+    """σ (Kind.sigma) is a valid per-session step cost on the brute-force instances' layouts
+    (TP, PP 2, attention DP, batch caps)."""
+    problem = random_batched(seed, tmp_path)
+    _check_sigma(problem, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("config,layouts", [
+    ("qwen3-32b.json", [{"attention": {"tp": 8}}, {"attention": {"tp": 2}}, {"attention": {"tp": 4}, "pp": 2}]),
+    ("qwen3-30b-a3b.json", [{"attention": {"tp": 8}}, {"attention": {"tp": 8}, "experts": {"tp": 1, "ep": 8}},
+                            {"attention": {"tp": 2}, "pp": 4}]),
+])
+def test_session_step_floor_holds_on_dense_and_moe_layouts(config, layouts, tmp_path):
+    """σ holds on real dense and MoE configs (expert reads and All-to-All grow with the batch)
+    and PP hand-offs, up to the batch memory allows."""
+    a, checked = _check_sigma(_sigma_problem(tmp_path, config, layouts), np.random.default_rng(0), draws=200)
+    assert checked >= 200
+
+
+def test_session_step_floor_is_the_tp_allreduce_growth(tmp_path):
+    """Golden value: on a plain TP8 Qwen3-32B instance (HBM-bound at these batches) each session
+    adds its share of the two ring AllReduces per layer: 2·64 layers · 2·(7/8) · 5,120 · 2 B over
+    NVLink's 450 GB/s = 5.097 µs (eq. of the alpha-beta ring; HGX H100 catalog bandwidth)."""
+    a, _ = _check_sigma(_sigma_problem(tmp_path, "qwen3-32b.json", [{"attention": {"tp": 8}}]),
+                        np.random.default_rng(1), draws=10)
+    expected = 2 * 64 * 2 * 7 / 8 * 5_120 * 2 / 450e9
+    assert a.kinds[0].sigma == pytest.approx(expected, rel=1e-6)

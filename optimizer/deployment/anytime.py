@@ -37,7 +37,10 @@ batch limit of :mod:`optimizer.deployment.batching`):
    service time when instances decode one session at a time, and the KV-read time of the
    session's steps when batched (every step reads every active session's KV once; a step is at
    least its HBM time ``(weights + KV of the fullest rank)/bandwidth``, shared-model eq. 6-2,
-   plus the collectives of a one-token step), with ``w_L`` that fixed time of one step. Batched
+   plus the collectives of a one-token step), with ``w_L`` that fixed time of one step; every
+   session in a step adds at least σ_L more (its share of the collectives and hand-offs, which
+   grow with the batch: :func:`_session_step_floor`), so batched ``work`` counts ``σ_L·new``
+   more and ``w_L`` is the fixed time less σ_L (a step of b sessions: ``w_L + σ_L·b`` + KV). Batched
    kinds also get a *staircase*: ``m_{L,ν}`` instances decode at least ν tokens (for a grid of
    ν), ``Σ_{new_c ≥ ν} work·x ≤ m_{L,ν}·(T − w_L·ν)``, their KV fits ``m_{L,ν}·(HBM − static)``,
    ``m_{L,ν}`` falls with ν, and the time row counts ``w_L·Σ_ν (ν − ν_prev)·m_{L,ν}`` weight
@@ -75,6 +78,7 @@ from optimizer.deployment.evaluate import Plan, SessionTiming, scenario_from_tim
 from optimizer.deployment.schema import Problem, SessionClass
 from optimizer.deployment.units import TIME_UNIT_S, ticks_up
 from optimizer.model.layout import Layout
+from optimizer.model.weights import ACTIVATION_BYTES
 
 EPS_S = 1e-9
 SHORTFALL_PENALTY = 1e9  # score per session missing from the on-time requirement while repairing
@@ -89,6 +93,7 @@ LP_RETRIES = (("presolve", "off"), ("solver", "ipm"))
 STAIRCASE_STEPS = 16
 DEAL_SESSIONS = 20_000  # above this many sessions the first plans are dealt out in turn (Anytime.deal)
 DEAL_MIXES = 3  # mixes dealt out before the greedy plans
+SIGMA_MAX_BATCH = 1024  # σ of a kind is evaluated at every batch size up to this (~25 ms; 0 beyond: still a valid bound)
 PACK_CANDIDATES = 32  # instances of one kind whose deadlines Anytime.pack checks per session  # decode-length thresholds of the batched staircase rows in the bound LP
 
 # --progress: a callable receiving {"phase", "elapsed_s", "value", "bound", "gap", "unit"}
@@ -157,6 +162,8 @@ class Kind:
         fits: per class, one session fits an instance alone.
         work: per class, a lower bound of the instance time the session uses (s): ``alone``
             one at a time, else its KV-read time; w_step: weight-read time of one step (s).
+        sigma: seconds each session in a step adds to it besides its KV reads, a lower bound
+            valid for every batch size (:func:`_session_step_floor`; 0 for DP attention).
     """
 
     layout: Layout
@@ -170,6 +177,7 @@ class Kind:
     work: np.ndarray
     w_step: float
     est: Optional[np.ndarray] = None  # work plus each step's growth of collectives and compute with one more token (heuristics only)
+    sigma: float = 0.0
 
 
 def _kv_and_weight_rates(perf, lay: Layout) -> tuple[float, float]:
@@ -192,6 +200,32 @@ def _kv_and_weight_rates(perf, lay: Layout) -> tuple[float, float]:
         w += l0 + float(np.max(pieces[3])) + float(np.max(pieces[4]))
         kv += max(0.0, l1) / dp
     return w, kv
+
+
+def _session_step_floor(perf, lay: Layout, w: float, b_max: int) -> float:
+    """σ (s): the largest rate with ``step(b) ≥ w + KV reads + σ·(b − 1)`` for every batch size
+    1 ≤ b ≤ ``b_max``, where ``step(b) = Σ_stages max(local, compute) + AllReduce + All-to-All
+    + stage hand-off`` of the shared model (eq. 6-2 and the alpha-beta collectives) and ``w`` the
+    fixed part of :func:`_kv_and_weight_rates`: ``σ = min_b (Δ(b)/(b − 1))`` with ``Δ(b)`` the
+    zero-context step of b tokens (HBM time at zero context, collectives and hand-offs) minus
+    ``w``, evaluated at every b (the collectives' algorithm choice makes Δ piecewise linear, so
+    no sample point may be skipped). Over a run, ``Σ_steps σ·(b − 1) = σ·(session-steps −
+    steps)``, which the configuration LP adds as ``σ·new`` per session and ``−σ`` per step.
+    0 for attention DP (a step's time is its fullest rank's) and for b_max < 2."""
+    if lay.attention_dp != 1 or b_max < 2:
+        return 0.0
+    m = perf.model
+    bs = np.arange(2, int(b_max) + 1, dtype=np.float64)
+    total = np.zeros(bs.size)
+    zero = np.zeros(1)
+    stages = m.stages(lay.pp)
+    for k, st in enumerate(stages):
+        for i, b in enumerate(bs):
+            pieces = m._stage_time(st, lay, np.array([b]), zero, float(b), None)
+            total[i] += float(pieces[1][0]) + float(np.max(pieces[3])) + float(np.max(pieces[4]))
+        if k < len(stages) - 1:
+            total += np.array([m.hw.p2p_s(b * m.spec.hidden * ACTIVATION_BYTES, m._crosses(lay, k)) for b in bs])
+    return max(0.0, float(np.min((total - w) / (bs - 1.0))))
 
 
 def _token_rate(perf, lay: Layout, tokens: int = 16) -> float:
@@ -236,7 +270,13 @@ def instance_kinds(problem: Problem, perf, layouts) -> list[Kind]:
         positions = new * ctx + new * (new + 1) / 2
         work = alone if cap == 1 else kv_rate * positions
         est = work if cap == 1 else work + new * _token_rate(perf, lay)
-        out.append(Kind(lay, lay.gpus, cap, problem.tp_only, alone, static, kv, fits, work, w, est))
+        # every session of an instance stays resident, so no step holds more than fit in memory
+        least = np.min(kv[:, fits], axis=1)  # [stage]
+        resident = np.min(np.where(least > 0, np.floor((problem.gpu.memory_bytes - static) / np.where(least > 0, least, 1.0)),
+                                   np.inf))
+        b_max = int(min(cap, resident))
+        sigma = _session_step_floor(perf, lay, w, b_max) if cap > 1 and b_max <= SIGMA_MAX_BATCH else 0.0
+        out.append(Kind(lay, lay.gpus, cap, problem.tp_only, alone, static, kv, fits, work, w, est, sigma))
     return out
 
 
@@ -1241,6 +1281,15 @@ class _LpData:
     cmap: np.ndarray  # LP class of every problem class
 
 
+def _step_split(k: Kind, new: np.ndarray) -> tuple[np.ndarray, float]:
+    """(per-class time [C] of a session's run, fixed time of a step (s)) of kind ``k`` for the LP
+    rows: batched, ``work + σ·new`` and ``w − σ`` (:attr:`Kind.sigma`: a step of b sessions
+    takes at least ``w + σ·(b − 1) + their KV reads``); one at a time, ``alone`` and 0."""
+    if k.batch_cap == 1:
+        return k.work, 0.0
+    return k.work + k.sigma * new, k.w_step - k.sigma
+
+
 def _lp_data(problem: Problem, perf, kinds: list[Kind]) -> _LpData:
     """Per-class LP constants; with more than LP_MAX_CLASSES classes, a relaxed instance:
     contexts and new tokens rounded down to a geometric grid and deadlines up (1 %, 2 %, 4 % ...
@@ -1251,10 +1300,10 @@ def _lp_data(problem: Problem, perf, kinds: list[Kind]) -> _LpData:
         rep = [(c.context, c.new, c.deadline_s) for c in classes]
         counts = np.array([c.count for c in classes], dtype=float)
         out_kinds = []
+        new = np.array([c.new for c in classes], dtype=float)
         for k in kinds:
             room = problem.gpu.memory_bytes - k.static
-            out_kinds.append((k.gpus, k.alone, k.work, k.w_step if k.batch_cap > 1 else 0.0, room,
-                              k.kv / k.layout.attention_dp,
+            out_kinds.append((k.gpus, k.alone, *_step_split(k, new), room, k.kv / k.layout.attention_dp,
                               float(min(c.new for c in classes)), k.layout.attention_dp, k.batch_cap == 1))
         return _LpData(counts, np.array([d if d is not None else np.inf for _, _, d in rep]),
                        np.array([n for _, n, _ in rep], dtype=float), out_kinds, np.arange(len(classes)))
@@ -1282,11 +1331,11 @@ def _lp_data(problem: Problem, perf, kinds: list[Kind]) -> _LpData:
                                         for i, k in enumerate(rel)))
     rk = instance_kinds(fake, perf, [k.layout for k in kinds])
     out_kinds = []
+    new = np.array([k[1] for k in rel], dtype=float)
     for k in rk:
         room = problem.gpu.memory_bytes - k.static
-        out_kinds.append((k.gpus, k.alone, k.work, k.w_step if k.batch_cap > 1 else 0.0, room,
-                          k.kv / k.layout.attention_dp, float(min(r[1] for r in rel)), k.layout.attention_dp,
-                          k.batch_cap == 1))
+        out_kinds.append((k.gpus, k.alone, *_step_split(k, new), room, k.kv / k.layout.attention_dp,
+                          float(min(r[1] for r in rel)), k.layout.attention_dp, k.batch_cap == 1))
     return _LpData(np.array([keys[k] for k in rel], dtype=float),
                    np.array([k[2] if k[2] is not None else np.inf for k in rel]),
                    np.array([k[1] for k in rel], dtype=float), out_kinds, np.array([pos[k] for k in ckey]))
@@ -1343,7 +1392,8 @@ class BoundLP:
         G = problem.total_gpus
         self.gpu_s_floor = math.inf  # GPU·s every plan's instances spend at least (s)
         if kinds:
-            gpu_s = np.min([np.where(k.fits, k.gpus * k.work, np.inf) for k in kinds], axis=0)
+            new = np.array([c.new for c in problem.classes], dtype=float)
+            gpu_s = np.min([np.where(k.fits, k.gpus * _step_split(k, new)[0], np.inf) for k in kinds], axis=0)
             counts = np.array([c.count for c in problem.classes], dtype=float)
             if np.all(np.isfinite(gpu_s)):
                 self.gpu_s_floor = float(np.sum(counts * gpu_s))

@@ -7,7 +7,9 @@ class it runs, y_c of them on time. One session at a time it is feasible at make
 (``Σ_c kv_kc·x_c ≤ room_k`` per pipeline stage, all of them resident for the run) and its on-time
 sessions meet their deadlines in deadline order (Jackson: for every deadline d,
 ``Σ_{d_c ≤ d} alone_kc·y_c ≤ d``); late sessions run after them, so Moore-Hodgson reaches that
-on-time count. Batched kinds use a relaxation of the simulated timeline (valid for every batch
+on-time count. Batched kinds use a relaxation of the simulated timeline (a step of b sessions
+costs at least ``w + Σ KV reads + σ·(b − 1)``, σ from
+:func:`~optimizer.deployment.anytime._session_step_floor`; valid for every batch
 limit and admission order of :mod:`optimizer.deployment.batching`; see
 :meth:`ConfigLP.batched_load`), so their columns may include configurations no instance
 reaches, never the other way round. The master LP chooses λ_j ≥ 0 instances of each
@@ -47,8 +49,8 @@ class _Kind:
 
     gpus: GPUs; alone: single-session time (s, inf where one session does not fit); kv: KV bytes
     per GPU [stage, class]; room: bytes per GPU left for KV [stage]; batched: decodes in
-    batches; w: fixed time of a step (s); work: KV-read time of a session's steps (s); kv1: its
-    first step's KV-read time (s); cap: batch cap; queue_limits: batch limits b that can leave
+    batches; w: fixed time of a step less σ (s); work: KV-read time of a session's steps plus
+    σ·new (s); kv1: its first step's KV-read time plus σ (s); cap: batch cap; queue_limits: batch limits b that can leave
     sessions queued (powers of two and the cap)."""
 
     gpus: int
@@ -206,10 +208,14 @@ class ConfigLP:
                 ks.append(_Kind(k.gpus, alone, kv, room))
                 continue
             positions = new * ctx + new * (new + 1) / 2
-            kv1 = k.work * (ctx + 1) / np.maximum(positions, 1e-12)
+            # σ per slot-step (Kind.sigma): a session's run costs work + σ·new, a slot-step
+            # kv1 + σ, and a step w − σ
+            sg = k.sigma
+            kv1 = k.work * (ctx + 1) / np.maximum(positions, 1e-12) + sg
             limits = sorted({b for b in (2 ** i for i in range(31)) if b < min(n_all, k.batch_cap)} |
                             ({k.batch_cap} if k.batch_cap < n_all else set()))
-            ks.append(_Kind(k.gpus, alone, kv, room, True, k.w_step, k.work, kv1, k.batch_cap, tuple(limits)))
+            ks.append(_Kind(k.gpus, alone, kv, room, True, k.w_step - sg, k.work + sg * new, kv1, k.batch_cap,
+                            tuple(limits)))
         urgent = None
         batched = [kd for kd in ks if kd.batched]
         if batched:
