@@ -131,3 +131,16 @@ def test_a_serving_solve_does_not_spoil_a_later_deployment_solve():
     run_instance(ROOT / "instances" / "serving_llama70b_h100.yaml")
     d = run_instance(ROOT / "instances" / "qwen3_30b_a3b_batched.yaml").to_dict()
     assert d["status"] == "optimal" and abs(d["objective"]["value"] - 0.30443) < 1e-4
+
+
+def test_commands_without_cp_sat_do_not_import_it():
+    """The CLI lists every problem's objectives at start-up; that must not import OR-Tools
+    (0.5-0.7 s with the pandas it pulls in): a serving solve and ``--help`` never use CP-SAT,
+    and with a 1-2 s ``--time-limit`` that import alone broke the limit."""
+    probe = ("import sys\nfrom optimizer import cli\nsys.argv = ['optimize'] + sys.argv[1:]\n"
+             "try:\n    cli.run()\nexcept SystemExit:\n    pass\n"
+             "print('ORTOOLS', any(m.startswith('ortools') for m in sys.modules), file=sys.stderr)\n")
+    for args in (["--help"], [str(ROOT / "instances" / "serving_llama70b_h100.yaml"), "--format", "json",
+                              "--time-limit", "5"]):
+        out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=ROOT)
+        assert "ORTOOLS False" in out.stderr, (args, out.stderr[-500:])

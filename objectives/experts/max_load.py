@@ -2,9 +2,12 @@
 ``migration_weight`` load units per expert copy moved when a previous placement is given."""
 from __future__ import annotations
 
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING
 
 from objectives.base import Objective
+
+if TYPE_CHECKING:  # the CLI lists objectives at start-up: no solver import there
+    from ortools.sat.python import cp_model
 
 
 def set_objective(model: cp_model.CpModel, T: cp_model.IntVar, moves_expr=None, move_weight: int = 0) -> None:

@@ -2,9 +2,12 @@
 placement had no replica of ``e`` on ``g``) subject to the max-load target."""
 from __future__ import annotations
 
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING
 
 from objectives.base import Objective
+
+if TYPE_CHECKING:  # the CLI lists objectives at start-up: no solver import there
+    from ortools.sat.python import cp_model
 
 
 def set_objective(model: cp_model.CpModel, moves_expr) -> None:
