@@ -136,10 +136,9 @@ def read_measurements(path: Path) -> list[Row]:
         for n, rec in enumerate(reader, start=2):
             if not rec or all(not c.strip() for c in rec):
                 continue
-            try:
-                vals = {c: rec[ix[c]].strip() for c in COLUMNS}
-            except IndexError:
-                raise InputError(path, f"line {n}", f"expected {len(header)} columns (got {len(rec)})") from None
+            if len(rec) != len(header):  # a field too many is a shifted or mistyped line, never dropped
+                raise InputError(path, f"line {n}", f"expected {len(header)} columns as in the header (got {len(rec)})")
+            vals = {c: rec[ix[c]].strip() for c in COLUMNS}
             nums = {}
             for c in ("tp", "batch", "isl", "osl"):
                 try:
@@ -162,6 +161,14 @@ def read_measurements(path: Path) -> list[Row]:
     return rows
 
 
+def _no_unknown_keys(path: Path, prefix: str, section: dict, known: tuple) -> None:
+    """Refuse a key of a mapping file's ``section`` outside ``known`` (a typo must not be dropped);
+    keys starting with ``_`` are notes (``_source``)."""
+    for key in section:
+        if key not in known and not str(key).startswith("_"):
+            raise InputError(path, f"{prefix}{key}", f"unknown key (expected {', '.join(known)})")
+
+
 def read_mapping(specs: list[str], hardware: list[str], where: str = "--model") -> tuple[dict, dict]:
     """``({csv model: config path}, {csv gpu: (catalog gpu, catalog server)})`` from ``--model`` values
     (a mapping YAML with ``models:`` and optional ``hardware:`` sections, paths relative to it, or
@@ -169,7 +176,8 @@ def read_mapping(specs: list[str], hardware: list[str], where: str = "--model") 
     alone applies to every row).
 
     Raises:
-        InputError: a value in neither form, a missing file, a mapping without ``models``.
+        InputError: a value in neither form, a missing file (the mapping or a config it names),
+            a mapping without ``models``, an unknown key in it.
     """
     from optimizer.schema_base import read_yaml
 
@@ -189,13 +197,21 @@ def read_mapping(specs: list[str], hardware: list[str], where: str = "--model") 
         raw = read_yaml(p)
         if not isinstance(raw, dict) or not isinstance(raw.get("models"), dict):
             raise InputError(p, "models", "a mapping file needs a 'models:' section {csv name: {config: path}}")
+        _no_unknown_keys(p, "", raw, ("models", "hardware"))
         for name, m in raw["models"].items():
             if not isinstance(m, dict) or not isinstance(m.get("config"), str):
                 raise InputError(p, f"models.{name}.config", "required field is missing (path to a config.json)")
-            models[str(name)] = (p.parent / m["config"]).resolve()
+            _no_unknown_keys(p, f"models.{name}.", m, ("config",))
+            cfg = (p.parent / m["config"]).resolve()
+            if not cfg.is_file():
+                raise InputError(p, f"models.{name}.config", f"model config file not found: {cfg}")
+            models[str(name)] = cfg
+        if raw.get("hardware") is not None and not isinstance(raw["hardware"], dict):
+            raise InputError(p, "hardware", "expected a mapping {csv gpu name: {gpu, server}}")
         for name, h in (raw.get("hardware") or {}).items():
             if not isinstance(h, dict) or not isinstance(h.get("gpu"), str) or not isinstance(h.get("server"), str):
                 raise InputError(p, f"hardware.{name}", "needs gpu and server (catalog names)")
+            _no_unknown_keys(p, f"hardware.{name}.", h, ("gpu", "server"))
             hw[str(name)] = (h["gpu"], h["server"])
     for s in hardware:
         name, _, val = s.rpartition("=")

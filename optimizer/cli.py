@@ -262,7 +262,8 @@ def _dumps(d: dict) -> str:
                    "or NAME=CONFIG.json (repeatable).")
 @click.option("--hardware", "hardware", multiple=True, metavar="[NAME=]GPU:SERVER",
               help="The CSV's GPU name to catalog GPU and server (repeatable; without NAME= for every row).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random fit starts.")
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=0, show_default=True,
+              help="Seed of the random fit starts (0 or more).")
 @click.option("--starts", type=click.IntRange(1, 100), default=8, show_default=True,
               help="Fit starts (all-ones plus seeded random ones); the lowest cost wins.")
 @click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,

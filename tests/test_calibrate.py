@@ -170,3 +170,22 @@ def test_a_layout_the_model_refuses_is_said_once(cli_any, tmp_path):
     r = cli_any("calibrate", tp3, "--model", MAPPING)
     assert_one_line_error(r, "m.csv", "layout TP3 not valid for LLaMA-7B: TP3 does not split 32 attention heads")
     assert "<input>" not in r.output and r.output.count("error:") == 1
+
+
+def test_fresh_user_extra_fields_unknown_keys_missing_configs_and_negative_seed(cli_any, tmp_path):
+    """A row with a field more than the header was fitted without its extra value; an unknown key
+    in a mapping file was accepted; a missing config was reported with an empty field slot, not
+    naming the mapping; ``--seed -1`` was a numpy traceback."""
+    extra = _rows(tmp_path, ["LLaMA-7B,H100-SXM,fp8,1,64,128,128,9193,extra"])
+    assert_one_line_error(cli_any("calibrate", extra, "--model", MAPPING), "m.csv", "line 2", "8 columns")
+    ok = _rows(tmp_path, ["LLaMA-7B,H100-SXM,fp8,1,64,128,128,9193"])
+    cfg = INSTANCES / "models" / "llama-2-7b.json"
+    for body, field in ((f"models:\n  LLaMA-7B:\n    config: {cfg}\n    bogus: 1\n", "models.LLaMA-7B.bogus"),
+                        (f"models:\n  LLaMA-7B: {{config: {cfg}}}\nextra: 1\n", "extra"),
+                        (f"models:\n  LLaMA-7B: {{config: {cfg}}}\nhardware:\n  H100-SXM: {{gpu: h100-sxm, server: hgx-h100, rack: 2}}\n",
+                         "hardware.H100-SXM.rack"),
+                        ("models:\n  LLaMA-7B: {config: nothere.json}\n", "models.LLaMA-7B.config")):
+        mapping = tmp_path / "map.yaml"
+        mapping.write_text(body)
+        assert_one_line_error(cli_any("calibrate", ok, "--model", mapping), "map.yaml", field)
+    assert_one_line_error(cli_any("calibrate", ok, "--model", MAPPING, "--seed", "-1"), "--seed")

@@ -260,3 +260,9 @@ def test_a_rate_listed_twice_is_bad_input(cli):
     """rate_rps [5, 5, 5] solved the same rate three times."""
     assert_one_line_error(cli(INSTANCES / "serving_llama70b_h100.yaml", "--set", "serving.traffic.rate_rps=[5,5,6]"),
                           "serving.traffic.rate_rps", "lists 5 more than once")
+
+
+def test_negative_simulation_seed_is_bad_input(cli, tmp_path):
+    """A fresh user's ``seed: -1`` was a numpy traceback (exit 1)."""
+    raw = llama70b_raw(simulation={"requests": 100, "seed": -1})
+    assert_one_line_error(cli(write(tmp_path, raw)), "serving.simulation.seed", "greater than or equal to 0")
