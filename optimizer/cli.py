@@ -177,20 +177,24 @@ def _progress_display():
     for col in ("time s", "phase", "incumbent", "bound", "gap"):
         table.add_column(col, justify="right" if col != "phase" else "left")
     live = Live(table, console=Console(stderr=True), refresh_per_second=4, transient=False)
-    live.start()
+    started = []  # the table appears with its first row (bad input prints none: its error line is the answer)
 
     def show(d: dict) -> None:
         fmt = lambda v: "-" if v is None else f"{v:.6g}"
         table.add_row(f"{d['elapsed_s']:.2f}", d["phase"], fmt(d["value"]), fmt(d["bound"]),
                       "-" if d["gap"] is None else f"{d['gap'] * 100:.2f}%")
+        if not started:
+            live.start()
+            started.append(True)
         live.refresh()
 
     anytime.set_progress(show)
 
     def close() -> None:
         anytime.set_progress(None)
-        live.stop()
-        click.echo("", err=True)  # end the table's last line
+        if started:
+            live.stop()
+            click.echo("", err=True)  # end the table's last line
 
     return close
 

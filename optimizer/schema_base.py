@@ -174,9 +174,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], file: str | Path)
         if "=" not in item:
             raise InputError(file, item, "--set expects dotted.key=value")
         key, _, value_text = item.partition("=")
-        parts = [k for k in key.strip().split(".") if k]
-        if not parts:
-            raise InputError(file, item, "--set expects dotted.key=value")
+        parts = [k.strip() for k in key.strip().split(".")]
+        if not key.strip() or not all(parts):  # 'a..b' or 'a.' is a typo, not a key
+            raise InputError(file, item, "--set expects dotted.key=value (no empty key between dots)")
         try:
             value = load_yaml_text(value_text) if value_text.strip() else None
         except yaml.YAMLError:

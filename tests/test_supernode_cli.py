@@ -142,3 +142,13 @@ def test_readme_supernode_commands(parts):
 
 def test_readme_lists_supernode_commands():
     assert len(_readme_supernode_commands()) >= 4
+
+
+@pytest.mark.parametrize("tiers,needle", [("[magic]", "unknown tier 'magic'"), ("[]", "no tier given")])
+def test_table_tiers_are_checked_for_a_model_without_tables(tiers, needle):
+    """A fresh user's ``table_tiers: [magic]`` on DeepSeek-V3 (no lookup tables) was accepted
+    silently; the same list on a model with tables was refused."""
+    from tests.conftest import INSTANCES
+
+    one_line_error(*run_cli(INSTANCES / "supernode_deepseek_v3.yaml", "--set", f"supernode.table_tiers={tiers}"),
+                   "supernode.table_tiers", needle)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from optimizer.deployment.anytime import muted
 from optimizer import clock
-from optimizer.deployment.explain import alternatives, binding, conflict_details
+from optimizer.deployment.explain import adopt_better_row, alternatives, binding, conflict_details
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.report import DeploymentReport
 from optimizer.deployment.schema import Problem, build_problem
@@ -97,6 +97,9 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
                                                incumbent=outcome)
         if any(a.reason == "time_limit" for a in report.alternatives):
             report.cut_short.append("comparison rows")
+        better = adopt_better_row(problem, obj, outcome, report.alternatives)
+        if better is not outcome:
+            outcome = report.outcome = better
     if outcome.evaluation is not None and not outcome.evaluation.violations:
         report.binding = binding(problem, perf, outcome.evaluation, obj)
     if outcome.status == Status.INFEASIBLE:

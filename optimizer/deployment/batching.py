@@ -242,11 +242,12 @@ def check_supported(problem: Problem, objective) -> None:
     what = "deployment.max_batch" if problem.batch_cap > 1 else "deployment.layouts"
     why = (f"batched decode (max_batch {problem.max_batch or 'unlimited'})" if problem.batch_cap > 1
            else "non-TP layouts")
+    verb = "is" if problem.batch_cap > 1 else "are"
     if problem.faults:
-        raise InputError(problem.path, what, f"{why} is not solved with faults yet; set deployment.max_batch: 1 "
+        raise InputError(problem.path, what, f"{why} {verb} not solved with faults yet; set deployment.max_batch: 1 "
                                              f"and TP layouts (deployment.tensor_parallel)")
     if objective.search is None and objective.column_cost(1, 1) is None:
-        raise InputError(problem.path, what, f"{why} is solved for objectives the configuration columns can "
+        raise InputError(problem.path, what, f"{why} {verb} solved for objectives the configuration columns can "
                                              f"express (cost, makespan, energy, gpus, dollars, latency), not "
                                              f"'{objective.name}'; set deployment.max_batch: 1 and TP layouts for it")
 

@@ -120,7 +120,7 @@ class WorkloadIn(_In):
 
 
 class AttentionLayoutIn(_In):
-    tp: int = Field(default=1, description="GPUs splitting each attention (TP)")
+    tp: int = Field(description="GPUs splitting each attention (TP); required: a layout states its TP degree")
     dp: int = Field(default=1, description="attention replicas, each serving its own sessions (DP attention)")
 
 
@@ -132,7 +132,7 @@ class ExpertsLayoutIn(_In):
 class LayoutIn(_In):
     """One allowed instance layout (see :class:`optimizer.model.layout.Layout`)."""
 
-    attention: AttentionLayoutIn = AttentionLayoutIn()
+    attention: AttentionLayoutIn = Field(description="the attention's split (tp, dp); required")
     experts: Optional[ExpertsLayoutIn] = Field(default=None, description="MoE only; default: follows attention")
     pp: int = Field(default=1, description="pipeline stages")
     gpus: Optional[int] = Field(default=None, description="GPUs of the instance (checked: pp x attention.tp x attention.dp)")

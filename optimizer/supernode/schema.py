@@ -344,7 +344,11 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str) -> Problem:
             raise InputError(path, "supernode.table_tiers", f"no tiers for table '{missing[0]}'")
         per_table = {n: tuple(v) for n, v in s.table_tiers.items()}
         where_of = {n: f"supernode.table_tiers.{n}" for n in names}
-    for n, tiers in per_table.items():
+    checks = dict(per_table)
+    if isinstance(s.table_tiers, list):  # checked even when the model has no table to use it
+        checks[None] = tuple(s.table_tiers)
+        where_of[None] = "supernode.table_tiers"
+    for n, tiers in checks.items():
         if not tiers:
             raise InputError(path, where_of[n], "no tier given")
         for t in tiers:
