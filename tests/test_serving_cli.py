@@ -266,3 +266,10 @@ def test_negative_simulation_seed_is_bad_input(cli, tmp_path):
     """A fresh user's ``seed: -1`` was a numpy traceback (exit 1)."""
     raw = llama70b_raw(simulation={"requests": 100, "seed": -1})
     assert_one_line_error(cli(write(tmp_path, raw)), "serving.simulation.seed", "greater than or equal to 0")
+
+
+@pytest.mark.parametrize("seed", ['"7"', "true", "1.5"])
+def test_simulation_seed_must_be_a_whole_number(cli, tmp_path, seed):
+    """``seed: "7"`` and ``seed: true`` were quietly taken as seeds."""
+    path = write(tmp_path, llama70b_raw())
+    assert_one_line_error(cli(path, "--set", f"serving.simulation.seed={seed}"), "serving.simulation.seed")

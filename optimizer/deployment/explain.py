@@ -115,7 +115,8 @@ def adopt_better_row(problem: Problem, objective, outcome, rows: list[Alternativ
                       notes=[f"plan from the comparison row {best.option}: better than the main search's "
                              + (f"({best.value:.6g} against {outcome.value:.6g})" if outcome.value is not None else
                                 "(which found none)") + ("; bound from the main search" if bound is not None else
-                                                         "; the main search reached no bound")] + list(got.notes))
+                                                         "; the main search reached no bound")]
+                      + [f"comparison row {best.option}: {n}" for n in got.notes])
     for a in ok:  # the texts compared each row with the old chosen plan
         shape = a.detail.split(": ", 1)[1] if a.detail.startswith(("+", "-", "as good as")) else a.detail
         if abs(a.value - best.value) <= 1e-9 * max(1.0, abs(best.value)):

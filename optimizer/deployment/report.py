@@ -151,7 +151,7 @@ class DeploymentReport:
         ev = o.evaluation
         if ev is not None:
             gap = "" if o.stats.gap is None else f", gap {o.stats.gap * 100:.3g}%"
-            bound = "" if o.bound is None else f", bound {obj.fmt(o.bound)}"
+            bound = ", no bound" if o.bound is None else f", bound {obj.fmt(o.bound)}"
             console.print(f"[bold]{o.status.value}[/bold]: {obj.name} = [bold]{obj.fmt(o.value)}[/bold]{bound}{gap}")
             t = Table(title="Instances")
             for col in ("instance", "layout", "batch", "server", "GPUs", "sessions (in order)", "GB/GPU", "finish ms"):

@@ -111,7 +111,7 @@ class RoleIn(_In):
 class SimulationIn(_In):
     enabled: bool = True
     requests: Annotated[int, Field(strict=True, ge=50, le=200_000)] = 1500
-    seed: Annotated[int, Field(ge=0, le=2**63 - 1, description="seed of the simulated arrivals (numpy: 0 or more)")] = 1
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1, description="seed of the simulated arrivals (numpy: 0 or more)")] = 1
 
 
 class ServingIn(_In):
