@@ -161,17 +161,15 @@ def test_dealt_plan_places_every_session_once_within_memory(seed, tmp_path):
     from optimizer.deployment import anytime as at
 
     problem, perf, a = _random_anytime(seed, tmp_path)
-    G = problem.total_gpus
     dealt = 0
-    for k, kd in enumerate(a.kinds):
-        if G // kd.gpus == 0:
-            continue
-        sol = a.deal({k: G // kd.gpus})
+    for mix in a.single_kind_mixes():
+        (k, n), = mix.items()
+        sol = a.deal(mix)
         if sol is None:  # memory full before every session is placed
             continue
         dealt += 1
         assert sorted(i for it in sol for i in it.sessions) == list(range(len(problem.sessions)))
-        if len(problem.classes) == 1 and kd.fits.all() and len(sol) == G // kd.gpus:  # one class: even, in turn
+        if len(problem.classes) == 1 and a.kinds[k].fits.all() and len(sol) == n:  # one class: even, in turn
             sizes = sorted(len(it.sessions) for it in sol)
             assert sizes[-1] - sizes[0] <= 1
         assert evaluate(problem, a.plan(sol), perf).violations == []
@@ -320,13 +318,10 @@ def test_packing_places_every_session_within_memory(seed, tmp_path):
     """Anytime.pack on every single-kind mix at a few makespan targets: each session placed
     once, the plan passes the evaluator (memory, GPUs), one at a time and batched."""
     problem, perf, a = _random_anytime(seed, tmp_path)
-    G = problem.total_gpus
     packed = 0
-    for k, kd in enumerate(a.kinds):
-        if G // kd.gpus == 0:
-            continue
+    for mix in a.single_kind_mixes():
         for target in (0.05, 0.5, 5.0):
-            sol = a.pack({k: G // kd.gpus}, target)
+            sol = a.pack(mix, target)
             if sol is None:  # the instances' memory is full before every session is placed
                 continue
             packed += 1

@@ -191,6 +191,8 @@ class ConfigLP:
         list ``kinds``, or None (more than CG_MAX_CLASSES classes). Batched kinds get the
         relaxation of :meth:`batched_load`; d* is the largest deadline of an *urgent* class
         (deadline ≤ URGENT_SLACK × its fastest single-session time on a batched kind)."""
+        from optimizer.deployment.anytime import _step_split
+
         classes = problem.classes
         if not kinds or len(classes) > CG_MAX_CLASSES:
             return None
@@ -208,14 +210,13 @@ class ConfigLP:
                 ks.append(_Kind(k.gpus, alone, kv, room))
                 continue
             positions = new * ctx + new * (new + 1) / 2
-            # σ per slot-step (Kind.sigma): a session's run costs work + σ·new, a slot-step
-            # kv1 + σ, and a step w − σ
-            sg = k.sigma
-            kv1 = k.work * (ctx + 1) / np.maximum(positions, 1e-12) + sg
+            # σ per slot-step (Kind.sigma): a session's run costs work + σ·new, a step w − σ
+            # (_step_split, as in the fluid LP), a slot-step kv1 + σ
+            work, w = _step_split(k, new)
+            kv1 = k.work * (ctx + 1) / np.maximum(positions, 1e-12) + k.sigma
             limits = sorted({b for b in (2 ** i for i in range(31)) if b < min(n_all, k.batch_cap)} |
                             ({k.batch_cap} if k.batch_cap < n_all else set()))
-            ks.append(_Kind(k.gpus, alone, kv, room, True, k.w_step - sg, k.work + sg * new, kv1, k.batch_cap,
-                            tuple(limits)))
+            ks.append(_Kind(k.gpus, alone, kv, room, True, w, work, kv1, k.batch_cap, tuple(limits)))
         urgent = None
         batched = [kd for kd in ks if kd.batched]
         if batched:

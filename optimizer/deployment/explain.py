@@ -38,6 +38,7 @@ class Alternative:
     need_bytes: Optional[float] = None  # memory rows: bytes per GPU one session alone needs
     allreduce: Optional[AllReduceSource] = None  # where this degree's AllReduce time comes from
     outcome: Any = field(default=None, repr=False, compare=False)  # the row's SolveOutcome (plan rows)
+    shape: str = field(default="", repr=False, compare=False)  # plan rows: instances, makespan, on time
 
     def to_dict(self) -> dict:
         d = {"option": self.option, "reason": self.reason, "detail": self.detail}
@@ -74,14 +75,18 @@ def plan_row(problem: Problem, objective, name: str, gpus: int, out, best_value:
     w = get(objective).worst(ev)
     shape = (f"{len(ev.plan.instances)} instance(s), {extra}makespan {w.makespan_s * 1e3:.2f} ms, "
              f"{w.on_time} of {len(problem.sessions)} on time")
-    if best_value is not None and abs(out.value - best_value) <= 1e-9 * max(1.0, abs(best_value)):
-        reason, detail = "tie", f"as good as the chosen plan: {shape}"
-    else:
-        reason = "objective"
-        pct = f"{(out.value / best_value - 1) * 100:+.1f}% vs chosen: " if best_value else ""
-        detail = pct + shape
+    reason, detail = _versus_chosen(out.value, best_value, shape)
     return Alternative(name, gpus, reason, detail, out.value, out.status, len(ev.plan.instances),
-                       w.on_time, w.makespan_s * 1e3, outcome=out)
+                       w.on_time, w.makespan_s * 1e3, outcome=out, shape=shape)
+
+
+def _versus_chosen(value: float, best_value: Optional[float], shape: str) -> tuple[str, str]:
+    """(reason, detail) of a plan row against the chosen plan's value: a tie, or by how much it
+    differs (``+x.x% vs chosen``)."""
+    if best_value is not None and abs(value - best_value) <= 1e-9 * max(1.0, abs(best_value)):
+        return "tie", f"as good as the chosen plan: {shape}"
+    pct = f"{(value / best_value - 1) * 100:+.1f}% vs chosen: " if best_value else ""
+    return "objective", pct + shape
 
 
 def adopt_better_row(problem: Problem, objective, outcome, rows: list[Alternative]):
@@ -118,11 +123,7 @@ def adopt_better_row(problem: Problem, objective, outcome, rows: list[Alternativ
                                                          "; the main search reached no bound")]
                       + [f"comparison row {best.option}: {n}" for n in got.notes])
     for a in ok:  # the texts compared each row with the old chosen plan
-        shape = a.detail.split(": ", 1)[1] if a.detail.startswith(("+", "-", "as good as")) else a.detail
-        if abs(a.value - best.value) <= 1e-9 * max(1.0, abs(best.value)):
-            a.reason, a.detail = "tie", f"as good as the chosen plan: {shape}"
-        else:
-            a.reason, a.detail = "objective", f"{(a.value / best.value - 1) * 100:+.1f}% vs chosen: {shape}"
+        a.reason, a.detail = _versus_chosen(a.value, best.value, a.shape)
     return adopted
 
 
