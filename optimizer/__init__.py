@@ -22,9 +22,10 @@ def run_instance(path, objective: str | None = None, time_limit_s: float | None 
     Raises:
         InputError: bad input (file, field and problem in the message).
     """
+    import time
     from pathlib import Path
 
-    from optimizer.problems import problem_spec_for
+    from optimizer.problems import problem_spec_for, run_problem
     from optimizer.schema_base import apply_overrides, read_yaml
 
     import math
@@ -36,7 +37,10 @@ def run_instance(path, objective: str | None = None, time_limit_s: float | None 
         raise InputError("time_limit_s", "", f"must be a positive number of seconds (got {time_limit_s!r})")
     path = Path(path)
     raw = apply_overrides(read_yaml(path), list(overrides), path)
-    return problem_spec_for(raw, path).module().run(raw, path, objective, time_limit_s, None)
+    from optimizer.budget import Budget
+
+    budget = Budget.for_command(time_limit_s, started=time.perf_counter())  # a library call: from now
+    return run_problem(problem_spec_for(raw, path), raw, path, objective, budget)
 
 
 def load_instance(path, overrides=()):
@@ -48,7 +52,7 @@ def load_instance(path, overrides=()):
     from pathlib import Path
 
     from optimizer.errors import InputError
-    from optimizer.problems import problem_spec_for
+    from optimizer.problems import problem_spec_for, run_problem
     from optimizer.schema_base import read_yaml
 
     spec = problem_spec_for(read_yaml(Path(path)), Path(path))

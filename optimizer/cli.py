@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from optimizer.errors import EXIT_BAD_INPUT, InputError, take_warnings
-from optimizer.problems import exit_code_for, problem_spec_for
+from optimizer.problems import exit_code_for, problem_spec_for, run_problem
 from optimizer.schema_base import apply_overrides, read_yaml
 
 
@@ -73,11 +73,11 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     Also: optimize calibrate MEASUREMENTS.csv --model ... (fit efficiency factors to measured
     throughput), optimize sweep GRID.yaml --output DIR (a grid of serving solves); see their --help.
     """
-    from optimizer import clock
+    from optimizer.budget import Budget
 
-    clock.COMMAND_START = time.perf_counter() - clock.startup_s()  # --time-limit counts from process start
+    started = Budget.for_command(None).start  # --time-limit counts from the process start
     take_warnings()  # this command's warnings only
-    live = _progress_display() if progress else None
+    live, live_sink = _progress_display() if progress else (None, None)
     try:
         if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
             raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
@@ -93,11 +93,12 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         if pareto is not None:
             if plot_dir is not None:
                 raise InputError("--plot", str(plot_dir), "does not apply with --pareto (pareto.png goes to --output)")
-            _pareto(raw, instance, spec, objective, time_limit, output_dir, pareto,
+            _pareto(raw, instance, spec, objective, Budget.for_command(time_limit, started, PARETO_OUTPUT_S), output_dir, pareto,
                     PARETO_POINTS if pareto_points is None else pareto_points, fmt)
         # --plot counts against the limit too: its figures' time is kept out of the work's budget
-        clock.AFTER_S = _plot_reserve_s(raw) if plot_dir is not None and time_limit is not None else 0.0
-        report = spec.module().run(raw, instance, objective, time_limit, output_dir)
+        reserve = _plot_reserve_s(raw) if plot_dir is not None else 0.0
+        budget = Budget.for_command(time_limit, started, reserve)
+        report = run_problem(spec, raw, instance, objective, budget, output_dir, live_sink)
         files: list[str] = []
         if plot_dir is not None:
             from optimizer.plots import write_plots
@@ -113,8 +114,6 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     except (InputError, OSError) as exc:  # OSError: an output or plot folder that cannot be written
         _exit_bad_input(exc, output_dir or plot_dir)
     finally:
-        clock.COMMAND_START = None
-        clock.AFTER_S = 0.0
         if live is not None:
             live()
     _print_warnings()
@@ -133,7 +132,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
 PARETO_OUTPUT_S = 1.0  # --pareto: time kept for writing pareto.png and pareto.json
 
 
-def _pareto(raw, instance: Path, spec, objective, time_limit, output_dir, sweep: str, points: int, fmt: str) -> None:
+def _pareto(raw, instance: Path, spec, objective, budget, output_dir, sweep: str, points: int, fmt: str) -> None:
     """``--pareto``: the fronts of a serving instance (:mod:`optimizer.serving.pareto`); exits."""
     if spec.section != "serving":
         raise InputError(instance, spec.section, "--pareto applies to serving instances only")
@@ -144,11 +143,9 @@ def _pareto(raw, instance: Path, spec, objective, time_limit, output_dir, sweep:
     from optimizer.serving.pareto import render, write
 
     p = load_problem(raw, instance, objective)
-    from optimizer import clock
-
-    deadline = clock.command_deadline(time_limit, PARETO_OUTPUT_S)  # the plot and files get PARETO_OUTPUT_S
-    res = run_pareto(p, sweep, points=points, time_limit_s=20.0 if time_limit is None else time_limit,
-                     deadline=deadline)
+    # the budget keeps PARETO_OUTPUT_S for the plot and files
+    res = run_pareto(p, sweep, points=points, time_limit_s=20.0 if budget.limit_s is None else budget.limit_s,
+                     deadline=budget.deadline)
     files = write(res, output_dir)
     if fmt == "json":
         click.echo(json.dumps(res.to_dict() | {"files": [str(f) for f in files]}, indent=2))
@@ -166,37 +163,33 @@ def _pareto(raw, instance: Path, spec, objective, time_limit, output_dir, sweep:
 
 def _progress_display():
     """``--progress``: a rich table on stderr, one row per improvement of the incumbent or the
-    bound (elapsed time, phase, incumbent, bound, gap). Returns the function that closes it."""
+    bound (elapsed time, method, incumbent, bound, gap). Returns (close, sink): the function that
+    closes it and the progress sink that adds a row."""
     from rich.console import Console
     from rich.live import Live
     from rich.table import Table
 
-    from optimizer.deployment import anytime
-
     table = Table(title="deployment solve: incumbent, bound and gap", title_justify="left")
-    for col in ("time s", "phase", "incumbent", "bound", "gap"):
-        table.add_column(col, justify="right" if col != "phase" else "left")
+    for col in ("time s", "method", "incumbent", "bound", "gap"):
+        table.add_column(col, justify="right" if col != "method" else "left")
     live = Live(table, console=Console(stderr=True), refresh_per_second=4, transient=False)
     started = []  # the table appears with its first row (bad input prints none: its error line is the answer)
 
     def show(d: dict) -> None:
         fmt = lambda v: "-" if v is None else f"{v:.6g}"
-        table.add_row(f"{d['elapsed_s']:.2f}", d["phase"], fmt(d["value"]), fmt(d["bound"]),
+        table.add_row(f"{d['elapsed_s']:.2f}", d.get("method") or d.get("phase", ""), fmt(d["value"]), fmt(d["bound"]),
                       "-" if d["gap"] is None else f"{d['gap'] * 100:.2f}%")
         if not started:
             live.start()
             started.append(True)
         live.refresh()
 
-    anytime.set_progress(show)
-
     def close() -> None:
-        anytime.set_progress(None)
         if started:
             live.stop()
             click.echo("", err=True)  # end the table's last line
 
-    return close
+    return close, show
 
 
 def _result_dict(report, files: list[str]) -> dict:

@@ -4,9 +4,18 @@ Each problem package ``optimizer/<name>/`` declares itself in a light module
 ``optimizer/<name>/spec.py`` (no solver imports) holding ``SPEC = ProblemSpec(...)``; the
 registry finds every such module, so a new problem (``serving:``, ``supernode:``) plugs in
 by adding its package, without editing this dispatcher. The package itself is imported only
-when an instance asks for it, and exposes ``run(raw, path, objective, time_limit_s,
-output_dir) -> report`` where the report has ``status`` (:class:`~optimizer.result.Status`),
-``to_dict()`` (the result envelope) and ``render(console)`` (the table output).
+when an instance asks for it.
+
+Every problem follows one pipeline (:class:`Pipeline`), the same five steps in the same order:
+``load`` (instance file -> validated data, units converted once), ``build`` (data -> solver
+model with named constraint families), ``solve`` (within a :class:`~optimizer.budget.Budget` ->
+a frozen solution stating status, objective, bound, gap, time and the methods that produced the
+plan and the bound), ``evaluate`` (an independent re-check of a plan), ``explain`` (a frozen
+solution -> an explanation: binding constraints, alternatives, conflicts) and ``report`` (the
+three -> the report, built once). A package exposes ``PIPELINE`` (an object with those
+methods) and :func:`run_pipeline` runs it for the CLI. The report has ``status``
+(:class:`~optimizer.result.Status`), ``to_dict()`` (the result envelope), ``render(console)``
+(the table output) and optionally ``write(folder) -> list[Path]`` (``--output`` files).
 """
 from __future__ import annotations
 
@@ -16,8 +25,9 @@ import pkgutil
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Protocol, runtime_checkable
 
+from optimizer.budget import Budget, ProgressSink, no_progress
 from optimizer.errors import EXIT_INFEASIBLE, EXIT_OK, EXIT_TIME_LIMIT, InputError
 from optimizer.result import Status
 
@@ -126,3 +136,50 @@ def exit_code_for(status: Status) -> int:
         Status.INFEASIBLE: EXIT_INFEASIBLE,
         Status.TIME_LIMIT: EXIT_TIME_LIMIT,
     }[status]
+
+
+@runtime_checkable
+class Pipeline(Protocol):
+    """The one protocol of the five problems (see the module docstring)."""
+
+    def load(self, raw: dict[str, Any], path: Path, objective: Optional[str] = None) -> Any:
+        """Validated problem data; raises InputError naming file, field and problem."""
+
+    def build(self, data: Any) -> Any:
+        """The solver model (named constraint families) for ``data``."""
+
+    def solve(self, data: Any, budget: Budget, progress: ProgressSink = no_progress) -> Any:
+        """A frozen solution; never mutated afterwards."""
+
+    def evaluate(self, data: Any, plan: Any) -> Any:
+        """The independent evaluation of ``plan`` (violations, objective value)."""
+
+    def explain(self, data: Any, solution: Any, budget: Budget) -> Any:
+        """The explanation of a frozen solution (binding constraints, alternatives, conflicts)."""
+
+    def report(self, data: Any, solution: Any, explanation: Any) -> Any:
+        """The report: ``status``, ``to_dict()``, ``render(console)``."""
+
+
+def run_pipeline(pipeline: Pipeline, raw: dict[str, Any], path: Path, objective: Optional[str], budget: Budget,
+                 output_dir: Optional[Path] = None, progress: Optional[ProgressSink] = None):
+    """load -> solve -> explain -> report, within ``budget``; ``output_dir`` gets the report's
+    own files (``report.write(folder)``, listed in ``report.outputs``)."""
+    data = pipeline.load(raw, path, objective)
+    solution = pipeline.solve(data, budget, progress or no_progress)
+    explanation = pipeline.explain(data, solution, budget)
+    report = pipeline.report(data, solution, explanation)
+    if output_dir is not None and hasattr(report, "write"):
+        report.outputs = list(report.write(Path(output_dir)))
+    return report
+
+
+def run_problem(spec: ProblemSpec, raw: dict[str, Any], path: Path, objective: Optional[str], budget: Budget,
+                output_dir: Optional[Path] = None, progress: Optional[ProgressSink] = None):
+    """Run an instance's problem: its ``PIPELINE`` through :func:`run_pipeline`, or (a package
+    not yet on the pipeline) its ``run(raw, path, objective, budget, output_dir, progress)``."""
+    module = spec.module()
+    pipeline = getattr(module, "PIPELINE", None)
+    if pipeline is not None:
+        return run_pipeline(pipeline, raw, path, objective, budget, output_dir, progress)
+    return module.run(raw, path, objective, budget, output_dir, progress=progress)

@@ -22,8 +22,8 @@ def shared(*parts: str) -> Path:
 def _fresh_clock(monkeypatch):
     """The in-process CLI runs inside pytest's process: its age is not the command's start-up
     (``--time-limit`` counts from the process start for the first command of a process,
-    :func:`optimizer.clock.startup_s`). Subprocess tests keep the real clock."""
-    monkeypatch.setattr("optimizer.clock.process_age_s", lambda: 0.0)
+    :func:`optimizer.budget.process_age_s`). Subprocess tests keep the real clock."""
+    monkeypatch.setattr("optimizer.budget.process_age_s", lambda: 0.0)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from optimizer.buildout.explain import bindings, conflict_details, leaf_groups
 from optimizer.buildout.report import BuildoutReport
 from optimizer.buildout.schema import Problem, load
 from optimizer.buildout.solve import SolveResult, solve
+from optimizer.budget import Budget, ProgressSink
 from optimizer.result import Conflict, Status
 
 __all__ = ["run", "load", "solve", "solve_instance", "evaluate_plan", "BuildoutReport"]
@@ -42,17 +43,16 @@ def solve_instance(p: Problem, objective: str, time_limit_s: float | None = None
                    end: float | None = None) -> BuildoutReport:
     """Solve, check the plan independently, explain it; returns the report. With
     ``time_limit_s`` the whole call ends by ``end`` (a ``time.perf_counter()`` value; default
-    :func:`optimizer.clock.command_deadline`): the solve gets ``SOLVE_SHARE`` of it, the
+    :meth:`optimizer.budget.Budget.for_command`): the solve gets ``SOLVE_SHARE`` of it, the
     explanation's what-if solves the rest (those skipped are counted in ``cut_short``).
 
     Raises:
         RuntimeError: the solver's plan fails the independent evaluation (a modelling bug).
     """
-    from optimizer import clock
     from optimizer.buildout import explain
 
     if end is None:
-        end = clock.command_deadline(time_limit_s)
+        end = Budget.for_command(time_limit_s).deadline
     explain.WHATIF_DEADLINE[0], explain.WHATIF_SKIPPED[0] = end, 0
     try:
         return _solve_and_explain(p, objective, time_limit_s, end)
@@ -107,8 +107,8 @@ def most_gpus_without_target(p: Problem, time_limit_s: float | None) -> dict | N
             "detail": f"at most {int(best.value)} GPUs fit these limits{proven}; {p.target_gpus} required"}
 
 
-def run(raw: dict[str, Any], path: Path, objective: str | None, time_limit_s: float | None,
-        output_dir: Path | None) -> BuildoutReport:
+def run(raw: dict[str, Any], path: Path, objective: str | None, budget: Budget,
+        output_dir: Path | None, progress: ProgressSink | None = None) -> BuildoutReport:
     """CLI entry point (see optimizer/problems.py). ``output_dir`` is unused (no output files).
 
     The report's time (``solver.time_s`` in JSON, the last table line) is the wall time of this
@@ -119,11 +119,8 @@ def run(raw: dict[str, Any], path: Path, objective: str | None, time_limit_s: fl
     Raises:
         InputError: bad input, including an unknown objective.
     """
-    from optimizer import clock
-
     t0 = time.perf_counter()
-    end = clock.command_deadline(time_limit_s)  # counted from the CLI's start (start-up and reading too)
     p, obj = load(raw, path, objective)
-    report = solve_instance(p, obj, time_limit_s, end)
+    report = solve_instance(p, obj, budget.limit_s, budget.deadline)
     report.total_time_s = time.perf_counter() - t0
     return report

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from optimizer.deployment.anytime import muted
-from optimizer import clock
+from optimizer.budget import Budget, work_seconds
 from optimizer.deployment.explain import adopt_better_row, alternatives, binding, conflict_details
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.report import DeploymentReport
@@ -38,7 +38,7 @@ def load(path, overrides=()) -> Problem:
 
 
 def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[float] = None,
-          explain: bool = True) -> DeploymentReport:
+          explain: bool = True, budget: Optional[Budget] = None, progress=None) -> DeploymentReport:
     """Solve and explain a deployment problem.
 
     Args:
@@ -47,25 +47,32 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
             energy) or the objective object.
         time_limit_s: wall-clock budget of the whole call, explanations included (default:
             60 s for the main solve, then 1.5x its time, within 2-10 s, for explanations). With a
-            limit T the budget is 92% of T less 0.4 s and 15 µs per session for the output, counted from :data:`optimizer.clock.COMMAND_START` when the
-            CLI set it; the main solve gets 60% of it (85% above 60 sessions) and the comparison rows and conflict
+            limit T the budget is 92% of T less 0.4 s and 15 µs per session for the output, counted from ``budget.start`` (the CLI's
+            start) when a budget is given; the main solve gets 60% of it (85% above 60 sessions) and the comparison rows and conflict
             explanation share the rest; parts cut short are listed in ``cut_short``.
         explain: also compute the per-degree comparison and binding constraints.
+        budget: the command's budget (:class:`~optimizer.budget.Budget`); its limit replaces
+            ``time_limit_s`` and its start counts the CLI's reading too.
+        progress: a sink for ``--progress`` rows (see :data:`optimizer.budget.ProgressSink`).
     Returns:
         DeploymentReport (``status``, ``to_dict()``, ``render(console)``).
     Raises:
         InputError: unknown objective, or an input it needs is missing.
     """
     t0 = time.perf_counter()
-    start = clock.take()
-    if start is not None:  # the CLI's reading and validation count against the limit too
-        t0 = min(t0, start)
+    if budget is not None:  # the CLI's reading and validation count against the limit too
+        t0, time_limit_s = min(t0, budget.start), budget.limit_s
     obj = resolve_objective(problem, objective)
     perf = PerfModel(problem)
     if time_limit_s is None:
         main_s, end = DEFAULT_TIME_LIMIT_S, None
     else:  # keep a margin for start-up, the binding limits and printing
-        budget = clock.budget_s(time_limit_s, OUTPUT_S_PER_SESSION * len(problem.sessions))
+        reserve = OUTPUT_S_PER_SESSION * len(problem.sessions)
+        if budget is not None and budget.deadline is not None:  # the CLI's budget (its --plot reserve kept out)
+            work = max(0.5 * time_limit_s, budget.deadline - budget.start - reserve)
+        else:
+            work = work_seconds(time_limit_s, reserve)
+        budget = work
         share = LARGE_MAIN_SHARE if len(problem.sessions) > LARGE_SESSIONS else MAIN_SHARE
         main_s, end = share * budget, t0 + budget
         late = time.perf_counter() - t0
@@ -78,7 +85,13 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
                         f"start) had been used before the solve began")
             warn_input("--time-limit", "", f"{what} ({late:.2f} s of start-up and reading): the solve ran its minimum "
                        f"steps only, the command may end after the limit, and the status says what they proved")
-    outcome = solve_deployment(problem, obj, main_s, perf=perf)
+    from optimizer.deployment import anytime
+
+    anytime.set_progress(progress)
+    try:
+        outcome = solve_deployment(problem, obj, main_s, perf=perf)
+    finally:
+        anytime.set_progress(None)
     report = DeploymentReport(problem, outcome, perf=perf)
     if time_limit_s is not None and main_s == 0.0:
         report.cut_short.append("main solve (its time was used up before it began)")
@@ -322,8 +335,8 @@ def explain_infeasible_batched(report: DeploymentReport, problem: Problem, perf:
                              "detail": f"at most {best} of {n} sessions can finish on time; {need} required"}
 
 
-def run(raw: dict[str, Any], path: Path, objective: Optional[str], time_limit_s: Optional[float],
-        output_dir: Optional[Path]) -> DeploymentReport:
+def run(raw: dict[str, Any], path: Path, objective: Optional[str], budget: Budget,
+        output_dir: Optional[Path], progress=None) -> DeploymentReport:
     """CLI entry point (see :mod:`optimizer.problems`)."""
     problem = build_problem(raw, path)
-    return solve(problem, objective or DEFAULT_OBJECTIVE, time_limit_s)
+    return solve(problem, objective or DEFAULT_OBJECTIVE, budget=budget, progress=progress)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def run(raw: dict, path: Path, objective: str | None, time_limit_s: float | None, output_dir: Path | None):
+def run(raw: dict, path: Path, objective: str | None, budget, output_dir: Path | None, progress=None):
     """Solve an experts instance; returns an :class:`~optimizer.experts.report.ExpertsReport`.
 
     Raises:
@@ -15,4 +15,4 @@ def run(raw: dict, path: Path, objective: str | None, time_limit_s: float | None
     """
     from optimizer.experts.problem import run_problem
 
-    return run_problem(raw, Path(path), objective, time_limit_s, output_dir)
+    return run_problem(raw, Path(path), objective, budget.limit_s, output_dir, deadline=budget.deadline)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimizer import clock
+from optimizer.budget import Budget
 from optimizer.errors import InputError
 from optimizer.experts import eplb
 from optimizer.experts.plan import (LayerPlan, balancedness, cross_node_tokens, moves, plan_from_phy2log,
@@ -135,10 +135,10 @@ def greedy_plans(loads: np.ndarray, slots: list[int], num_groups: int, num_nodes
 
 
 def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: float | None,
-                output_dir: Path | None):
+                output_dir: Path | None, deadline: float | None = None):
     from optimizer.experts.report import ExpertsReport, LayerRow, PlanScore
 
-    end = clock.command_deadline(time_limit_s)  # counted from the CLI's start (start-up and reading too)
+    end = deadline if deadline is not None or time_limit_s is None else Budget.for_command(time_limit_s).deadline
     objective = objective or "max-load"
     if objective not in OBJECTIVES:
         raise InputError("--objective", "", f"unknown objective {objective!r} for experts (expected {', '.join(OBJECTIVES)})")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from objectives.serving import registry as objective_registry
-from optimizer import clock
+from optimizer.budget import Budget, ProgressSink
 from optimizer.result import Status
 from optimizer.serving.perf import ServingModel
 from optimizer.serving.report import NOT_BEGUN, ModePlan, RateResult, ServingReport
@@ -104,14 +104,15 @@ def _plan_mode_checked(p, sm, workers, mode, objective, rate, limit_s, do_sim, d
 
 
 def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans: bool | None = None,
-                   model: ServingModel | None = None) -> ServingReport:
+                   model: ServingModel | None = None, deadline: float | None = None) -> ServingReport:
     """Every rate of the sweep, every mode asked; best plan per rate. Never returns a plan whose
     simulated attainment is below the target (such a mode is reported infeasible).
 
     ``model``: a :class:`ServingModel` to reuse (its step-time caches), e.g. one
     :meth:`~ServingModel.retarget`-ed to other SLO targets; its problem replaces ``p``."""
     t0 = time.perf_counter()
-    deadline = clock.command_deadline(time_limit_s)  # counted from the CLI's start (start-up and reading too)
+    if deadline is None and time_limit_s is not None:
+        deadline = Budget.for_command(time_limit_s, started=t0).deadline
     objectives = objective_registry()
     sm = ServingModel(p) if model is None else model
     p = sm.p
@@ -181,15 +182,15 @@ def _most_rate(p: Problem, sm, workers, goodput, modes, limit: float) -> dict | 
                       f"{asked:g} req/s asked"}
 
 
-def run(raw: dict[str, Any], path: Path, objective: str | None, time_limit_s: float | None,
-        output_dir: Path | None) -> ServingReport:
+def run(raw: dict[str, Any], path: Path, objective: str | None, budget: Budget,
+        output_dir: Path | None, progress: ProgressSink | None = None) -> ServingReport:
     """CLI entry point (see optimizer/problems.py); ``--output DIR`` also gets the launch scripts.
 
     Raises:
         InputError: bad input (one line naming file, field and problem).
     """
     p = load_problem(raw, path, objective)
-    rep = solve_instance(p, time_limit_s)
+    rep = solve_instance(p, budget.limit_s, deadline=budget.deadline)
     if output_dir is not None:
         rep.write_scripts(Path(output_dir))
     return rep

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from optimizer.budget import Budget, ProgressSink
 from optimizer.result import Conflict, Status
 from optimizer.supernode.evaluate import evaluate
 from optimizer.supernode.explain import alternatives, bindings, conflict_details, flip_thresholds
@@ -88,12 +89,12 @@ def solve_instance(p: Problem, objective: str | None = None, time_limit_s: float
     return rep
 
 
-def run(raw: dict[str, Any], path: Path, objective: str | None, time_limit_s: float | None,
-        output_dir: Path | None) -> SupernodeReport:
+def run(raw: dict[str, Any], path: Path, objective: str | None, budget: Budget,
+        output_dir: Path | None, progress: ProgressSink | None = None) -> SupernodeReport:
     """CLI entry point (see optimizer/problems.py). ``output_dir`` is unused (result.json only).
 
     Raises:
         InputError: bad input, including an unknown objective.
     """
     p = load(raw, path, objective)
-    return solve_instance(p, p.objective, time_limit_s)
+    return solve_instance(p, p.objective, budget.limit_s)
