@@ -558,7 +558,8 @@ def test_configuration_lp_does_not_mistake_a_paying_uncovered_session_for_infeas
     session gives 1 + 5 on time; leaving the heavy one out would give 10, more than its penalty
     costs, so the master leaves it uncovered, yet a plan exists: the bound must be ≥ 6, not the
     "no plan" −1."""
-    from optimizer.deployment.colgen import ConfigLP, _Kind
+    from optimizer.deployment.colgen import ConfigLP
+    from optimizer.deployment.params import ConfigKind as _Kind
 
     kind = _Kind(1, np.array([1.0, 0.1]), np.array([[10.0, 0.5]]), np.array([10.0]))
     cg = ConfigLP(np.array([1.0, 10.0]), np.array([np.inf, 0.5]), [kind], 2)
@@ -798,7 +799,7 @@ def test_rebalance_of_lopsided_plans_never_beats_the_brute_force_optimum(tmp_pat
     session on a second instance of the same kind) on random small one-at-a-time instances:
     valid plans, the evaluator's value, never better than the exhaustive optimum, and the
     sweep does improve most of them."""
-    from optimizer.deployment.anytime import Inst
+    from optimizer.deployment.params import Inst
 
     tried = improved = 0
     for seed in range(0, 40, 2):
@@ -882,7 +883,7 @@ def _max_on_time_brute(problem, perf) -> int:
     any plan's instances are a subset of these."""
     import itertools
 
-    from optimizer.deployment.anytime import Inst
+    from optimizer.deployment.params import Inst
 
     a = Anytime(problem, perf, get("cost"), _kinds_layouts(problem))
     S = len(problem.sessions)
@@ -953,7 +954,7 @@ def _sigma_problem(tmp_path, config, layouts, servers=1, context=8_000):
 def _check_sigma(problem, rng, draws=60):
     """Every batched kind: a step of b sessions at random contexts (b up to what memory holds)
     takes at least w + σ·(b − 1) + their KV reads, the split the LP rows use."""
-    from optimizer.deployment.anytime import _kv_and_weight_rates
+    from optimizer.deployment.params import kv_and_weight_rates as _kv_and_weight_rates
     from optimizer.model.perf import batch_step_table
 
     perf = PerfModel(problem)

@@ -39,7 +39,7 @@ batch limit of :mod:`optimizer.deployment.batching`):
    least its HBM time ``(weights + KV of the fullest rank)/bandwidth``, shared-model eq. 6-2,
    plus the collectives of a one-token step), with ``w_L`` that fixed time of one step; every
    session in a step adds at least σ_L more (its share of the collectives and hand-offs, which
-   grow with the batch: :func:`_session_step_floor`), so batched ``work`` counts ``σ_L·new``
+   grow with the batch: :func:`session_step_floor`), so batched ``work`` counts ``σ_L·new``
    more and ``w_L`` is the fixed time less σ_L (a step of b sessions: ``w_L + σ_L·b`` + KV). Batched
    kinds also get a *staircase*: ``m_{L,ν}`` instances decode at least ν tokens (for a grid of
    ν), ``Σ_{new_c ≥ ν} work·x ≤ m_{L,ν}·(T − w_L·ν)``, their KV fits ``m_{L,ν}·(HBM − static)``,
@@ -75,6 +75,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from optimizer.deployment.evaluate import Plan, SessionTiming, scenario_from_timings
+from optimizer.deployment.params import (Inst, Kind, LpParams, instance_kinds, lp_params, session_step_floor,
+                                         step_split)
 from optimizer.deployment.schema import Problem, SessionClass
 from optimizer.deployment.units import TIME_UNIT_S, ticks_up
 from optimizer.model.layout import Layout
@@ -86,14 +88,12 @@ REBALANCE_ROUNDS = 40  # sweeps of Anytime.rebalance
 REBALANCE_PAIR_STEPS = 3  # moves or swaps per pair and sweep
 REBALANCE_TRIES = 8  # candidates of a pair simulated (the best by the arithmetic load)
 RUN_MEMO = 200_000  # instance timelines kept by Anytime.run (cleared beyond)
-LP_MAX_CLASSES = 400  # beyond this the bound LP is built on a relaxed (rounded-down) instance
 DEADLINE_ROWS = 40  # deadline values with an EDD row in the bound LP
 # HiGHS options tried in turn when an LP ends neither optimal nor infeasible
 LP_RETRIES = (("presolve", "off"), ("solver", "ipm"))
 STAIRCASE_STEPS = 16
 DEAL_SESSIONS = 20_000  # above this many sessions the first plans are dealt out in turn (Anytime.deal)
 DEAL_MIXES = 3  # mixes dealt out before the greedy plans
-SIGMA_MAX_BATCH = 1024  # σ of a kind is evaluated at every batch size up to this (~25 ms; 0 beyond: still a valid bound)
 PACK_CANDIDATES = 32  # instances of one kind whose deadlines Anytime.pack checks per session  # decode-length thresholds of the batched staircase rows in the bound LP
 
 # --progress: a callable receiving {"phase", "elapsed_s", "value", "bound", "gap", "unit"}
@@ -146,152 +146,6 @@ def report(phase: str, t0: float, value: Optional[float], bound: Optional[float]
         gap = max(0.0, (value - bound) / abs(value))
     PROGRESS({"phase": phase, "elapsed_s": time.perf_counter() - t0, "value": value, "bound": bound, "gap": gap,
               "unit": unit})
-
-
-# ---------------------------------------------------------------------------- instance kinds
-@dataclass
-class Kind:
-    """One instance type (layout) with per-class constants (arrays over problem.classes).
-
-    Attributes:
-        layout: the layout; gpus: its GPUs; batch_cap: most sessions decoded at once.
-        tp_plain: a plain TP layout in a one-at-a-time problem (plan instances carry no layout).
-        alone: single-session service time (s) per class.
-        static: static bytes per GPU per pipeline stage; kv: KV bytes per GPU [stage, class]
-            (the fullest DP rank holds at most all of them; the LP uses the average over ranks).
-        fits: per class, one session fits an instance alone.
-        work: per class, a lower bound of the instance time the session uses (s): ``alone``
-            one at a time, else its KV-read time; w_step: weight-read time of one step (s).
-        sigma: seconds each session in a step adds to it besides its KV reads, a lower bound
-            valid for every batch size (:func:`_session_step_floor`; 0 for DP attention).
-    """
-
-    layout: Layout
-    gpus: int
-    batch_cap: int
-    tp_plain: bool
-    alone: np.ndarray
-    static: np.ndarray
-    kv: np.ndarray
-    fits: np.ndarray
-    work: np.ndarray
-    w_step: float
-    est: Optional[np.ndarray] = None  # work plus each step's growth of collectives and compute with one more token (heuristics only)
-    sigma: float = 0.0
-
-
-def _kv_and_weight_rates(perf, lay: Layout) -> tuple[float, float]:
-    """(fixed seconds per step, KV-read seconds per token position) of ``lay``, summed over
-    stages, KV averaged over the attention-DP ranks. A step of the shared model takes
-    ``max(local, compute) + AllReduce + All-to-All`` (``local``: HBM time of weights and KV,
-    eq. 6-2), and its collectives carry at least one token, so every step takes at least the
-    weight-read time plus the collectives of a one-token step, plus the KV-read time of its
-    sessions; the first element is that fixed part."""
-    m = perf.model
-    dp = lay.attention_dp
-    w = kv = 0.0
-    zero = np.zeros(dp)
-    one = np.zeros(dp)
-    one[0] = 1.0
-    for st in m.stages(lay.pp):
-        l0 = float(np.max(m._stage_time(st, lay, zero, zero, 0.0, None)[1]))
-        l1 = float(np.max(m._stage_time(st, lay, zero, one, 0.0, None)[1])) - l0
-        pieces = m._stage_time(st, lay, one, zero, 1.0, None)  # one token: collectives of b = 1
-        w += l0 + float(np.max(pieces[3])) + float(np.max(pieces[4]))
-        kv += max(0.0, l1) / dp
-    return w, kv
-
-
-def _session_step_floor(perf, lay: Layout, w: float, b_max: int) -> float:
-    """σ (s): the largest rate with ``step(b) ≥ w + KV reads + σ·(b − 1)`` for every batch size
-    1 ≤ b ≤ ``b_max``, where ``step(b) = Σ_stages max(local, compute) + AllReduce + All-to-All
-    + stage hand-off`` of the shared model (eq. 6-2 and the alpha-beta collectives) and ``w`` the
-    fixed part of :func:`_kv_and_weight_rates`: ``σ = min_b (Δ(b)/(b − 1))`` with ``Δ(b)`` the
-    zero-context step of b tokens (HBM time at zero context, collectives and hand-offs) minus
-    ``w``, evaluated at every b (the collectives' algorithm choice makes Δ piecewise linear, so
-    no sample point may be skipped). Over a run, ``Σ_steps σ·(b − 1) = σ·(session-steps −
-    steps)``, which the configuration LP adds as ``σ·new`` per session and ``−σ`` per step.
-    0 for attention DP (a step's time is its fullest rank's) and for b_max < 2."""
-    if lay.attention_dp != 1 or b_max < 2:
-        return 0.0
-    m = perf.model
-    bs = np.arange(2, int(b_max) + 1, dtype=np.float64)
-    total = np.zeros(bs.size)
-    zero = np.zeros(1)
-    stages = m.stages(lay.pp)
-    for k, st in enumerate(stages):
-        for i, b in enumerate(bs):
-            pieces = m._stage_time(st, lay, np.array([b]), zero, float(b), None)
-            total[i] += float(pieces[1][0]) + float(np.max(pieces[3])) + float(np.max(pieces[4]))
-        if k < len(stages) - 1:
-            total += np.array([m.hw.p2p_s(b * m.spec.hidden * ACTIVATION_BYTES, m._crosses(lay, k)) for b in bs])
-    return max(0.0, float(np.min((total - w) / (bs - 1.0))))
-
-
-def _token_rate(perf, lay: Layout, tokens: int = 16) -> float:
-    """Seconds one more decoding session adds to a step of ``lay`` besides its KV reads (larger
-    collectives and compute), from the shared model's step at ``tokens`` against one token at
-    zero context: an estimate for the constructive and LNS surrogates (the LP bound does not use
-    it)."""
-    m = perf.model
-    dp = lay.attention_dp
-    zero = np.zeros(dp)
-    total = 0.0
-    for st in m.stages(lay.pp):
-        one, many = np.zeros(dp), np.zeros(dp)
-        one[0], many[:] = 1.0, tokens / dp
-        t1 = float(np.max(m._stage_time(st, lay, one, zero, 1.0, None)[0]))
-        tn = float(np.max(m._stage_time(st, lay, many, zero, float(tokens), None)[0]))
-        total += max(0.0, tn - t1) / (tokens - 1)
-    return total
-
-
-def instance_kinds(problem: Problem, perf, layouts) -> list[Kind]:
-    """Constants of every placeable layout (see :class:`Kind`)."""
-    from optimizer.deployment.batching import layout_reason
-
-    m = perf.model
-    classes = problem.classes
-    ctx = np.array([c.context for c in classes], dtype=np.float64)
-    new = np.array([c.new for c in classes], dtype=np.float64)
-    out = []
-    for lay in layouts:
-        if layout_reason(problem, lay) is not None:
-            continue
-        alone = np.array([float(m.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
-                          for c in classes])
-        static, kv = m.stage_memory_terms(lay, [(c.context, c.new) for c in classes])
-        fits = np.all(static[:, None] + kv <= problem.gpu.memory_bytes * (1 - 1e-9), axis=0)
-        if not fits.any():
-            continue
-        cap = problem.batch_cap
-        w, kv_rate = _kv_and_weight_rates(perf, lay)
-        # Σ_{s=ctx}^{ctx+new-1} (s+1) token positions read over the session's steps
-        positions = new * ctx + new * (new + 1) / 2
-        work = alone if cap == 1 else kv_rate * positions
-        est = work if cap == 1 else work + new * _token_rate(perf, lay)
-        # every session of an instance stays resident, so no step holds more than fit in memory
-        least = np.min(kv[:, fits], axis=1)  # [stage]
-        resident = np.min(np.where(least > 0, np.floor((problem.gpu.memory_bytes - static) / np.where(least > 0, least, 1.0)),
-                                   np.inf))
-        b_max = int(min(cap, resident))
-        sigma = _session_step_floor(perf, lay, w, b_max) if cap > 1 and b_max <= SIGMA_MAX_BATCH else 0.0
-        out.append(Kind(lay, lay.gpus, cap, problem.tp_only, alone, static, kv, fits, work, w, est, sigma))
-    return out
-
-
-# ---------------------------------------------------------------------------- solutions
-@dataclass
-class Inst:
-    kind: int
-    sessions: list[int]  # indices into problem.sessions
-    order: list[int] = field(default_factory=list)  # admission order (session indices)
-    batch: int = 1
-    finish: Optional[np.ndarray] = None  # finish times (s) in admission order
-
-    @property
-    def makespan(self) -> float:
-        return float(self.finish.max()) if self.finish is not None and len(self.finish) else 0.0
 
 
 class Anytime:
@@ -1272,75 +1126,6 @@ class _Grid:
     mixes: dict = field(default_factory=dict)
 
 
-@dataclass
-class _LpData:
-    count: np.ndarray  # [C]
-    dl: np.ndarray  # [C] deadline s (inf: none)
-    new: np.ndarray  # [C]
-    kinds: list  # per kind: (gpus, alone [C], work [C], w_step, room [S], kvavg [S, C], min_new, dp, one at a time)
-    cmap: np.ndarray  # LP class of every problem class
-
-
-def _step_split(k: Kind, new: np.ndarray) -> tuple[np.ndarray, float]:
-    """(per-class time [C] of a session's run, fixed time of a step (s)) of kind ``k`` for the LP
-    rows: batched, ``work + σ·new`` and ``w − σ`` (:attr:`Kind.sigma`: a step of b sessions
-    takes at least ``w + σ·(b − 1) + their KV reads``); one at a time, ``alone`` and 0."""
-    if k.batch_cap == 1:
-        return k.work, 0.0
-    return k.work + k.sigma * new, k.w_step - k.sigma
-
-
-def _lp_data(problem: Problem, perf, kinds: list[Kind]) -> _LpData:
-    """Per-class LP constants; with more than LP_MAX_CLASSES classes, a relaxed instance:
-    contexts and new tokens rounded down to a geometric grid and deadlines up (1 %, 2 %, 4 % ...
-    steps, the finest giving at most LP_MAX_CLASSES classes): every coefficient of the LP then
-    only decreases and every deadline only grows, so its bound is a bound of the real one."""
-    classes = problem.classes
-    if len(classes) <= LP_MAX_CLASSES:
-        rep = [(c.context, c.new, c.deadline_s) for c in classes]
-        counts = np.array([c.count for c in classes], dtype=float)
-        out_kinds = []
-        new = np.array([c.new for c in classes], dtype=float)
-        for k in kinds:
-            room = problem.gpu.memory_bytes - k.static
-            out_kinds.append((k.gpus, k.alone, *_step_split(k, new), room, k.kv / k.layout.attention_dp,
-                              float(min(c.new for c in classes)), k.layout.attention_dp, k.batch_cap == 1))
-        return _LpData(counts, np.array([d if d is not None else np.inf for _, _, d in rep]),
-                       np.array([n for _, n, _ in rep], dtype=float), out_kinds, np.arange(len(classes)))
-    for pct in (1, 2, 4, 8, 16, 32):  # the finest geometric grid with at most LP_MAX_CLASSES classes
-        step = math.log(1 + pct / 100)
-
-        def down(x):
-            return int(math.floor(math.exp(math.floor(math.log(max(x, 1)) / step) * step) + 1e-9)) if x > 0 else 0
-
-        def up(d):
-            return None if d is None else math.exp(math.ceil(math.log(d) / step) * step)
-
-        keys: dict[tuple, float] = {}
-        ckey = []
-        for c in classes:
-            key = (min(c.context, down(c.context)), max(1, min(c.new, down(c.new))),
-                   None if c.deadline_s is None else max(c.deadline_s, up(c.deadline_s)))
-            keys[key] = keys.get(key, 0) + c.count
-            ckey.append(key)
-        if len(keys) <= LP_MAX_CLASSES:
-            break
-    rel = list(keys)
-    pos = {k: i for i, k in enumerate(rel)}
-    fake = replace(problem, classes=tuple(SessionClass(i, k[0], k[1], k[2], ("x",) * int(keys[k]))
-                                        for i, k in enumerate(rel)))
-    rk = instance_kinds(fake, perf, [k.layout for k in kinds])
-    out_kinds = []
-    new = np.array([k[1] for k in rel], dtype=float)
-    for k in rk:
-        room = problem.gpu.memory_bytes - k.static
-        out_kinds.append((k.gpus, k.alone, *_step_split(k, new), room, k.kv / k.layout.attention_dp,
-                          float(min(r[1] for r in rel)), k.layout.attention_dp, k.batch_cap == 1))
-    return _LpData(np.array([keys[k] for k in rel], dtype=float),
-                   np.array([k[2] if k[2] is not None else np.inf for k in rel]),
-                   np.array([k[1] for k in rel], dtype=float), out_kinds, np.array([pos[k] for k in ckey]))
-
-
 DFF_ORDERS = (1, 2, 3, 4)
 DFF_DEADLINE_STRIDE = 4  # every 4th deadline row also gets the dual-feasible cuts
 
@@ -1364,7 +1149,7 @@ class BoundLP:
 
     def __init__(self, problem: Problem, perf, kinds: list[Kind]):
         self.problem = problem
-        self.d = _lp_data(problem, perf, kinds)
+        self.d = lp_params(problem, perf, kinds)
         self.solves = 0
         dls = np.unique(self.d.dl[np.isfinite(self.d.dl)])
         if len(dls) > DEADLINE_ROWS:
@@ -1393,7 +1178,7 @@ class BoundLP:
         self.gpu_s_floor = math.inf  # GPU·s every plan's instances spend at least (s)
         if kinds:
             new = np.array([c.new for c in problem.classes], dtype=float)
-            gpu_s = np.min([np.where(k.fits, k.gpus * _step_split(k, new)[0], np.inf) for k in kinds], axis=0)
+            gpu_s = np.min([np.where(k.fits, k.gpus * step_split(k, new)[0], np.inf) for k in kinds], axis=0)
             counts = np.array([c.count for c in problem.classes], dtype=float)
             if np.all(np.isfinite(gpu_s)):
                 self.gpu_s_floor = float(np.sum(counts * gpu_s))

@@ -37,10 +37,11 @@ from typing import Optional
 import numpy as np
 
 from optimizer.deployment.configurations import moore_hodgson_order
+from optimizer.deployment.params import layout_reason
 from optimizer.deployment.schema import Problem
 from optimizer.deployment.units import ticks_down, ticks_up
 from optimizer.errors import InputError
-from optimizer.model.layout import Layout, layout_problem
+from optimizer.model.layout import Layout
 from optimizer.model.perf import batch_step_table
 
 MAX_BATCH_CONFIGURATIONS = 200_000
@@ -78,20 +79,6 @@ class BatchConfiguration:
     layout: Layout
     batch: int
     finish_sum: int = 0  # ticks, sum of the sessions' finish times (each rounded up)
-
-
-def layout_reason(problem: Problem, lay: Layout) -> Optional[tuple[str, str]]:
-    """None if instances of ``lay`` can be placed, else (rule, detail)."""
-    bad = layout_problem(problem.model, lay)
-    if bad:
-        return "heads", f"{lay.label()}: {bad[1]}"
-    g, total = problem.server.gpus, problem.total_gpus
-    if lay.gpus > total:
-        return "gpus", f"{lay.label()} needs {lay.gpus} GPUs > {total} available"
-    if (lay.gpus <= g and g % lay.gpus) or (lay.gpus > g and lay.gpus % g):
-        return "gpus", (f"{lay.label()} uses {lay.gpus} GPUs, which neither divides nor is a multiple of the "
-                        f"{g} GPUs of a server (the batched search packs instances exactly only then)")
-    return None
 
 
 def layout_options(problem: Problem, perf, layouts) -> dict[Layout, LayoutOption]:

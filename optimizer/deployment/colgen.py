@@ -9,7 +9,7 @@ sessions meet their deadlines in deadline order (Jackson: for every deadline d,
 ``Σ_{d_c ≤ d} alone_kc·y_c ≤ d``); late sessions run after them, so Moore-Hodgson reaches that
 on-time count. Batched kinds use a relaxation of the simulated timeline (a step of b sessions
 costs at least ``w + Σ KV reads + σ·(b − 1)``, σ from
-:func:`~optimizer.deployment.anytime._session_step_floor`; valid for every batch
+:func:`~optimizer.deployment.params.session_step_floor`; valid for every batch
 limit and admission order of :mod:`optimizer.deployment.batching`; see
 :meth:`ConfigLP.batched_load`), so their columns may include configurations no instance
 reaches, never the other way round. The master LP chooses λ_j ≥ 0 instances of each
@@ -37,32 +37,12 @@ from typing import Optional
 
 import numpy as np
 
+from optimizer.deployment.params import ConfigKind, config_kinds
+
 CG_MAX_CLASSES = 64  # the configuration LP is built up to this many classes
 SLACK_PENALTY = 2.0  # cost of an uncovered session in the restricted master (finite: phase 1 decides feasibility)
 PRICE_GAP = 1e-6  # relative MIP gap of the pricing problems
 URGENT_SLACK = 1.5  # batched: classes with deadline ≤ this × their fastest single-session time are urgent
-
-
-@dataclass
-class _Kind:
-    """Constants of one kind for the configuration LP (arrays over classes).
-
-    gpus: GPUs; alone: single-session time (s, inf where one session does not fit); kv: KV bytes
-    per GPU [stage, class]; room: bytes per GPU left for KV [stage]; batched: decodes in
-    batches; w: fixed time of a step less σ (s); work: KV-read time of a session's steps plus
-    σ·new (s); kv1: its first step's KV-read time plus σ (s); cap: batch cap; queue_limits: batch limits b that can leave
-    sessions queued (powers of two and the cap)."""
-
-    gpus: int
-    alone: np.ndarray
-    kv: np.ndarray
-    room: np.ndarray
-    batched: bool = False
-    w: float = 0.0
-    work: Optional[np.ndarray] = None
-    kv1: Optional[np.ndarray] = None
-    cap: int = 1
-    queue_limits: tuple = ()
 
 
 class _Mip:
@@ -169,7 +149,7 @@ class ConfigLP:
     Args:
         counts: sessions per class [C]; dl: deadline per class (s, inf: none) [C]; new: new
             tokens per class [C].
-        kinds: :class:`_Kind` per kind. gpus: GPUs available.
+        kinds: :class:`~optimizer.deployment.params.ConfigKind` per kind. gpus: GPUs available.
         urgent: (d*, ν0) of the batched window rows, or None.
     """
 
@@ -187,36 +167,17 @@ class ConfigLP:
 
     @classmethod
     def for_problem(cls, problem, kinds) -> Optional["ConfigLP"]:
-        """The configuration LP of ``problem`` with the :class:`~optimizer.deployment.anytime.Kind`
+        """The configuration LP of ``problem`` with the :class:`~optimizer.deployment.params.Kind`
         list ``kinds``, or None (more than CG_MAX_CLASSES classes). Batched kinds get the
         relaxation of :meth:`batched_load`; d* is the largest deadline of an *urgent* class
         (deadline ≤ URGENT_SLACK × its fastest single-session time on a batched kind)."""
-        from optimizer.deployment.anytime import _step_split
-
         classes = problem.classes
         if not kinds or len(classes) > CG_MAX_CLASSES:
             return None
         counts = np.array([c.count for c in classes], dtype=float)
         dl = np.array([c.deadline_s if c.deadline_s is not None else np.inf for c in classes])
         new = np.array([c.new for c in classes], dtype=float)
-        ctx = np.array([c.context for c in classes], dtype=float)
-        n_all = int(counts.sum())
-        ks = []
-        for k in kinds:
-            alone = np.where(k.fits, k.alone, np.inf)
-            room = problem.gpu.memory_bytes - k.static
-            kv = k.kv / k.layout.attention_dp
-            if k.batch_cap == 1:
-                ks.append(_Kind(k.gpus, alone, kv, room))
-                continue
-            positions = new * ctx + new * (new + 1) / 2
-            # σ per slot-step (Kind.sigma): a session's run costs work + σ·new, a step w − σ
-            # (_step_split, as in the fluid LP), a slot-step kv1 + σ
-            work, w = _step_split(k, new)
-            kv1 = k.work * (ctx + 1) / np.maximum(positions, 1e-12) + k.sigma
-            limits = sorted({b for b in (2 ** i for i in range(31)) if b < min(n_all, k.batch_cap)} |
-                            ({k.batch_cap} if k.batch_cap < n_all else set()))
-            ks.append(_Kind(k.gpus, alone, kv, room, True, w, work, kv1, k.batch_cap, tuple(limits)))
+        ks = config_kinds(problem, kinds)
         urgent = None
         batched = [kd for kd in ks if kd.batched]
         if batched:

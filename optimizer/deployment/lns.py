@@ -39,7 +39,7 @@ Repair model (instance slots ``j`` of kind ``k`` with ``g_k`` GPUs, freed sessio
 * batched decode (a surrogate, checked by the exact simulation before acceptance): every step
   reads the weights and the KV cache of the sessions still decoding (shared-model eq. 6-2), so
   an instance takes about ``w·max_s new_s + Σ_s work_s`` (``work``: the session's own KV reads,
-  :class:`~optimizer.deployment.anytime.Kind`) and session ``s`` finishes after about
+  :class:`~optimizer.deployment.params.Kind`) and session ``s`` finishes after about
   ``w·new_s + Σ_{s'} work_{s'}·min(1, new_s/new_{s'})``; both are scaled by the ratio of the
   simulated to the surrogate makespan observed on the freed instances (at least 1).
 
@@ -56,6 +56,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from optimizer.cpsat import NamedModel
+from optimizer.deployment.params import Inst
 from optimizer.deployment.units import ticks_down, ticks_up
 from optimizer.result import ConstraintKey
 
@@ -74,7 +75,7 @@ REPAIR_SLACK = 1.25  # while repairing towards the on-time requirement, a neighb
 
 def lns(A, insts: list, deadline: float, on_better: Optional[Callable] = None, seed: int = 0,
         bound: Optional[float] = None) -> list:
-    """Improve ``insts`` (a list of :class:`~optimizer.deployment.anytime.Inst` of ``A``) by
+    """Improve ``insts`` (a list of :class:`~optimizer.deployment.params.Inst` of ``A``) by
     LNS until ``deadline`` (``time.perf_counter()`` value) or until the value meets ``bound``.
 
     Returns:
@@ -303,7 +304,6 @@ def repair(A, sessions: list[int], budget: int, t_sub: float, need: int, time_s:
     st = solver.solve(mdl)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    from optimizer.deployment.anytime import Inst
 
     out = []
     for j, (k, op) in enumerate(slots):
@@ -319,7 +319,7 @@ def repair(A, sessions: list[int], budget: int, t_sub: float, need: int, time_s:
 
 def _surrogate(A, k: int, sessions: list[int]) -> float:
     """Surrogate batched makespan ``w·max new + Σ work`` (s) of ``sessions`` on kind ``k`` (work
-    with each step's growth per session, :attr:`~optimizer.deployment.anytime.Kind.est`)."""
+    with each step's growth per session, :attr:`~optimizer.deployment.params.Kind.est`)."""
     kd = A.kinds[k]
     return kd.w_step * max(A.sess[i].new for i in sessions) + float(sum(kd.est[A.cls[i]] for i in sessions))
 

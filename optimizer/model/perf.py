@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -52,6 +52,36 @@ def pipeline_time(stages: int, microbatches: int, stage_s: float) -> float:
 def pipeline_utilisation(stages: int, microbatches: int) -> float:
     """Share of stage-time doing work in a pipeline (eq. 6-7): ``b/(q+b-1)``."""
     return microbatches / (stages + microbatches - 1)
+
+
+class StageStep(NamedTuple):
+    """What one pipeline stage's GPUs do in one step (the parts :class:`StepBreakdown` sums over
+    stages), per attention-DP rank (arrays over the
+    ranks, one entry per rank; seconds, bytes or FLOP as named). The step takes
+    ``time = max(local, compute) + allreduce + alltoall`` (eq. 6-2 plus the alpha-beta
+    collectives); the others are its parts, for the parameter layer and the explanations.
+
+    Attributes:
+        time: step time of the stage (s).
+        local: HBM time of the weight and KV reads (s).
+        compute: tensor-core time of the step's FLOP at peak (s).
+        allreduce: tensor-parallel AllReduce time (s).
+        alltoall: MoE dispatch + combine All-to-All time (s), with the experts' TP AllReduce.
+        weight_bytes: weight bytes read per GPU.
+        kv_bytes: KV (and recurrent state) bytes read per GPU.
+        flops: FLOP per GPU.
+        active_experts: routed experts active per MoE layer per GPU (0 for dense stages).
+    """
+
+    time: np.ndarray
+    local: np.ndarray
+    compute: np.ndarray
+    allreduce: np.ndarray
+    alltoall: np.ndarray
+    weight_bytes: np.ndarray
+    kv_bytes: np.ndarray
+    flops: np.ndarray
+    active_experts: float
 
 
 @dataclass(frozen=True)
@@ -261,11 +291,16 @@ class PerfModel:
         return best * lay.attention_dp
 
     # ------------------------------------------------------------------ time
-    def _stage_time(self, st: Stage, lay: Layout, b_rank: np.ndarray, ctx_rank: np.ndarray, b_total: float,
-                    expert_loads: Optional[np.ndarray]):
-        """Per-GPU step pieces of one stage for ranks with ``b_rank`` tokens and ``Σ(s_i+1)`` =
-        ``ctx_rank`` (arrays of one shape). Returns (time, local, compute, allreduce, alltoall,
-        weight bytes, kv bytes, flops, active experts per layer), arrays over the ranks."""
+    def stage_step(self, st: Stage, lay: Layout, b_rank: np.ndarray, ctx_rank: np.ndarray, b_total: float,
+                   expert_loads: Optional[np.ndarray] = None) -> StageStep:
+        """The step of one stage for ranks with ``b_rank`` tokens and ``Σ(s_i+1)`` = ``ctx_rank``
+        (arrays of one shape, one entry per attention-DP rank; ``b_total`` tokens in all).
+
+        Returns:
+            StageStep: time and its parts, arrays over the ranks.
+        Raises:
+            ValueError: ``expert_loads`` of a shape other than ``[experts]`` or ``[MoE layers, experts]``.
+        """
         m, hw, wb = self.spec, self.hw, self.w.weight_bytes
         p = lay.attention_tp
         sharded_read = st.sharded_read / p + st.replicated_read
@@ -327,7 +362,7 @@ class PerfModel:
                 a2a += st.moe_layers * hw.allreduce_s(lay.experts_tp, tokens_busiest * H * ACTIVATION_BYTES)
         ar = ar_count * hw.allreduce_s(p, b_max * H * ACTIVATION_BYTES)
         time = np.maximum(local, compute) + ar + a2a
-        return time, local, compute, ar, a2a, weight_read, kv_read, flops, active
+        return StageStep(time, local, compute, ar, a2a, weight_read, kv_read, flops, active)
 
     def single_session_step_s(self, lay: Layout, positions) -> np.ndarray:
         """Step time (s) of one session alone at each context position in ``positions`` (shape
@@ -338,13 +373,14 @@ class PerfModel:
         total = np.zeros_like(s1)
         stages = self.stages(lay.pp)
         for k, st in enumerate(stages):
-            t = self._stage_time(st, lay, ones, s1, 1.0, None)[0]
+            t = self.stage_step(st, lay, ones, s1, 1.0, None)[0]
             total = total + t if k else t
             if k < len(stages) - 1:
-                total = total + self.hw.p2p_s(self.spec.hidden * ACTIVATION_BYTES, self._crosses(lay, k))
+                total = total + self.hw.p2p_s(self.spec.hidden * ACTIVATION_BYTES, self.crosses_servers(lay, k))
         return total
 
-    def _crosses(self, lay: Layout, stage: int) -> bool:
+    def crosses_servers(self, lay: Layout, stage: int) -> bool:
+        """Whether the hand-off after pipeline ``stage`` of ``lay`` leaves its server (scale-out)."""
         g, s = lay.gpus_per_stage, self.hw.server.gpus
         return (stage * g) // s != ((stage + 1) * g) // s
 
@@ -390,9 +426,9 @@ class PerfModel:
             ctx_rank = np.bincount(rank[sel], weights=pos[sel] + 1.0, minlength=dp)
             b_total = float(sel.sum())
             for k, st in enumerate(self.stages(lay.pp)):
-                t, lo, co, ar, a2a, wr, kv, fl, act = self._stage_time(st, lay, b_rank, ctx_rank, b_total, expert_loads)
+                t, lo, co, ar, a2a, wr, kv, fl, act = self.stage_step(st, lay, b_rank, ctx_rank, b_total, expert_loads)
                 r = int(np.argmax(t))
-                hand = self.hw.p2p_s(b_total * self.spec.hidden * ACTIVATION_BYTES, self._crosses(lay, k)) \
+                hand = self.hw.p2p_s(b_total * self.spec.hidden * ACTIVATION_BYTES, self.crosses_servers(lay, k)) \
                     if k < lay.pp - 1 else 0.0
                 stage_t[j, k] = t[r] + hand
                 if j == 0:
@@ -444,14 +480,14 @@ class BatchStepTable:
             b_total = float(b.sum())
             rows = []
             for k, st in enumerate(perf.stages(lay.pp)):
-                zero = perf._stage_time(st, lay, b, np.zeros_like(b), b_total, None)
-                one = perf._stage_time(st, lay, b, np.ones_like(b), b_total, None)
+                zero = perf.stage_step(st, lay, b, np.zeros_like(b), b_total, None)
+                one = perf.stage_step(st, lay, b, np.ones_like(b), b_total, None)
                 l0 = np.broadcast_to(zero[1], b.shape).astype(np.float64)
                 l1 = np.broadcast_to(one[1], b.shape) - l0
                 c0 = np.broadcast_to(zero[2], b.shape).astype(np.float64)
                 c1 = np.broadcast_to(one[2], b.shape) - c0
                 comm = float(zero[3] + zero[4])
-                hand = perf.hw.p2p_s(b_total * perf.spec.hidden * ACTIVATION_BYTES, perf._crosses(lay, k)) \
+                hand = perf.hw.p2p_s(b_total * perf.spec.hidden * ACTIVATION_BYTES, perf.crosses_servers(lay, k)) \
                     if k < lay.pp - 1 else 0.0
                 rows.append((l0, l1, c0, c1, comm, hand))
             self._coef[key] = rows

@@ -14,7 +14,7 @@ attend over ``attn_tokens_r`` (query, key) pairs in total. The three cases:
   continuous batching with chunked prefill).
 
 Per stage the time comes from the same per-stage roofline as decode
-(:meth:`optimizer.model.perf.PerfModel._stage_time`, eq. 6-2: ``max(bytes / B_HBM, FLOP / P)``
+(:meth:`optimizer.model.perf.PerfModel.stage_step`, eq. 6-2: ``max(bytes / B_HBM, FLOP / P)``
 plus the TP AllReduces and EP All-to-Alls of all the pass's tokens), so prefill, decode and
 mixed steps share one code path; the attention FLOP per KV token read is scaled to
 ``attn/kv`` per rank. Optional efficiencies divide the memory, compute and network parts.
@@ -80,11 +80,11 @@ def forward_pass(perf: PerfModel, lay: Layout, tokens, kv_tokens, attn_tokens,
     stages = perf.stages(lay.pp)
     for k, st in enumerate(stages):
         st_r = replace(st, attn_flops_ctx=st.attn_flops_ctx * ratio)
-        _, lo, co, ar, a2a, *_ = perf._stage_time(st_r, lay, b, kv, b_total, None)
+        _, lo, co, ar, a2a, *_ = perf.stage_step(st_r, lay, b, kv, b_total, None)
         lo, co = np.broadcast_to(lo, b.shape), np.broadcast_to(co, b.shape)
         t = np.maximum(lo / eff.memory, co / eff.compute) + (ar + a2a) / eff.network
         r = int(np.argmax(t))
-        hand = perf.hw.p2p_s(b_total * perf.spec.hidden * ACTIVATION_BYTES, perf._crosses(lay, k)) / eff.network \
+        hand = perf.hw.p2p_s(b_total * perf.spec.hidden * ACTIVATION_BYTES, perf.crosses_servers(lay, k)) / eff.network \
             if k < len(stages) - 1 else 0.0
         total += float(t[r]) + hand
         local += float(lo[r]) / eff.memory
