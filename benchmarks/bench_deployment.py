@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.gen_deployment import generate, generate_batched  # noqa: E402
 from optimizer.deployment.schema import build_problem  # noqa: E402
-from optimizer.deployment.solver import solve_deployment  # noqa: E402
+from optimizer.deployment.strategy import solve_deployment  # noqa: E402
 
 
 def cli_time(repeats: int = 5) -> list[float]:

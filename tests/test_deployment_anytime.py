@@ -21,7 +21,8 @@ from optimizer.deployment.anytime import Anytime, BoundLP, bound_in_unit, rounde
 from optimizer.deployment.evaluate import evaluate
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import build_problem
-from optimizer.deployment.solver import _solve_exact, solve_deployment
+from optimizer.deployment.exact import solve_exact as _solve_exact
+from optimizer.deployment.strategy import solve_deployment
 from optimizer.model.layout import Layout
 from optimizer.result import Status
 from tests.deploy_helpers import brute_force, brute_force_batched, random_batched
@@ -412,15 +413,13 @@ def test_limit_holds_when_even_the_first_plan_takes_too_long():
 
 def test_progress_shows_no_gap_without_a_plan():
     """A constructive plan that misses the on-time requirement (value inf) shows no incumbent and no gap."""
-    from optimizer.deployment import anytime as at
+    from optimizer.deployment.progress import Progress
 
     rows = []
-    at.set_progress(rows.append)
-    try:
-        at.report("constructive plan", time.perf_counter(), math.inf, 0.5, "x")
-        at.report("LP bound", time.perf_counter(), 1.0, 0.5, "x")
-    finally:
-        at.set_progress(None)
+    progress = Progress(rows.append, "x")
+    progress.report("constructive plan", math.inf, 0.5)
+    progress.report("LP bound", 1.0, 0.5)
+    assert rows[0]["method"] == "constructive plan" and rows[0]["unit"] == "x"
     assert rows[0]["value"] is None and rows[0]["gap"] is None
     assert rows[1]["gap"] == pytest.approx(0.5)
 

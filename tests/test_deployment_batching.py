@@ -11,7 +11,7 @@ import yaml
 
 from optimizer.deployment.api import load, solve
 from optimizer.deployment.perf import PerfModel
-from optimizer.deployment.solver import solve_deployment
+from optimizer.deployment.strategy import solve_deployment
 from optimizer.deployment.units import ticks_up
 from optimizer.model.layout import Layout
 from optimizer.model.perf import batch_step_table
@@ -146,7 +146,7 @@ def test_batch_limit_one_reproduces_the_tp_only_optimum(name, objective):
     optimum (same value to 1e-9): one active session steps exactly as before."""
     import time as _time
 
-    from optimizer.deployment.solver import _solve_batched
+    from optimizer.deployment.exact import _solve_batched
     problem = load(INSTANCES / name)
     assert problem.tp_only and problem.max_batch == 1
     legacy = solve_deployment(problem, objective, time_limit_s=60)

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from optimizer.deployment.schema import build_problem
-from optimizer.deployment.solver import solve_deployment
+from optimizer.deployment.strategy import solve_deployment
 from optimizer.result import Status
 from optimizer.deployment.perf import PerfModel
 from tests.deploy_helpers import brute_force, brute_force_batched, random_batched, write_tiny_config

@@ -318,7 +318,7 @@ def test_exact_search_on_a_large_rounded_instance_keeps_its_deadline(tmp_path):
     from optimizer.deployment.anytime import rounded_problem
     from optimizer.deployment.perf import PerfModel
     from optimizer.deployment.schema import build_problem
-    from optimizer.deployment.solver import _solve_exact
+    from optimizer.deployment.exact import solve_exact as _solve_exact
 
     raw = generate_mixed(5000, 400, seed=0, types=40)
     p = tmp_path / "mixed.yaml"
@@ -424,7 +424,7 @@ def test_deadline_equal_to_a_finish_time_ends_at_once():
     import time
 
     from optimizer.deployment.schema import build_problem
-    from optimizer.deployment.solver import solve_deployment
+    from optimizer.deployment.strategy import solve_deployment
     from optimizer.result import Status
 
     raw = yaml.safe_load((INSTANCES / "qwen32b_128k.yaml").read_text())

@@ -70,11 +70,12 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
 from optimizer.deployment.evaluate import Plan, SessionTiming, scenario_from_timings
+from optimizer.deployment.packing import pack_on_servers
 from optimizer.deployment.params import (Inst, Kind, LpParams, instance_kinds, lp_params, session_step_floor,
                                          step_split)
 from optimizer.deployment.schema import Problem, SessionClass
@@ -95,57 +96,6 @@ STAIRCASE_STEPS = 16
 DEAL_SESSIONS = 20_000  # above this many sessions the first plans are dealt out in turn (Anytime.deal)
 DEAL_MIXES = 3  # mixes dealt out before the greedy plans
 PACK_CANDIDATES = 32  # instances of one kind whose deadlines Anytime.pack checks per session  # decode-length thresholds of the batched staircase rows in the bound LP
-
-# --progress: a callable receiving {"phase", "elapsed_s", "value", "bound", "gap", "unit"}
-PROGRESS: Optional[Callable[[dict], None]] = None
-
-
-_LAST = [0.0]
-
-
-class muted:
-    """Context manager: no progress reports inside (e.g. the per-layout comparison solves)."""
-
-    def __enter__(self):
-        global PROGRESS
-        self.saved, PROGRESS = PROGRESS, None
-
-    def __exit__(self, *exc):
-        global PROGRESS
-        PROGRESS = self.saved
-
-
-_START = [0.0]
-
-
-def set_progress(callback: Optional[Callable[[dict], None]]) -> None:
-    """Install (or remove, with None) the progress callback used by :func:`report`; elapsed
-    times of reports without their own start count from here (:func:`progress_start`)."""
-    global PROGRESS
-    PROGRESS = callback
-    _START[0] = time.perf_counter()
-
-
-def progress_start() -> float:
-    """When the progress display was installed (``time.perf_counter()``)."""
-    return _START[0]
-
-
-def report(phase: str, t0: float, value: Optional[float], bound: Optional[float], unit: str) -> None:
-    """Send incumbent, bound and gap to the progress callback, if any."""
-    if PROGRESS is None:
-        return
-    now = time.perf_counter()
-    if phase in ("local search", "LNS", "cp-sat") and now - _LAST[0] < 0.5:
-        return  # at most two improvement lines a second
-    _LAST[0] = now
-    gap = None
-    if value is not None and not math.isfinite(value):
-        value = None  # no plan meets the on-time requirement yet
-    if value is not None and bound is not None and value > 0:
-        gap = max(0.0, (value - bound) / abs(value))
-    PROGRESS({"phase": phase, "elapsed_s": time.perf_counter() - t0, "value": value, "bound": bound, "gap": gap,
-              "unit": unit})
 
 
 class Anytime:
@@ -1014,7 +964,6 @@ class Anytime:
     # ------------------------------------------------------------------ plan
     def plan(self, insts: list[Inst]) -> Plan:
         """Instances on servers (first-fit, spanning ones first)."""
-        from optimizer.deployment.solver import pack_on_servers
 
         items = []
         for it in insts:

@@ -26,7 +26,7 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
    makespan targets a little above the LP's, ``MIX_SHARE`` of what is left; its best plans
    start the local search of step 2;
 3. exact search: with at most ``EXACT_CLASSES`` classes (exact equality) the exact
-   formulations of :mod:`optimizer.deployment.solver` on the real instance with up to 60 % of
+   formulations of :mod:`optimizer.deployment.exact` on the real instance with up to 60 % of
    what is left (25 % above ``EXACT_SESSIONS`` sessions; a proven optimum is returned as is:
    small instances are solved as before);
    otherwise rounded instances (:func:`~optimizer.deployment.anytime.rounded_problem`) of
@@ -42,11 +42,16 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Optional
 
 import numpy as np
 
 from optimizer.deployment import anytime as at
 from optimizer.deployment.evaluate import evaluate
+from optimizer.deployment.exact import aggregate_feasibility, solve_exact
+from optimizer.deployment.outcome import SolveOutcome, finish
+from optimizer.deployment.params import usable_degrees
+from optimizer.deployment.progress import Progress
 from optimizer.deployment.lns import lns
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
@@ -70,7 +75,8 @@ CG_SHARE_BATCHED = 0.3  # and gets this share of it (the plan search needs the r
 REPAIR_SHARE = 0.85  # no plan meets the on-time requirement: LNS repairs one until this share of the budget
 
 
-def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degrees=None, layouts=None):
+def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degrees=None, layouts=None,
+                 progress: Optional[Progress] = None):
     """Solve ``problem`` (no faults) within ``deadline`` (a ``time.perf_counter()`` value).
 
     Returns:
@@ -80,8 +86,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     Raises:
         InputError: an objective the batched search cannot express (as the exact path).
     """
-    from optimizer.deployment.solver import SolveOutcome, _finish, _solve_exact, usable_degrees
-
+    progress = progress or Progress.off()
     t0 = time.perf_counter()
     total = max(0.05, deadline - t0)
     if not problem.tp_only:
@@ -142,7 +147,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 return verdict
     best, best_v = sol, obj.value(ev)
     rule = [A.tradeoff]  # the batch limit rule the best plan was run under
-    at.report("constructive plan" if source == "list scheduling" else source, t0, best_v, None, unit)
+    progress.report("constructive plan" if source == "list scheduling" else source, best_v, None)
     reserve = 1.5 * eval_s + 0.05
 
     def left() -> float:
@@ -156,7 +161,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         if v < best_v * (1 - 1e-12):
             best, best_v, source = cand, v, why
             rule[0] = A.rule_of.get(id(cand), A.tradeoff)
-            at.report(why, t0, best_v, bound, unit)
+            progress.report(why, best_v, bound)
 
     # 2. bound
     bound = None
@@ -167,7 +172,8 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     except Exception as exc:  # the bound is optional: a failed LP leaves it unknown, never wrong
         bound, mix = None, None
         notes.append(f"LP bound not computed: {exc}")
-    at.report("LP bound", t0, best_v, bound, unit)
+    bound_source = "fluid LP relaxation (HiGHS)"
+    progress.report("LP bound", best_v, bound)
 
     def proven() -> bool:  # strict: small instances still go on to the exact search's proof
         return bound is not None and bound >= best_v * (1 - 1e-9)
@@ -183,7 +189,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 rule[0] = A.tradeoff
                 if phase not in source:
                     source += f" + {phase}"
-                at.report(phase, t0, best_v, bound, unit)
+                progress.report(phase, best_v, bound)
         return keep
 
     better = improved_by("local search")
@@ -203,7 +209,8 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         tighter = at.refined_bound_in_unit(problem, obj, lp, cg_end)
         if tighter is not None and (bound is None or tighter > bound):
             bound = min(tighter, best_v)
-            at.report("configuration LP bound", t0, best_v, bound, unit)
+            bound_source = "configuration LP (column generation, HiGHS)"
+            progress.report("configuration LP bound", best_v, bound)
         if lp.best_T is not None:
             for f in CG_PLAN_SLACK:
                 if left() <= 0 or proven():
@@ -235,15 +242,17 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     exact = "none"
     if not proven() and len(problem.classes) <= EXACT_CLASSES and left() > 0.2:
         share = EXACT_SHARE if len(problem.sessions) <= EXACT_SESSIONS else EXACT_SHARE_LARGE
-        out = _solve_exact(problem, obj, time.perf_counter() + share * left(), degrees, perf, layouts)
+        out = solve_exact(problem, obj, time.perf_counter() + share * left(), degrees, perf, layouts, progress)
         stats.solves += out.stats.solves
         if out.status == Status.OPTIMAL:
-            return out  # small instances: the exact search's proven optimum, as before
+            out.method = out.bound_method = f"anytime search (exact formulations: {out.stats.name})"
+            return out  # small instances: the exact search's proven optimum
         exact = f"exact search on the {len(problem.classes)} classes ({out.status.value})"
         if out.evaluation is not None and not out.evaluation.violations:
             offer(A.from_plan(out.evaluation.plan), "exact search (incomplete)")
             if out.bound is not None and (bound is None or out.bound > bound):
                 bound = out.bound
+                bound_source = f"exact formulations ({out.stats.name})"
     elif not proven():
         tried = []
         for lv in ROUNDED_LEVELS:
@@ -253,7 +262,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
             if len(rp.classes) >= len(problem.classes):
                 break
             share = time.perf_counter() + min(0.05 * total, ROUNDED_SHARE * left()) / max(1, len(ROUNDED_LEVELS) - len(tried))
-            out = _solve_exact(rp, obj, share, degrees, PerfModel(rp), layouts)
+            out = solve_exact(rp, obj, share, degrees, PerfModel(rp), layouts)
             stats.solves += out.stats.solves
             tried.append(f"{len(rp.classes)} classes: {out.status.value}")
             if out.evaluation is not None and not out.evaluation.violations:
@@ -291,9 +300,10 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                   obj.lp_bound is None else "none reached in time"))
     status = Status.OPTIMAL if bound is not None and bound >= value * (1 - OPTIMAL_GAP) else Status.FEASIBLE
     stats.status = status
-    out = _finish(status, obj, value, bound, ev, stats, allowed, mode)
+    out = finish(status, obj, value, bound, ev, stats, allowed, mode)
     out.notes = notes + out.notes
-    at.report("done", t0, value, bound, unit)
+    out.method = f"anytime search ({source})"
+    out.bound_method = bound_source if bound is not None else ""
     return out
 
 
@@ -539,7 +549,7 @@ AGGREGATE_SHARE = 0.25  # LP inconclusive: share of the time left for the aggreg
 
 def _decide_by_aggregate(problem: Problem, perf, obj, A, allowed, verdict, deadline: float):
     """The LP relaxation neither proves nor rules out a plan with the on-time requirement: the
-    aggregate CP-SAT model (:func:`optimizer.deployment.solver._aggregate_feasibility`, exact
+    aggregate CP-SAT model (:func:`optimizer.deployment.exact.aggregate_feasibility`, exact
     without faults for plain TP) decides it by ``deadline`` where it can.
 
     Returns:
@@ -547,14 +557,13 @@ def _decide_by_aggregate(problem: Problem, perf, obj, A, allowed, verdict, deadl
         plan as instances of ``A``) when it finds one; (None, None) when undecided or not
         applicable (layouts, batched decode).
     """
-    from optimizer.deployment.solver import SolveOutcome, _aggregate_feasibility, usable_degrees
 
     if not problem.tp_only or problem.faults or time.perf_counter() >= deadline:
         return None, None
     usable = usable_degrees(problem, perf, allowed)
     stats = verdict.stats
     found: list = []
-    got = _aggregate_feasibility(problem, perf, usable, obj, deadline, stats, found)
+    got = aggregate_feasibility(problem, perf, usable, obj, deadline, stats, found)
     if got is False:
         need = max(problem.required_on_time, obj.min_on_time)
         stats.status = Status.INFEASIBLE
@@ -585,7 +594,6 @@ def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float
     formulations (None: they decide and explain); for large ones the LP relaxation without a
     makespan limit may prove that no plan exists (infeasible), else the solve ends with
     ``time_limit`` and the LP's on-time figure."""
-    from optimizer.deployment.solver import SolveOutcome
 
     if len(problem.sessions) <= SMALL_SESSIONS:
         return None  # the exact formulations decide and explain (e.g. the most sessions on time)
@@ -603,7 +611,7 @@ def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float
 
 def nominal_lp_verdict(problem: Problem, perf, obj, degrees=None, layouts=None):
     """The LP relaxation's verdict on ``problem`` (no faults): an INFEASIBLE
-    :class:`~optimizer.deployment.solver.SolveOutcome` when it proves that no plan places every
+    :class:`~optimizer.deployment.outcome.SolveOutcome` when it proves that no plan places every
     session or meets the on-time requirement, else None. A fault only delays, so a fault
     instance whose run without faults is infeasible is infeasible too."""
     allowed, lays = anytime_layouts(problem, perf, degrees, layouts)
@@ -617,7 +625,6 @@ def anytime_layouts(problem: Problem, perf, degrees=None, layouts=None) -> tuple
     """(allowed TP degrees, layouts) the anytime path works with: the usable TP degrees of a
     TP-only problem (``degrees``, default the problem's), else the problem's layouts (or
     ``layouts``)."""
-    from optimizer.deployment.solver import usable_degrees
 
     if problem.tp_only:
         allowed = tuple(problem.degrees if degrees is None else degrees)
@@ -627,7 +634,6 @@ def anytime_layouts(problem: Problem, perf, degrees=None, layouts=None) -> tuple
 
 def _lp_verdict(problem: Problem, perf, obj, A, allowed, t0: float):
     """(INFEASIBLE outcome or None, the LP's most sessions on time at any makespan)."""
-    from optimizer.deployment.solver import SolveOutcome
 
     need = max(problem.required_on_time, obj.min_on_time)
     lp = at.BoundLP(problem, perf, A.kinds)

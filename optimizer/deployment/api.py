@@ -6,28 +6,24 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from optimizer.deployment.anytime import muted
 from optimizer.budget import Budget, work_seconds
-from optimizer.deployment.explain import adopt_better_row, alternatives, binding, conflict_details
+from optimizer.deployment import strategy
+from optimizer.deployment.context import SolveContext
+from optimizer.deployment.exact import conflicts, max_on_time, servers_to_fit
+from optimizer.deployment.explain import binding, conflict_details
+from optimizer.deployment.outcome import resolve_objective
+from optimizer.deployment.params import usable_degrees
 from optimizer.deployment.perf import PerfModel
+from optimizer.deployment.progress import Progress
 from optimizer.deployment.report import DeploymentReport
 from optimizer.deployment.schema import Problem, build_problem
-from optimizer.deployment.solver import (conflicts, max_on_time, resolve_objective, solve_deployment,
-                                        usable_degrees)
+from optimizer.deployment.settings import SolverSettings
 from optimizer.errors import warn_input
 from optimizer.result import ConstraintKey, Status
 from optimizer.schema_base import apply_overrides, read_yaml
 
 DEFAULT_OBJECTIVE = "cost"
-DEFAULT_TIME_LIMIT_S = 60.0
-MAIN_SHARE = 0.6  # share of the budget for the main solve; explanations get the rest
-# problems of more sessions than this (traffic at scale: the anytime search improves until its
-# deadline, and the comparison rows cannot finish anyway) give the main solve a larger share
-LARGE_SESSIONS, LARGE_MAIN_SHARE = 60, 0.85
-OUTPUT_S_PER_SESSION = 1.5e-5  # writing the plan: the JSON takes ~10 µs a session (1 s for 100,000)
-# without --time-limit: explanations (comparison rows, conflicts) get 1.5x the main solve's
-# time, at least 2 s and at most 10 s
-EXPLAIN_RATIO, EXPLAIN_MIN_S, EXPLAIN_MAX_S = 1.5, 2.0, 10.0
+DEFAULT_TIME_LIMIT_S = SolverSettings().default_time_limit_s
 
 
 def load(path, overrides=()) -> Problem:
@@ -38,7 +34,8 @@ def load(path, overrides=()) -> Problem:
 
 
 def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[float] = None,
-          explain: bool = True, budget: Optional[Budget] = None, progress=None) -> DeploymentReport:
+          explain: bool = True, budget: Optional[Budget] = None, progress=None,
+          settings: Optional[SolverSettings] = None) -> DeploymentReport:
     """Solve and explain a deployment problem.
 
     Args:
@@ -54,65 +51,51 @@ def solve(problem: Problem, objective=DEFAULT_OBJECTIVE, time_limit_s: Optional[
         budget: the command's budget (:class:`~optimizer.budget.Budget`); its limit replaces
             ``time_limit_s`` and its start counts the CLI's reading too.
         progress: a sink for ``--progress`` rows (see :data:`optimizer.budget.ProgressSink`).
+        settings: shares and tuning constants of the strategy (default :class:`SolverSettings`).
     Returns:
         DeploymentReport (``status``, ``to_dict()``, ``render(console)``).
     Raises:
         InputError: unknown objective, or an input it needs is missing.
     """
+    settings = settings or SolverSettings()
     t0 = time.perf_counter()
     if budget is not None:  # the CLI's reading and validation count against the limit too
         t0, time_limit_s = min(t0, budget.start), budget.limit_s
     obj = resolve_objective(problem, objective)
     perf = PerfModel(problem)
+    cut: list = []
     if time_limit_s is None:
-        main_s, end = DEFAULT_TIME_LIMIT_S, None
+        main_s, whole = settings.default_time_limit_s, Budget(t0, None, None, cut)
     else:  # keep a margin for start-up, the binding limits and printing
-        reserve = OUTPUT_S_PER_SESSION * len(problem.sessions)
+        reserve = settings.output_s_per_session * len(problem.sessions)
         if budget is not None and budget.deadline is not None:  # the CLI's budget (its --plot reserve kept out)
             work = max(0.5 * time_limit_s, budget.deadline - budget.start - reserve)
         else:
             work = work_seconds(time_limit_s, reserve)
-        budget = work
-        share = LARGE_MAIN_SHARE if len(problem.sessions) > LARGE_SESSIONS else MAIN_SHARE
-        main_s, end = share * budget, t0 + budget
+        share = settings.large_main_share if len(problem.sessions) > settings.large_sessions else settings.main_share
+        main_s, whole = share * work, Budget(t0, time_limit_s, t0 + work, cut)
         late = time.perf_counter() - t0
-        if late >= budget:  # start-up and reading used the solve's whole share (e.g. --time-limit 0.001)
+        if late >= work:  # start-up and reading used the solve's whole share (e.g. --time-limit 0.001)
             main_s = 0.0
             if late >= time_limit_s:
                 what = f"the limit of {time_limit_s:g} s (counted from the process start) had passed before the solve began"
             else:
-                what = (f"the solve's share of the {time_limit_s:g} s limit ({budget:.2f} s, counted from the process "
+                what = (f"the solve's share of the {time_limit_s:g} s limit ({work:.2f} s, counted from the process "
                         f"start) had been used before the solve began")
             warn_input("--time-limit", "", f"{what} ({late:.2f} s of start-up and reading): the solve ran its minimum "
                        f"steps only, the command may end after the limit, and the status says what they proved")
-    from optimizer.deployment import anytime
-
-    anytime.set_progress(progress)
-    try:
-        outcome = solve_deployment(problem, obj, main_s, perf=perf)
-    finally:
-        anytime.set_progress(None)
-    report = DeploymentReport(problem, outcome, perf=perf)
-    if time_limit_s is not None and main_s == 0.0:
-        report.cut_short.append("main solve (its time was used up before it began)")
-
-    if end is None:  # no limit given: explanations get a share in proportion to the main solve
-        end = time.perf_counter() + min(EXPLAIN_MAX_S, max(EXPLAIN_MIN_S, EXPLAIN_RATIO * (time.perf_counter() - t0)))
+            cut.append("main solve (its time was used up before it began)")
+    main = Budget(t0, main_s, time.perf_counter() + main_s, cut)
+    ctx = SolveContext(problem, perf, obj, budget=whole, main=main,
+                       progress=Progress(progress, obj.unit, t0 if budget is None else budget.start),
+                       settings=settings, compare=explain, t0=t0)
+    outcome = strategy.solve(ctx)
+    report = DeploymentReport(problem, outcome, alternatives=ctx.rows, perf=perf, cut_short=cut)
+    end = ctx.budget.deadline
 
     def left() -> float:
-        return max(0.0, end - time.perf_counter())
+        return max(0.0, end - time.perf_counter()) if end is not None else 0.0
 
-    if explain:
-        budget = left()
-        with muted():  # --progress follows the main solve only
-            report.alternatives = alternatives(problem, perf, obj, outcome.value,
-                                               budget * (0.5 if outcome.status == Status.INFEASIBLE else 1.0),
-                                               incumbent=outcome)
-        if any(a.reason == "time_limit" for a in report.alternatives):
-            report.cut_short.append("comparison rows")
-        better = adopt_better_row(problem, obj, outcome, report.alternatives)
-        if better is not outcome:
-            outcome = report.outcome = better
     if outcome.evaluation is not None and not outcome.evaluation.violations:
         report.binding = binding(problem, perf, outcome.evaluation, obj)
     if outcome.status == Status.INFEASIBLE:
@@ -204,9 +187,7 @@ def gpu_count_binds(report: DeploymentReport, problem: Problem, perf: PerfModel,
     """When more servers of the same kind would make the instance feasible, the GPU count is a
     binding limit: name it (``gpus_per_server[...]``, the family that limits the GPUs in
     instances) with the instances the GPUs hold and the fewest servers with which a plan meets
-    every limit (:func:`~optimizer.deployment.solver.servers_to_fit`). True when it applied."""
-    from optimizer.deployment.solver import servers_to_fit
-
+    every limit (:func:`~optimizer.deployment.exact.servers_to_fit`). True when it applied."""
     more = servers_to_fit(problem, obj, deadline)
     if more is None:
         return False

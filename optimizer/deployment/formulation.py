@@ -28,6 +28,7 @@ from typing import Optional
 from ortools.sat.python import cp_model
 
 from optimizer.cpsat import NamedModel
+from optimizer.deployment.params import degree_fits_hardware, degree_fits_model
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.deployment.units import Scenario, ticks_down, ticks_up
@@ -88,25 +89,6 @@ class Slot:
             return f"tp{self.degree}#{self.ordinal}"
         srv = f"s{self.servers[0]}" if len(self.servers) == 1 else f"s{self.servers[0]}-{self.servers[-1]}"
         return f"tp{self.degree}#{self.ordinal}@{srv}"
-
-
-def degree_fits_hardware(problem: Problem, p: int) -> Optional[str]:
-    """None if TP-``p`` instances can be placed on the hardware, else the reason."""
-    g, s = problem.server.gpus, problem.servers
-    if p > g * s:
-        return f"tp{p} needs {p} GPUs > {g * s} available"
-    if p > g and p % g:
-        return f"tp{p} spans servers but is not a multiple of {g} GPUs per server"
-    return None
-
-
-def degree_fits_model(problem: Problem, p: int) -> Optional[str]:
-    """None if a TP-``p`` group can split the model's heads (as vLLM and SGLang require:
-    p divides the attention heads, and p divides the KV heads or is a multiple of them)."""
-    m = problem.model
-    if m.q_heads % p or (m.kv_heads % p and p % m.kv_heads):
-        return f"{m.q_heads} attention heads and {m.kv_heads} KV heads do not split evenly over TP{p}"
-    return None
 
 
 def build_slots(problem: Problem, options: dict[int, Option], pooled: bool = False) -> list[Slot]:

@@ -126,6 +126,38 @@ def token_rate(perf, lay: Layout, tokens: int = 16) -> float:
     return total
 
 
+def degree_fits_hardware(problem: Problem, p: int) -> Optional[str]:
+    """None if TP-``p`` instances can be placed on the hardware, else the reason."""
+    g, s = problem.server.gpus, problem.servers
+    if p > g * s:
+        return f"tp{p} needs {p} GPUs > {g * s} available"
+    if p > g and p % g:
+        return f"tp{p} spans servers but is not a multiple of {g} GPUs per server"
+    return None
+
+
+def degree_fits_model(problem: Problem, p: int) -> Optional[str]:
+    """None if a TP-``p`` group can split the model's heads (as vLLM and SGLang require:
+    p divides the attention heads, and p divides the KV heads or is a multiple of them)."""
+    m = problem.model
+    if m.q_heads % p or (m.kv_heads % p and p % m.kv_heads):
+        return f"{m.q_heads} attention heads and {m.kv_heads} KV heads do not split evenly over TP{p}"
+    return None
+
+
+def usable_degrees(problem: Problem, perf, degrees) -> list[int]:
+    """The TP degrees of ``degrees`` whose replicas fit the hardware and the heads and hold at
+    least one session of some class."""
+    out = []
+    for p in degrees:
+        if degree_fits_hardware(problem, p) is not None or degree_fits_model(problem, p) is not None:
+            continue
+        if all(perf.max_sessions(p, c.context, c.new) == 0 for c in problem.classes):
+            continue
+        out.append(p)
+    return out
+
+
 def layout_reason(problem: Problem, lay: Layout) -> Optional[tuple[str, str]]:
     """None if instances of ``lay`` can be placed, else (rule, detail)."""
     bad = layout_problem(problem.model, lay)

@@ -7,7 +7,7 @@ from typing import Any
 from optimizer.deployment.explain import Alternative
 from optimizer.deployment.perf import PerfModel, model_summary
 from optimizer.deployment.schema import Problem
-from optimizer.deployment.solver import SolveOutcome
+from optimizer.deployment.outcome import SolveOutcome
 from optimizer.result import Binding, ConstraintKey, Status, envelope, group_conflicts
 
 MAX_SESSION_ROWS = 40
@@ -92,7 +92,8 @@ class DeploymentReport:
             plan,
             {"name": o.stats.name, "status": o.stats.status.value, "time_s": round(self.total_time_s, 4),
              "solve_time_s": round(o.stats.time_s, 4), "gap": o.stats.gap, "bound": o.bound,
-             "solves": o.stats.solves, "formulation": o.mode, "cut_short": self.cut_short},
+             "solves": o.stats.solves, "formulation": o.mode, "method": o.method or None,
+             "bound_method": o.bound_method or None, "cut_short": self.cut_short},
             binding=[b.to_dict() for b in self.binding],
             alternatives=[a.to_dict() for a in self.alternatives],
             conflicts=conflicts,
@@ -208,6 +209,8 @@ class DeploymentReport:
         s = o.stats
         console.print(f"solver {s.name}: {s.status.value}, {s.solves} solve(s), {s.time_s:.3f} s solving, "
                       f"{self.total_time_s:.3f} s in all, formulation {o.mode}")
+        if o.method or o.bound_method:
+            console.print(f"plan from: {escape(o.method or 'none')}; bound from: {escape(o.bound_method or 'none')}")
         if self.cut_short:
             console.print(f"[yellow]cut short by the time limit: {', '.join(self.cut_short)}[/yellow]")
         for n in o.notes:
@@ -234,6 +237,8 @@ def definitions(obj) -> dict[str, str]:
         "plan.dollars_per_hour": "GPUs in instances x dollars_per_gpu_hour, $/hour while every instance runs",
         "plan.fault_scenarios": "one run per (fault, GPU it hits): the instance on that GPU stalls and restarts its running session",
         "solver.solve_time_s": "wall time of the main solver calls, seconds",
+        "solver.method": "the solve method (optimizer/deployment/methods/) that produced the plan, its formulation or phase in brackets",
+        "solver.bound_method": "the solve method (and algorithm) that proved the bound or the infeasibility; null: no bound",
         "alternatives[]": "the best plan using one TP degree (or one layout) alone, or the limit that rules it out",
     }
 

@@ -1,5 +1,8 @@
-"""Solve a deployment problem: pick the formulation, run CP-SAT (Dinkelbach for cost),
-extract the plan, re-check it with the independent evaluator."""
+"""The exact formulations of the deployment problem (configuration LP/MILP, ordered columns,
+compact aggregate and sequence CP-SAT with Dinkelbach for ratio objectives, batched
+configurations), chosen by :func:`solve_exact`; every plan is re-checked by the independent
+evaluator. The solve strategy (:mod:`optimizer.deployment.strategy`) runs them as the method
+``exact formulations`` and the anytime search runs them on small instances."""
 from __future__ import annotations
 
 import math
@@ -18,70 +21,19 @@ from optimizer.deployment.configurations import (ConfigurationSearch, chain_degr
                                                  moore_hodgson_order)
 from optimizer.deployment.evaluate import Evaluation, Plan, PlannedInstance, evaluate
 from optimizer.deployment.fault_columns import enumerate_columns, solve_columns
-from optimizer.deployment.formulation import Formulation, degree_fits_hardware, degree_fits_model
+from optimizer.deployment.formulation import Formulation
+from optimizer.deployment.outcome import SolveOutcome, finish, resolve_objective
+from optimizer.deployment.packing import pack_on_servers
+from optimizer.deployment.params import degree_fits_hardware, degree_fits_model, usable_degrees
+from optimizer.deployment.progress import Progress
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.errors import InputError
 from optimizer.result import SolverStats, Status, relative_gap
 
-DEFAULT_TIME_LIMIT_S = 60.0
-
-
-def resolve_objective(problem: Problem, objective) -> DeploymentObjective:
-    """The objective object for ``objective`` (a name or an object), checked against the problem.
-
-    Raises:
-        InputError: unknown name, or an input the objective needs is missing (e.g. a GPU price).
-    """
-    try:
-        obj = get_objective(objective)
-    except KeyError:
-        raise InputError(problem.path, "--objective", f"unknown objective '{objective}' "
-                         f"(one of: {', '.join(objective_registry())})") from None
-    obj.check(problem)
-    return obj
-
-
-@dataclass
-class SolveOutcome:
-    """What :func:`solve_deployment` returns.
-
-    Attributes:
-        status: optimal / feasible (gap) / infeasible / time_limit.
-        objective: the objective object (``.name``, ``.unit``, ``.definition``).
-        value: objective of the plan, re-computed by the evaluator (objective's unit).
-        bound: proven bound in the same unit (None if unknown).
-        evaluation: evaluator's re-check of the plan (None without a plan).
-        stats: solver statistics.
-        degrees: TP degrees the plan was allowed to use.
-        mode: formulation used (aggregate / sequence / configuration / ordered columns).
-    """
-
-    status: Status
-    objective: DeploymentObjective
-    value: Optional[float]
-    bound: Optional[float]
-    evaluation: Optional[Evaluation]
-    stats: SolverStats
-    degrees: tuple[int, ...]
-    mode: str
-    notes: list[str] = field(default_factory=list)
-
-
 def choose_mode(problem: Problem, objective) -> str:
     """``sequence`` when order matters beyond EDD (faults, latency), else ``aggregate``."""
     return "sequence" if (problem.faults or get_objective(objective).needs_sequence) else "aggregate"
-
-
-def usable_degrees(problem: Problem, perf: PerfModel, degrees) -> list[int]:
-    out = []
-    for p in degrees:
-        if degree_fits_hardware(problem, p) is not None or degree_fits_model(problem, p) is not None:
-            continue
-        if all(perf.max_sessions(p, c.context, c.new) == 0 for c in problem.classes):
-            continue
-        out.append(p)
-    return out
 
 
 def build(problem: Problem, perf: PerfModel, degrees, objective, explain: bool = False,
@@ -94,127 +46,13 @@ def build(problem: Problem, perf: PerfModel, degrees, objective, explain: bool =
     return f.build()
 
 
-def solve_deployment(problem: Problem, objective="cost", time_limit_s: Optional[float] = None,
-                     degrees=None, perf: Optional[PerfModel] = None, layouts=None,
-                     anytime: bool = True) -> SolveOutcome:
-    """Find the optimal deployment plan; at scale, the best plan found with its proven bound.
-
-    Args:
-        problem: resolved problem.
-        objective: a deployment objective (name or object, see ``objectives/deployment/``).
-        time_limit_s: wall-clock budget for all solver calls (default 60 s).
-        degrees: restrict the TP degrees (default: the problem's).
-        layouts: restrict the layouts (batched / layout problems; default: the problem's).
-        anytime: without faults (and for objectives that need no sequence), build a plan and an
-            LP bound first and improve them (:mod:`optimizer.deployment.anytime_solve`); the exact
-            search still proves small instances optimal.
-    Returns:
-        SolveOutcome; ``status`` is INFEASIBLE when no plan meets the limits.
-    Raises:
-        InputError: unknown objective, or one whose inputs are missing.
-    """
-    obj = resolve_objective(problem, objective)
-    perf = perf or PerfModel(problem)
-    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
-    deadline = time.perf_counter() + limit
-    if anytime and _anytime_applies(problem, perf, obj, degrees):
-        from optimizer.deployment.anytime_solve import solve_anytime
-
-        done = solve_anytime(problem, perf, obj, deadline, degrees, layouts)
-        if done is not None:
-            if done.value is None:  # --progress: a final row says how it ended (an empty table said nothing)
-                from optimizer.deployment import anytime as at
-
-                at.report(f"done: {done.status.value}", at.progress_start(), None, done.bound, obj.unit)
-            return done
-    small_sequence = anytime and obj.needs_sequence and _anytime_applies(problem, perf, obj, degrees, any_size=True)
-    from dataclasses import replace
-
-    nominal = replace(problem, faults=())
-    fault_fallback = anytime and bool(problem.faults) and _anytime_applies(nominal, perf, obj, degrees, any_size=True)
-    from optimizer.deployment.anytime_solve import SMALL_SESSIONS, nominal_lp_verdict
-
-    if fault_fallback and len(problem.sessions) > SMALL_SESSIONS:
-        # a fault only delays: no plan without faults, none with them. The LP decides it at
-        # once where the sequence model would spend its share (smaller ones: the exact
-        # formulations decide and explain, e.g. the most sessions on time)
-        verdict = nominal_lp_verdict(nominal, perf, obj, degrees, layouts)
-        if verdict is not None:
-            what = "meets the on-time requirement" if "on time" in verdict.notes[-1] else "exists"
-            verdict.notes.append(f"no plan {what} even without a fault (the nominal run), so none does with the faults")
-            return verdict
-    exact_end = time.perf_counter() + SEQUENCE_EXACT_SHARE * limit if small_sequence or fault_fallback else deadline
-    out = _solve_exact(problem, obj, exact_end, degrees, perf, layouts)
-    if fault_fallback and out.value is None and out.status == Status.TIME_LIMIT:
-        done = _nominal_plan_under_faults(problem, nominal, perf, obj, deadline, degrees, layouts)
-        if done is not None:
-            return done
-    if small_sequence and out.value is None and out.status == Status.TIME_LIMIT:
-        # the sequence model found no plan in its share: the anytime path's plan (no bound)
-        from optimizer.deployment.anytime_solve import solve_anytime
-
-        done = solve_anytime(problem, perf, obj, deadline, degrees, layouts)
-        if done is not None and done.value is not None:
-            done.notes.append(f"the sequence model found no plan in {SEQUENCE_EXACT_SHARE:.0%} of the limit; "
-                              "plan from the anytime path, without a bound")
-            return done
-    from optimizer.deployment import anytime as at
-
-    at.report("done", at.progress_start(), out.value, out.bound, obj.unit)  # --progress: the final row
-    return out
-
-
-def _nominal_plan_under_faults(problem: Problem, nominal: Problem, perf: PerfModel, obj, deadline: float,
-                              degrees, layouts) -> Optional[SolveOutcome]:
-    """Faults, where the exact formulations found no plan in their share of the limit: the
-    anytime path's plan for the run without faults (``nominal``), re-evaluated with every fault
-    scenario; kept when the evaluator accepts it and every scenario meets the on-time
-    requirement (status feasible). The nominal bound stays a bound: a fault only delays, so
-    every scenario's objective is at least the nominal one. None otherwise."""
-    from optimizer.deployment.anytime_solve import solve_anytime
-
-    done = solve_anytime(nominal, perf, obj, deadline, degrees, layouts)
-    if done is None or done.evaluation is None:
-        return None
-    ev = evaluate(problem, done.evaluation.plan, perf)
-    value = obj.value(ev)
-    if ev.violations or value is None or not math.isfinite(value):
-        return None
-    bound = None if done.bound is None else min(done.bound, value)
-    out = _finish(Status.FEASIBLE, obj, value, bound, ev, done.stats, done.degrees, done.mode + ", faults re-evaluated")
-    out.notes.append(f"{len(problem.sessions)} sessions with faults: the exact formulations found no plan in "
-                     f"{SEQUENCE_EXACT_SHARE:.0%} of the limit; the plan is the anytime path's for the run without "
-                     f"faults, re-evaluated with every fault (worst case), and the bound is the run without faults'")
-    return out
-
-
-# With faults the exact formulations get SEQUENCE_EXACT_SHARE of the limit; without a plan by then, the run
-# without faults' anytime plan, re-evaluated with the faults (at any size: 20 generated sessions with one
-# fault had no plan from the exact formulations in 10 s, while that plan met the on-time requirement)
-SEQUENCE_SESSIONS = 60  # above this many sessions, sequence objectives (latency) also take the anytime path
-SEQUENCE_EXACT_SHARE = 0.6  # up to that size, the sequence model's share of the limit; without a plan by then the
-# anytime path gives one (no bound) with the rest
-
-
-def _anytime_applies(problem: Problem, perf: PerfModel, obj, degrees, any_size: bool = False) -> bool:
-    """The anytime path (:mod:`optimizer.deployment.anytime`) handles problems without faults
-    whose objective needs no sequence (or, beyond SEQUENCE_SESSIONS sessions, where the sequence
-    formulation finds nothing in time: a plan in the search's admission orders, without a
-    bound; ``any_size``: at any size, for the fallback of :func:`solve_deployment`), with
-    instances that pack into servers exactly."""
-    if problem.faults or (obj.needs_sequence and len(problem.sessions) <= SEQUENCE_SESSIONS and not any_size):
-        return False
-    if problem.tp_only:
-        allowed = tuple(problem.degrees if degrees is None else degrees)
-        return chain_degrees(problem, usable_degrees(problem, perf, allowed))
-    return True
-
-
-def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Optional[PerfModel] = None,
-                 layouts=None) -> SolveOutcome:
+def solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Optional[PerfModel] = None,
+                layouts=None, progress: Optional[Progress] = None) -> SolveOutcome:
     """The exact formulations (configuration search, ordered columns, compact and sequence
-    CP-SAT), chosen automatically; ``deadline`` is a ``time.perf_counter()`` value."""
+    CP-SAT), chosen automatically; ``deadline`` is a ``time.perf_counter()`` value; ``progress``
+    gets the CP-SAT and Dinkelbach improvements."""
     perf = perf or PerfModel(problem)
+    progress = progress or Progress.off()
     limit = max(0.05, deadline - time.perf_counter())
     if not problem.tp_only:
         return _solve_batched(problem, perf, obj, deadline, tuple(problem.layouts if layouts is None else layouts))
@@ -241,7 +79,7 @@ def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opt
         from dataclasses import replace
 
         nominal = replace(problem, faults=()) if problem.faults else problem
-        verdict = _aggregate_feasibility(nominal, perf, usable, obj, time.perf_counter() + FEASIBILITY_SHARE * limit,
+        verdict = aggregate_feasibility(nominal, perf, usable, obj, time.perf_counter() + FEASIBILITY_SHARE * limit,
                                          stats, found)
         if verdict is False:
             out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "aggregate (feasibility)")
@@ -259,7 +97,7 @@ def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opt
         if done is not None:
             return done
     if obj.kind != "ratio":
-        return _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, seed_plan)
+        return _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, seed_plan, progress)
 
     # ratio objectives: phase 1, a plan of small worst-case makespan (a short share of the
     # budget) whose makespan bound may also bound the ratio; then Dinkelbach iterations.
@@ -281,7 +119,7 @@ def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opt
     lam = ratio_of(obj, f, out.solver)
     bound_ratio = obj.numerator_bound(problem, int(out.bound))
     best_plan, lam, bound_ratio, proven = _dinkelbach(problem, perf, usable, obj, lam, bound_ratio, out, f,
-                                                       deadline, stats)
+                                                       deadline, stats, progress)
     ev = evaluate(problem, best_plan, perf)
     value = obj.value(ev)
     bound = min(obj.ratio_in_unit(problem, bound_ratio), value)  # the evaluated plan bounds the optimum too
@@ -290,7 +128,7 @@ def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opt
     elif proven:
         bound = min(value, bound)  # exact arithmetic may shave the tick rounding
     status = Status.OPTIMAL if proven and bound >= value * (1 - 1e-9) else Status.FEASIBLE
-    out = _finish(status, obj, value, bound, ev, stats, allowed, mode)
+    out = finish(status, obj, value, bound, ev, stats, allowed, mode)
     if out.status != Status.OPTIMAL and problem.faults and obj.fault_note:
         out.notes.append(obj.fault_note)
     return out
@@ -299,7 +137,7 @@ def _solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opt
 FEASIBILITY_SHARE = 0.25  # share of the exact solve's budget for the aggregate feasibility check
 
 
-def _aggregate_feasibility(problem: Problem, perf: PerfModel, usable, obj, deadline: float,
+def aggregate_feasibility(problem: Problem, perf: PerfModel, usable, obj, deadline: float,
                            stats: SolverStats, plans: Optional[list] = None) -> Optional[bool]:
     """Whether any plan places every session and meets the on-time requirement (no faults).
 
@@ -343,7 +181,7 @@ def servers_to_fit(problem: Problem, objective, deadline: float) -> Optional[int
     11 minutes past a 10 s limit), or when the checks do not finish by ``deadline`` (model
     building included).
 
-    Every check is the aggregate feasibility model (:func:`_aggregate_feasibility`). Feasibility
+    Every check is the aggregate feasibility model (:func:`aggregate_feasibility`). Feasibility
     only grows with servers, and with ``servers + ceil(N·p_max/G)`` servers every session can
     run alone on an instance of any allowed degree (the most any plan can use), so when that
     count fails none helps; otherwise the smallest count is found by bisection.
@@ -364,7 +202,7 @@ def servers_to_fit(problem: Problem, objective, deadline: float) -> Optional[int
             return False
         if time.perf_counter() >= deadline:
             return None
-        return _aggregate_feasibility(p2, perf, usable, objective, deadline, stats)
+        return aggregate_feasibility(p2, perf, usable, objective, deadline, stats)
 
     ok = fits(top)
     if not ok:
@@ -393,7 +231,7 @@ def _build_in_time(problem, perf, usable, obj, deadline, stats, allowed, mode):
         return None, out
 
 
-def _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, seed_plan) -> SolveOutcome:
+def _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, seed_plan, progress) -> SolveOutcome:
     """One CP-SAT solve of the compact/sequence formulation with the objective set directly
     (makespan, energy, latency); for ``count`` objectives a second solve with the count fixed
     picks the smallest makespan among the optimal plans."""
@@ -406,7 +244,7 @@ def _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, se
     left = max(0.05, deadline - time.perf_counter())
     share = left * 0.7 if obj.kind == "count" else left
     out = solve_cp(f.model, share, workers=_workers(f) if obj.kind == "finish_sum" else 2,
-                   on_solution=_cp_progress(problem, obj))
+                   on_solution=_cp_progress(problem, obj, progress))
     stats.time_s += out.time_s
     stats.solves += 1
     if out.status in (Status.INFEASIBLE, Status.TIME_LIMIT):
@@ -428,38 +266,33 @@ def _solve_direct(problem, perf, usable, obj, deadline, stats, allowed, mode, se
     plan = extract_plan(f, solver)
     ev = evaluate(problem, plan, perf)
     value = obj.value(ev)
-    return _finish(out.status, obj, value, min(bound, value), ev, stats, allowed, mode)
+    return finish(out.status, obj, value, min(bound, value), ev, stats, allowed, mode)
 
 
-def _cp_progress(problem, obj):
+def _cp_progress(problem, obj, progress: Progress):
     """``--progress`` for a CP-SAT solve with the objective set directly: each improving
     solution's objective and proven bound, in the objective's unit (None without a display)."""
-    from optimizer.deployment import anytime as at
-
-    if at.PROGRESS is None:
+    if not progress.active:
         return None
-    return lambda o, b: at.report("cp-sat", at.progress_start(), obj.bound_in_unit(problem, o),
-                                  obj.bound_in_unit(problem, b), obj.unit)
+    return lambda o, b: progress.report("cp-sat", obj.bound_in_unit(problem, o), obj.bound_in_unit(problem, b))
 
 
-def _ratio_progress(problem, obj, lam, bound_ratio) -> None:
+def _ratio_progress(problem, obj, lam, bound_ratio, progress: Progress) -> None:
     """``--progress`` for a Dinkelbach iteration: the ratio reached and the proven bound."""
-    from optimizer.deployment import anytime as at
-
-    if at.PROGRESS is None:
+    if not progress.active:
         return
     b = None if bound_ratio is None else max(0.0, obj.ratio_in_unit(problem, bound_ratio) - obj.rounding_slack(problem))
-    at.report("Dinkelbach", at.progress_start(), obj.ratio_in_unit(problem, lam), b, obj.unit)
+    progress.report("Dinkelbach", obj.ratio_in_unit(problem, lam), b)
 
 
-def _dinkelbach(problem, perf, usable, obj, lam, bound_ratio, out, f, deadline, stats):
+def _dinkelbach(problem, perf, usable, obj, lam, bound_ratio, out, f, deadline, stats, progress):
     """Dinkelbach iterations on the compact formulation (ratio objectives)."""
     from optimizer.deployment.formulation import BuildTimeout
 
     best_f, best_solver = f, out.solver
     proven = False
     hint = _solution(out.solver, f)
-    _ratio_progress(problem, obj, lam, bound_ratio)
+    _ratio_progress(problem, obj, lam, bound_ratio, progress)
     while time.perf_counter() < deadline:
         try:
             f = build(problem, perf, usable, obj, deadline=deadline)
@@ -485,7 +318,7 @@ def _dinkelbach(problem, perf, usable, obj, lam, bound_ratio, out, f, deadline, 
         if new_lam < lam:
             lam, best_f, best_solver = new_lam, f, out.solver
             hint = _solution(out.solver, f)
-            _ratio_progress(problem, obj, lam, bound_ratio)
+            _ratio_progress(problem, obj, lam, bound_ratio, progress)
         else:
             break  # no progress within the time limit
     return extract_plan(best_f, best_solver), lam, bound_ratio, proven
@@ -537,7 +370,7 @@ def _solve_with_columns(problem, perf, usable, objective, deadline, stats, allow
         bound = _search_bound_in_unit(problem, objective, res.bound)
     if res.proven:
         bound = min(value, bound)
-    return _finish(Status.OPTIMAL if res.proven else Status.FEASIBLE, objective, value, bound, ev, stats, allowed,
+    return finish(Status.OPTIMAL if res.proven else Status.FEASIBLE, objective, value, bound, ev, stats, allowed,
                    "ordered columns")
 
 
@@ -630,7 +463,7 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
     bnd = _search_bound_in_unit(problem, objective, bound) if bound is not None else None
     if proven:
         bnd = min(value, bnd)
-    return _finish(Status.OPTIMAL if proven else Status.FEASIBLE, objective, value, bnd, ev, stats, allowed,
+    return finish(Status.OPTIMAL if proven else Status.FEASIBLE, objective, value, bnd, ev, stats, allowed,
                    "configuration")
 
 
@@ -673,7 +506,7 @@ def _solve_batched(problem: Problem, perf: PerfModel, obj, deadline: float, layo
     bnd = _search_bound_in_unit(problem, obj, res.bound) if res.bound is not None else None
     if res.proven:
         bnd = min(value, bnd)
-    return _finish(Status.OPTIMAL if res.proven else Status.FEASIBLE, obj, value, bnd, ev, stats, allowed, mode)
+    return finish(Status.OPTIMAL if res.proven else Status.FEASIBLE, obj, value, bnd, ev, stats, allowed, mode)
 
 
 def _solve_batched_additive(problem, perf, obj, search, need, deadline, stats, allowed, mode, t0) -> SolveOutcome:
@@ -698,7 +531,7 @@ def _solve_batched_additive(problem, perf, obj, search, need, deadline, stats, a
     proven = st == "optimal"
     if proven and bound is not None:
         bound = min(bound, value)  # the search's exact optimum in ticks; the evaluator's value to rounding
-    return _finish(Status.OPTIMAL if proven else Status.FEASIBLE, obj, value, bound, ev, stats, allowed, mode)
+    return finish(Status.OPTIMAL if proven else Status.FEASIBLE, obj, value, bound, ev, stats, allowed, mode)
 
 
 def plan_from_batch_configurations(problem: Problem, perf: PerfModel, counts) -> Plan:
@@ -747,52 +580,6 @@ def plan_from_configurations(problem: Problem, options, counts) -> Plan:
             late.sort(key=lambda i: (jobs[i][1] is None, jobs[i][1] or 0))
             items.append((cfg.degree, [sess[i] for i in on + late]))
     return pack_on_servers(problem, items)
-
-
-def pack_on_servers(problem: Problem, items: list[tuple]) -> Plan:
-    """Place instances (GPUs, ordered session ids[, layout, batch limit]) on servers: spanning
-    instances on whole servers first, then first-fit by decreasing GPUs (exact for chain sizes)."""
-    G = problem.server.gpus
-    items = sorted(items, key=lambda t: -t[0])
-    free = [G] * problem.servers
-    out = []
-    next_gpu = [s * G for s in range(problem.servers)]
-    for item in items:
-        p, order = item[0], item[1]
-        lay, batch = (item[2], item[3]) if len(item) > 2 else (None, 1)
-        if p > G:
-            m = p // G
-            start = next(s for s in range(problem.servers - m + 1) if all(free[t] == G for t in range(s, s + m)))
-            servers = tuple(range(start, start + m))
-            gpus = []
-            for t in servers:
-                gpus += list(range(next_gpu[t], next_gpu[t] + G))
-                next_gpu[t] += G
-                free[t] = 0
-        else:
-            s = next(s for s in range(problem.servers) if free[s] >= p)
-            servers = (s,)
-            gpus = list(range(next_gpu[s], next_gpu[s] + p))
-            next_gpu[s] += p
-            free[s] -= p
-        out.append(PlannedInstance(f"i{len(out)}", p, servers, tuple(gpus), order, lay, batch))
-    return Plan(out)
-
-
-
-
-def _finish(status, objective, value, bound, ev, stats, allowed, mode) -> SolveOutcome:
-    if status == Status.FEASIBLE and value is not None and bound is not None and bound >= value * (1 - 1e-9):
-        status = Status.OPTIMAL  # the proven bound meets the plan (to rounding)
-        bound = min(bound, value)
-    stats.status = status
-    stats.objective = value
-    stats.bound = bound
-    stats.gap = 0.0 if status == Status.OPTIMAL else relative_gap(value, bound)
-    notes = []
-    if ev.violations:
-        notes.append("evaluator re-check failed: " + "; ".join(ev.violations))
-    return SolveOutcome(status, objective, value, bound, ev, stats, allowed, mode, notes)
 
 
 def _search_bound_in_unit(problem: Problem, objective: DeploymentObjective, bound: Fraction) -> float:
