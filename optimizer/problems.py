@@ -70,10 +70,11 @@ def registry() -> dict[str, ProblemSpec]:
     Raises:
         ValueError: two packages claim the same section.
     """
-    import optimizer
+    import sys
 
+    # the root package's path (not an import of it: its __init__ reaches every problem)
     found: dict[str, ProblemSpec] = {}
-    for info in sorted(pkgutil.iter_modules(optimizer.__path__), key=lambda i: i.name):
+    for info in sorted(pkgutil.iter_modules(sys.modules[__name__.rsplit(".", 1)[0]].__path__), key=lambda i: i.name):
         if not info.ispkg:
             continue
         spec = _load_spec(info)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from optimizer.deployment import load, solve
-from optimizer.deployment.collectives import ring_allreduce_s
+from optimizer.model.collectives import ring_allreduce_s
 from optimizer.deployment.perf import PerfModel
 from tests.conftest import INSTANCES
 from tests.deploy_helpers import brute_force

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from optimizer.deployment import load, solve
-from optimizer.deployment.collectives import (read_nccl_allreduce_log, read_nccl_tests_log, ring_allreduce_s,
+from optimizer.model.collectives import (read_nccl_allreduce_log, read_nccl_tests_log, ring_allreduce_s,
                                               tree_allreduce_s)
 from optimizer.deployment.perf import PerfModel, weight_bytes
 from optimizer.errors import InputError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer.deployment.collectives import ring_allreduce_s, tree_allreduce_s
+from optimizer.model.collectives import ring_allreduce_s, tree_allreduce_s
 from optimizer.deployment.perf import PerfModel, kv_bytes_per_token, weight_bytes
 from tests.deploy_helpers import book_problem
 

@@ -144,3 +144,75 @@ def test_commands_without_cp_sat_do_not_import_it():
                               "--time-limit", "5"]):
         out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=ROOT)
         assert "ORTOOLS False" in out.stderr, (args, out.stderr[-500:])
+
+
+def test_import_layer_contracts_hold():
+    """The import-linter contracts of pyproject.toml (cli > problems > model > shared, the
+    families import no solve code, no import cycles inside any package) are kept."""
+    out = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports; "
+                          "sys.exit(lint_imports())"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "0 broken" in out.stdout
+
+
+def test_deployment_package_has_no_module_level_mutable_state():
+    """No module of optimizer/deployment/ binds a module-level name to a list, dict or set, or
+    rebinds a global: a solve's state lives in its SolveContext."""
+    offenders = []
+    for path in sorted((ROOT / "optimizer" / "deployment").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, (ast.List, ast.Dict, ast.Set,
+                                                                                         ast.ListComp, ast.DictComp)):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Global):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} global {', '.join(node.names)}")
+    assert offenders == []
+
+
+def test_two_solves_with_different_settings_back_to_back_are_independent():
+    """Two solves in one process, the first with other settings and --progress, the second
+    with the defaults: the second equals a solve of a fresh interpreter (no state carries over)."""
+    from dataclasses import replace
+
+    from optimizer.deployment import load, solve
+    from optimizer.deployment.settings import SolverSettings
+
+    inst = ROOT / "instances" / "qwen3_30b_a3b_batched.yaml"
+    rows = []
+    first = solve(load(inst), "makespan", time_limit_s=20, settings=replace(SolverSettings(), main_share=0.3),
+                  progress=rows.append).to_dict()
+    second = solve(load(inst), "cost", time_limit_s=20).to_dict()
+    probe = ("import json; from optimizer.deployment import load, solve; "
+             f"d = solve(load({str(inst)!r}), 'cost', time_limit_s=20).to_dict(); "
+             "print(json.dumps([d['status'], d['objective']['value'], d['solver']['method']]))")
+    fresh = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    import json
+
+    assert json.loads(fresh.stdout) == [second["status"], second["objective"]["value"], second["solver"]["method"]]
+    assert first["objective"]["name"] == "makespan" and rows and rows[-1]["method"].startswith("done")
+    assert all(r["unit"] == "ms" for r in rows)
+
+
+def test_every_deployment_result_names_the_plan_and_bound_methods(cli):
+    """solver.method and solver.bound_method are in the JSON of an optimal, an infeasible and a
+    faulted deployment; each names a registered method."""
+    import json
+
+    from optimizer.deployment import methods
+
+    names = [m.name for m in methods.load(methods.MAIN + methods.AFTER)]
+    for inst, extra in (("qwen32b_128k.yaml", []), ("qwen32b_128k_fault.yaml", []),
+                        ("qwen32b_128k.yaml", ["--set", "workload.min_on_time_fraction=1",
+                                                "--set", "workload.sessions.0.deadline_ms=1"])):
+        res = cli(str(ROOT / "instances" / inst), "--format", "json", "--time-limit", "20", *extra)
+        d = json.loads(res.stdout)
+        s = d["solver"]
+        assert "method" in s and "bound_method" in s
+        if d["status"] == "infeasible":
+            assert s["method"] is None and any(s["bound_method"].startswith(n) for n in names), s
+        else:
+            assert any(s["method"].startswith(n) for n in names), s
+            assert any(s["bound_method"].startswith(n) for n in names), s

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from optimizer.deployment.collectives import AllReduceSource
+from optimizer.model.collectives import AllReduceSource
 from optimizer.deployment.evaluate import Evaluation
 from optimizer.deployment.params import degree_fits_hardware, degree_fits_model
 from optimizer.deployment.units import TIME_UNIT_S

@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from optimizer.deployment.collectives import AllReduceSource
+from optimizer.model.collectives import AllReduceSource
 from optimizer.deployment.schema import Problem
 from optimizer.model.config import ModelSpec
 from optimizer.model.hardware import Hardware
@@ -21,7 +21,7 @@ from optimizer.model.layout import Layout
 from optimizer.model.perf import PerfModel as SharedPerfModel
 from optimizer.model.weights import ACTIVATION_BYTES, NORM_BYTES, weights
 
-__all__ = ["NORM_BYTES", "WeightBytes", "weight_bytes", "kv_bytes_per_token", "model_summary", "PerfModel"]
+__all__ = ("NORM_BYTES", "WeightBytes", "weight_bytes", "kv_bytes_per_token", "model_summary", "PerfModel")
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ module converts them once, into bytes, seconds, bytes/s and FLOP/s, when the
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,13 +16,14 @@ from typing import Any, Literal, Optional, Union
 from pydantic import ConfigDict, Field, field_validator
 
 from optimizer.catalog import check_gpu_in_server, lookup
-from optimizer.deployment.collectives import ACTIVATION_BYTES, AllReduceTable, read_nccl_allreduce_log
+from optimizer.model.collectives import ACTIVATION_BYTES, AllReduceTable, read_nccl_allreduce_log
 from optimizer.deployment.model_config import ModelShape, read_model_config
 from optimizer.errors import InputError
 from optimizer.model.layout import Layout, default_layouts, layout_problem
 from optimizer.schema_base import StrictModel, existing_file, validate
 
-DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
+# bytes per element of each weight / KV dtype (read-only)
+DTYPE_BYTES = MappingProxyType({"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5})
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
 GB = 1e9

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from optimizer.catalog import check_gpu_in_server, lookup
+from optimizer.model.collectives import AllReduceSource, ring_allreduce_s, tree_allreduce_s
 
 GB = 1e9
 
@@ -27,7 +28,7 @@ class GpuSpec:
 @dataclass(frozen=True)
 class LinkSpec:
     """One network tier, per GPU per direction: bandwidth (bytes/s), alpha (s per round), and an
-    optional nccl-tests AllReduce table (:class:`optimizer.deployment.collectives.AllReduceTable`)."""
+    optional nccl-tests AllReduce table (:class:`optimizer.model.collectives.AllReduceTable`)."""
 
     bandwidth_bytes_per_s: float
     alpha_s: float
@@ -75,16 +76,13 @@ class Hardware:
 
     def allreduce_source(self, p: int, message_bytes: float):
         """The AllReduce time of a ``p``-GPU group with its source and the reason for it
-        (:class:`optimizer.deployment.collectives.AllReduceSource`).
+        (:class:`optimizer.model.collectives.AllReduceSource`).
 
         ring (eq. 6-9), tree (eq. 6-10), best = the faster; ``measured``, and any group that spans
         servers when the tier has an nccl-tests table, uses the out-of-place time of the smallest
         measured size >= the message, for tables with ``p`` ranks (alpha-beta otherwise, also when
         the message exceeds the table).
         """
-        # imported here: optimizer.deployment imports this package (no import cycle at load time)
-        from optimizer.deployment.collectives import AllReduceSource, ring_allreduce_s, tree_allreduce_s
-
         if p <= 1:
             return AllReduceSource(p, "none", "", "", 0.0, f"TP{p} has no AllReduce")
         spans = self.spans_servers(p)
