@@ -21,6 +21,7 @@ from optimizer.deployment.anytime import Anytime, BoundLP, bound_in_unit, rounde
 from optimizer.deployment.evaluate import evaluate
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import build_problem
+from optimizer.deployment.settings import AnytimeSettings
 from optimizer.deployment.exact import solve_exact as _solve_exact
 from optimizer.deployment.strategy import solve_deployment
 from optimizer.model.layout import Layout
@@ -743,7 +744,7 @@ def test_instance_mix_search_plans_pass_the_evaluator_and_never_lose_to_its_star
     for it in first:
         own[it.kind] = own.get(it.kind, 0) + 1
     for m in (start, own):
-        at_start = [s for f, build in [(f, a.pack) for f in AS.MIX_PACK] + [(f, a.greedy) for f in AS.MIX_GREEDY]
+        at_start = [s for f, build in [(f, a.pack) for f in AnytimeSettings().mix_pack] + [(f, a.greedy) for f in AnytimeSettings().mix_greedy]
                     if (s := build(dict(m), lp.best_T * f)) is not None]
         start_best = min((a.value_of(a.scenario(a.choose_rule(s))) for s in at_start), default=math.inf)
         assert values[0] <= start_best * (1 + 1e-9)

@@ -9,7 +9,9 @@ import json
 import pytest
 import yaml
 
-from optimizer.deployment.anytime_solve import OPTIMAL_GAP
+from optimizer.deployment.settings import AnytimeSettings
+
+OPTIMAL_GAP = AnytimeSettings().optimal_gap
 from tests.conftest import INSTANCES, assert_one_line_error
 
 QWEN32B = INSTANCES / "models" / "qwen3-32b.json"

@@ -16,7 +16,8 @@ def element(cls) -> str:
     return ids[0] if len(ids) == 1 else f"{ids[0]}..{ids[-1]}"
 
 
-def add(f) -> None:
+def define(f, problem) -> None:
+    """Add the family's constraints to the formulation ``f`` of ``problem`` (see the module docstring)."""
     for c in f.classes:
         xs = [x for (k, cc), x in f.x.items() if cc == c.index]
         key = ConstraintKey(FAMILY, element(c))
@@ -25,3 +26,7 @@ def add(f) -> None:
         else:
             zero = f.model.new_constant(0)
             f.nm.add(key, zero == c.count)
+
+
+def describe(key: ConstraintKey, f) -> str:
+    return f"{key}: every session must be served by one instance"

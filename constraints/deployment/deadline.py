@@ -10,6 +10,7 @@ sequence mode, ``deadline[k, position r]``: ``o[k][r] ⇒ F[k][r] ≤ Σ_c d_c �
 """
 from __future__ import annotations
 
+from optimizer.deployment.units import TIME_UNIT_S
 from optimizer.result import ConstraintKey
 
 FAMILY = "deadline"
@@ -21,7 +22,8 @@ def _ms(ticks: int) -> str:
     return f"{ticks * TIME_UNIT_S * 1e3:g} ms"
 
 
-def add(f) -> None:
+def define(f, problem) -> None:
+    """Add the family's constraints to the formulation ``f`` of ``problem`` (see the module docstring)."""
     if f.mode == "aggregate":
         _add_edd(f)
     else:
@@ -60,3 +62,16 @@ def _add_positions(f) -> None:
             key = ConstraintKey(FAMILY, f"{k.label}, position {q}")
             f.nm.add(key, f.F[k.index, q] <= position_deadline(f, k, q), enforce=[f.o[k.index, q]])
             f.key_info[key] = {"slot": k, "position": q}
+
+
+def describe(key: ConstraintKey, f) -> str:
+    """The EDD prefix row of a replica (the sessions on time up to a deadline fit in it one after
+    another), or a session's own deadline."""
+    info = f.key_info.get(key, {})
+    if "classes" in info:
+        k = info["slot"]
+        fastest = min(f.options[k.degree].service_s[c] for c in info["classes"])
+        return (f"{key}: the sessions a TP{k.degree} instance runs on time up to "
+                f"{info['deadline_ticks'] * TIME_UNIT_S * 1e3:.6g} ms must fit in that time, one after "
+                f"another (at least {fastest * 1e3:.3f} ms each)")
+    return f"{key}: a session counted on time finishes by its deadline"

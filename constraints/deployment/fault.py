@@ -19,11 +19,14 @@ of each scenario are ``on_time[scenario]`` (see :mod:`constraints.deployment.on_
 """
 from __future__ import annotations
 
+from optimizer.result import ConstraintKey
+
 from constraints.deployment.deadline import position_deadline
 from optimizer.deployment.units import Scenario, ticks_down, ticks_up
 
 
-def add(f) -> None:
+def define(f, problem) -> None:
+    """Add the family's constraints to the formulation ``f`` of ``problem`` (see the module docstring)."""
     faults = f.problem.faults
     if not faults:
         return
@@ -96,3 +99,7 @@ def add(f) -> None:
                 fsum = f.finish_sum() - sum(f.F[k.index, r] for r in range(Q)) + sum(c2)
             enforce = [] if flt.gpu is None else [f.holds[flt.gpu, k.index]]
             f.scenarios.append(Scenario(tag, [f.M, wp], on, fsum, enforce))
+
+
+def describe(key: ConstraintKey, f) -> str:
+    return str(key)

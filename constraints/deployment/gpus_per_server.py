@@ -16,7 +16,8 @@ from optimizer.result import ConstraintKey
 FAMILY = "gpus_per_server"
 
 
-def add(f) -> None:
+def define(f, problem) -> None:
+    """Add the family's constraints to the formulation ``f`` of ``problem`` (see the module docstring)."""
     g = f.problem.server.gpus
     if f.pooled:
         _add_pooled(f, g)
@@ -50,3 +51,7 @@ def _add_pooled(f, g: int) -> None:
         f.server_usage.append(usage)
         if degrees:
             f.nm.add(ConstraintKey(FAMILY, f"server {s}"), usage <= g)
+
+
+def describe(key: ConstraintKey, f) -> str:
+    return f"{key}: at most {f.problem.server.gpus} GPUs in instances"

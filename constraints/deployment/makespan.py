@@ -11,8 +11,13 @@ from optimizer.result import ConstraintKey
 FAMILY = "makespan"
 
 
-def add(f) -> None:
+def define(f, problem) -> None:
+    """Add the family's constraints to the formulation ``f`` of ``problem`` (see the module docstring)."""
     for k in f.slots:
         f.nm.add(ConstraintKey(FAMILY, k.label), f.W[k.index] <= f.M)
     if f.slots:
         f.model.add(sum(k.degree * f.W[k.index] for k in f.slots) <= f.problem.total_gpus * f.M)
+
+
+def describe(key: ConstraintKey, f) -> str:
+    return str(key)

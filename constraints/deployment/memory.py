@@ -12,7 +12,8 @@ from optimizer.result import ConstraintKey
 FAMILY = "memory"
 
 
-def add(f) -> None:
+def define(f, problem) -> None:
+    """Add the family's constraints to the formulation ``f`` of ``problem`` (see the module docstring)."""
     xs = f.by_slot(f.x)
     for n, k in enumerate(f.slots):
         if n % 64 == 0:
@@ -21,3 +22,14 @@ def add(f) -> None:
         terms = [opt.kv_bytes[c] * x for c, x in xs.get(k.index, {}).items()]
         if terms:
             f.nm.add(ConstraintKey(FAMILY, k.label), sum(terms) <= opt.room_bytes)
+
+
+def describe(key: ConstraintKey, f) -> str:
+    """``memory[slot]``: the KV room of that replica's GPUs and how many sessions of each class it holds."""
+    slots = {k.label: k for k in f.slots}
+    k = slots.get(key.element)
+    if k is None:
+        return str(key)
+    opt = f.options[k.degree]
+    caps = ", ".join(f"{opt.cap[c.index]} of {c.session_ids[0].split('/')[0]}" for c in f.problem.classes)
+    return f"{key}: a TP{k.degree} instance has {opt.room_bytes / 1e9:.2f} GB per GPU for KV cache (holds at most {caps})"

@@ -9,7 +9,8 @@ from optimizer.result import ConstraintKey
 FAMILY = "on_time"
 
 
-def add(f) -> None:
+def define(f, problem) -> None:
+    """Add the family's constraints to the formulation ``f`` of ``problem`` (see the module docstring)."""
     need = f.required
     if need <= 0:
         return
@@ -19,3 +20,8 @@ def add(f) -> None:
             f.nm.add(ConstraintKey(FAMILY, sc.label), zero >= need, enforce=sc.enforce)
         else:
             f.nm.add(ConstraintKey(FAMILY, sc.label), sc.on_time >= need, enforce=sc.enforce)
+
+
+def describe(key: ConstraintKey, f) -> str:
+    required = f.required if f is not None else f.problem.required_on_time
+    return f"{key}: at least {required} of {len(f.problem.sessions)} sessions on time"

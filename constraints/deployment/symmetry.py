@@ -8,8 +8,11 @@ relabelling interchangeable instances or servers.
 """
 from __future__ import annotations
 
+from optimizer.result import ConstraintKey
 
-def add(f) -> None:
+
+def define(f, problem) -> None:
+    """Add the family's constraints to the formulation ``f`` of ``problem`` (see the module docstring)."""
     m = f.model
     for run in f.identical_runs():
         for a, b in zip(run, run[1:]):
@@ -27,3 +30,7 @@ def add(f) -> None:
         usage = [sum(k.gpus_each * f.used[k.index] for k in f.slots_on_server(s)) for s in range(f.problem.servers)]
         for a, b in zip(usage, usage[1:]):
             m.add(a >= b)
+
+
+def describe(key: ConstraintKey, f) -> str:
+    return str(key)

@@ -1,38 +1,39 @@
 """The anytime solve: a plan first, a bound early, exact where it is cheap, then improvement.
 
+Shares and limits are fields of :class:`~optimizer.deployment.settings.AnytimeSettings`.
 Budget of ``deadline − now`` (all parts stop by their share; the final evaluation is reserved):
 
 1. constructive plan (:meth:`~optimizer.deployment.anytime.Anytime.construct`), re-checked by
    the independent evaluator: at most 10 % of the budget (the first mix always finishes); when
    none meets the on-time requirement, one at a time, the earliest-deadline best fit over a
-   climb of instance mixes (:func:`_most_on_time_mix`, ``MOST_ON_TIME_SHARE`` of the budget),
+   climb of instance mixes (:func:`_most_on_time_mix`, ``most_on_time_share`` of the budget),
    else the configuration LP's most-on-time plan (few classes),
    else (the LP relaxation not ruling it out) the aggregate CP-SAT feasibility model, which
-   proves infeasibility or gives a plan (``AGGREGATE_SHARE`` of the time left), else LNS repairs
+   proves infeasibility or gives a plan (``aggregate_share`` of the time left), else LNS repairs
    the plan with the fewest sessions missing, one more on time per step, until
-   ``REPAIR_SHARE`` of the budget;
+   ``repair_share`` of the budget;
 2. LP bound (:class:`~optimizer.deployment.anytime.BoundLP`): up to 15 %; then local search
-   from the best ``MULTI_STARTS`` constructive plans (the LP's instance mix among the mixes),
-   ``START_SHARE`` of what is left;
+   from the best ``multi_starts`` constructive plans (the LP's instance mix among the mixes),
+   ``start_share`` of what is left;
 2b. configuration LP (:class:`~optimizer.deployment.colgen.ConfigLP`; at most
-   ``CG_MAX_CLASSES`` classes, beyond what the exact search proves (more than ``EXACT_CLASSES``
-   classes or ``EXACT_SESSIONS`` sessions), cost and makespan objectives; batched kinds only with
-   ``CG_BATCHED_MIN_S`` left, their pricing being slower), after the packings at the LP's
+   ``CG_MAX_CLASSES`` classes, beyond what the exact search proves (more than ``exact_classes``
+   classes or ``exact_sessions`` sessions), cost and makespan objectives; batched kinds only with
+   ``cg_batched_min_s`` left, their pricing being slower), after the packings at the LP's
    makespan: the LP bound tightened by column generation at the makespan thresholds that decide
-   it, ``CG_SHARE`` of what is left (``CG_SHARE_BATCHED`` batched); plans
+   it, ``cg_share`` of what is left (``cg_share_batched`` batched); plans
    from its integer master at the bound's makespan and a few above it;
 2c. instance-mix search (:func:`_mix_search`): hill climbing over the instances per kind from
    the LP's mix rounded and the incumbent's, each mix scored by packings and list schedules at
-   makespan targets a little above the LP's, ``MIX_SHARE`` of what is left; its best plans
+   makespan targets a little above the LP's, ``mix_share`` of what is left; its best plans
    start the local search of step 2;
-3. exact search: with at most ``EXACT_CLASSES`` classes (exact equality) the exact
+3. exact search: with at most ``exact_classes`` classes (exact equality) the exact
    formulations of :mod:`optimizer.deployment.exact` on the real instance with up to 60 % of
-   what is left (25 % above ``EXACT_SESSIONS`` sessions; a proven optimum is returned as is:
+   what is left (25 % above ``exact_sessions`` sessions; a proven optimum is returned as is:
    small instances are solved as before);
    otherwise rounded instances (:func:`~optimizer.deployment.anytime.rounded_problem`) of
-   growing size with up to ``ROUNDED_SHARE`` of what is left (at most 5 % of the budget);
+   growing size with up to ``rounded_share`` of what is left (at most 5 % of the budget);
 4. local improvement on the real instance (:meth:`~optimizer.deployment.anytime.Anytime.improve`,
-   ``LOCAL_SHARE`` of what is left), then large-neighbourhood search
+   ``local_share`` of what is left), then large-neighbourhood search
    (:func:`~optimizer.deployment.lns.lns`: a few instances freed and re-decided by CP-SAT, kinds
    included) until the deadline or until the plan meets the bound.
 
@@ -52,31 +53,18 @@ from optimizer.deployment.exact import aggregate_feasibility, solve_exact
 from optimizer.deployment.outcome import SolveOutcome, finish
 from optimizer.deployment.params import usable_degrees
 from optimizer.deployment.progress import Progress
+from optimizer.deployment.settings import AnytimeSettings
 from optimizer.deployment.lns import lns
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.model.layout import Layout
 from optimizer.result import SolverStats, Status
 
-OPTIMAL_GAP = 1e-6  # a plan returned within this relative gap of its bound is reported optimal
-EXACT_CLASSES = 16  # up to this many exact classes the exact search runs on the real instance
-EXACT_SHARE = 0.6  # share of the time left that the exact search gets on the real instance
-EXACT_SESSIONS = 200  # above this many sessions the exact search gets EXACT_SHARE_LARGE
-EXACT_SHARE_LARGE = 0.25  # (LNS gets the rest)
-MULTI_STARTS = 6  # constructive plans improved by local search
-START_SHARE = 0.15  # share of the time left for local moves from the constructive plans (step 2)
-ROUNDED_SHARE = 0.1  # share of the time left for the rounded instances (step 3)
-LOCAL_SHARE = 0.1  # share of the time left for local moves before LNS (step 4)
-ROUNDED_LEVELS = ((2, 2, 1), (2, 2, 2), (3, 2, 2))  # (contexts, new tokens, deadlines)
-CG_SHARE = 0.5  # share of the time left for the configuration LP bound (step 2b)
-CG_PLAN_SLACK = (1.0, 1.01, 1.02, 1.04, 1.06, 1.1)  # integer masters at these times the bound's makespan
-CG_BATCHED_MIN_S = 150.0  # batched kinds: the configuration LP runs only with this much time left
-CG_SHARE_BATCHED = 0.3  # and gets this share of it (the plan search needs the rest)
-REPAIR_SHARE = 0.85  # no plan meets the on-time requirement: LNS repairs one until this share of the budget
+DEFAULT = AnytimeSettings()  # frozen: the defaults of every anytime share
 
 
 def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degrees=None, layouts=None,
-                 progress: Optional[Progress] = None):
+                 progress: Optional[Progress] = None, settings: Optional[AnytimeSettings] = None):
     """Solve ``problem`` (no faults) within ``deadline`` (a ``time.perf_counter()`` value).
 
     Returns:
@@ -87,6 +75,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         InputError: an objective the batched search cannot express (as the exact path).
     """
     progress = progress or Progress.off()
+    cfg = settings or DEFAULT
     t0 = time.perf_counter()
     total = max(0.05, deadline - t0)
     if not problem.tp_only:
@@ -99,7 +88,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     if not A.kinds:
         return None
     if not all(any(k.fits[c.index] for k in A.kinds) for c in problem.classes) and \
-            len(problem.sessions) > SMALL_SESSIONS:
+            len(problem.sessions) > cfg.small_sessions:
         # a session fits no instance even alone: proven infeasible without a search
         st = SolverStats("anytime (memory check)", Status.INFEASIBLE, time.perf_counter() - t0, solves=0)
         return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, st, allowed, mode)
@@ -119,7 +108,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     source = "list scheduling"
     if short_of(ev):  # earliest-deadline best fit over mixes (one at a time)
         short = sol
-        sol = _most_on_time_mix(A, t0 + MOST_ON_TIME_SHARE * total)
+        sol = _most_on_time_mix(A, t0 + cfg.most_on_time_share * total, cfg)
         ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
         source = "earliest-deadline best fit (most on time)"
         if sol is not None and (short is None or A.scenario(sol).on_time > A.scenario(short).on_time):
@@ -129,17 +118,17 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
         source = "configuration LP (integer master, most on time)"
         if short_of(ev):
-            verdict = _no_plan(problem, perf, obj, A, allowed, t0, deadline)
+            verdict = _no_plan(problem, perf, obj, A, allowed, t0, deadline, cfg)
             if verdict is None or verdict.status == Status.INFEASIBLE:
                 return verdict  # small (the exact path decides), or proven infeasible by the LP
             decided, sol = _decide_by_aggregate(problem, perf, obj, A, allowed, verdict,
-                                                time.perf_counter() + AGGREGATE_SHARE * (deadline - time.perf_counter()))
+                                                time.perf_counter() + cfg.aggregate_share * (deadline - time.perf_counter()))
             if decided is not None:
                 return decided  # the aggregate model proves that no plan exists
             ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
             source = "aggregate CP-SAT (feasibility)"
             if short_of(ev) and short is not None:
-                sol = _repair(A, short, t0 + REPAIR_SHARE * total)
+                sol = _repair(A, short, t0 + cfg.repair_share * total)
                 ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
                 source = "list scheduling repaired towards the on-time requirement by LNS"
             if short_of(ev):
@@ -195,16 +184,16 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     better = improved_by("local search")
 
     if not proven() and lp.best_T is not None and left() > 0:  # packings at the LP's makespan
-        packs = _packings(A, lp, mix, time.perf_counter() + min(0.1 * total, 0.2 * left()))
+        packs = _packings(A, lp, mix, time.perf_counter() + min(0.1 * total, 0.2 * left()), cfg)
         for cand in packs:
             offer(cand, "packing at the LP makespan")
     # 2b. configuration LP (few classes): a tighter bound by column generation, and plans from
     # its integer master
     batched_cg = any(k.batch_cap > 1 for k in A.kinds)  # slower: ~10 s a threshold on 12 classes
-    exact_first = len(problem.classes) <= EXACT_CLASSES and len(problem.sessions) <= EXACT_SESSIONS
+    exact_first = len(problem.classes) <= cfg.exact_classes and len(problem.sessions) <= cfg.exact_sessions
     if not proven() and lp.cg is not None and not exact_first and obj.search in ("cost", "makespan") and \
-            left() > (CG_BATCHED_MIN_S if batched_cg else 0.2):
-        cg_end = time.perf_counter() + (CG_SHARE_BATCHED if batched_cg else CG_SHARE) * left()
+            left() > (cfg.cg_batched_min_s if batched_cg else 0.2):
+        cg_end = time.perf_counter() + (cfg.cg_share_batched if batched_cg else cfg.cg_share) * left()
         lp.cg.add_plan(A.columns(best))  # the incumbent's instances are configurations too
         tighter = at.refined_bound_in_unit(problem, obj, lp, cg_end)
         if tighter is not None and (bound is None or tighter > bound):
@@ -212,36 +201,36 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
             bound_source = "configuration LP (column generation, HiGHS)"
             progress.report("configuration LP bound", best_v, bound)
         if lp.best_T is not None:
-            for f in CG_PLAN_SLACK:
+            for f in cfg.cg_plan_slack:
                 if left() <= 0 or proven():
                     break
                 got = lp.cg.integer_plan(lp.best_T * f, time.perf_counter() + min(2.0, 0.05 * left()))
                 offer(A.from_classes(got) if got else None, "configuration LP (integer master)")
 
     if not proven() and obj.lp_bound == "gpus" and left() > 0:  # fewest GPUs: plans on the LP's mixes
-        for cand in _fewest_gpus(A, lp, int(bound or 1), int(best_v), time.perf_counter() + GPUS_SHARE * left()):
+        for cand in _fewest_gpus(A, lp, int(bound or 1), int(best_v), time.perf_counter() + cfg.gpus_share * left()):
             offer(cand, "fewest-GPU mixes")
     mixed = []  # plans of the mix search (step 2c), starting points of the local search
     if not proven() and lp.best_T is not None and left() > 0:
         mixed = _mix_search(A, lp.best_T, [A.mixes(mix)[0]] if mix is not None else [],
-                            best, time.perf_counter() + MIX_SHARE * left())
+                            best, time.perf_counter() + cfg.mix_share * left(), cfg)
         for cand in mixed[:1]:
             offer(cand, "instance-mix search")
     if not proven() and left() > 0:  # local search from the best few constructive plans
         first, first_rule = best, rule[0]
-        starts = [first] + [m for m in mixed[:MIX_STARTS] if m is not first]
-        starts += A.construct_many(time.perf_counter() + max(0.05, 0.05 * total), mix)[:max(0, MULTI_STARTS - len(starts))]
+        starts = [first] + [m for m in mixed[:cfg.mix_starts] if m is not first]
+        starts += A.construct_many(time.perf_counter() + max(0.05, 0.05 * total), mix)[:max(0, cfg.multi_starts - len(starts))]
         A.rule_of[id(first)] = first_rule
         for n, start in enumerate(starts):
             if left() <= 0 or proven():
                 break
             A.tradeoff = A.rule_of.get(id(start), A.tradeoff)
-            A.improve(start, time.perf_counter() + START_SHARE * left() / (len(starts) - n), better)
+            A.improve(start, time.perf_counter() + cfg.start_share * left() / (len(starts) - n), better)
 
     # 3. exact search
     exact = "none"
-    if not proven() and len(problem.classes) <= EXACT_CLASSES and left() > 0.2:
-        share = EXACT_SHARE if len(problem.sessions) <= EXACT_SESSIONS else EXACT_SHARE_LARGE
+    if not proven() and len(problem.classes) <= cfg.exact_classes and left() > 0.2:
+        share = cfg.exact_share if len(problem.sessions) <= cfg.exact_sessions else cfg.exact_share_large
         out = solve_exact(problem, obj, time.perf_counter() + share * left(), degrees, perf, layouts, progress)
         stats.solves += out.stats.solves
         if out.status == Status.OPTIMAL:
@@ -255,13 +244,13 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 bound_source = f"exact formulations ({out.stats.name})"
     elif not proven():
         tried = []
-        for lv in ROUNDED_LEVELS:
+        for lv in cfg.rounded_levels:
             if left() < 0.5 or proven():
                 break
             rp = at.rounded_problem(problem, lv)
             if len(rp.classes) >= len(problem.classes):
                 break
-            share = time.perf_counter() + min(0.05 * total, ROUNDED_SHARE * left()) / max(1, len(ROUNDED_LEVELS) - len(tried))
+            share = time.perf_counter() + min(0.05 * total, cfg.rounded_share * left()) / max(1, len(cfg.rounded_levels) - len(tried))
             out = solve_exact(rp, obj, share, degrees, PerfModel(rp), layouts)
             stats.solves += out.stats.solves
             tried.append(f"{len(rp.classes)} classes: {out.status.value}")
@@ -276,13 +265,13 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     A.tradeoff = rule[0]
 
     def met() -> bool:
-        return bound is not None and bound >= best_v * (1 - OPTIMAL_GAP)
+        return bound is not None and bound >= best_v * (1 - cfg.optimal_gap)
 
     if not met() and left() > 0:
-        A.improve(best, time.perf_counter() + max(0.0, LOCAL_SHARE * left()), better)
+        A.improve(best, time.perf_counter() + max(0.0, cfg.local_share * left()), better)
     if not met() and left() > 0.1:
         lns(A, best, time.perf_counter() + left(), improved_by("LNS"),
-            bound=None if bound is None else bound / (1 - OPTIMAL_GAP))
+            bound=None if bound is None else bound / (1 - cfg.optimal_gap))
     plan = A.plan(best)
     ev = evaluate(problem, plan, perf)
     if ev.violations:
@@ -298,7 +287,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                  (f"LP relaxation (HiGHS, {lp.solves} solves)" if bound is not None else
                   f"none (the {obj.name} objective has no LP bound)" if obj.search not in ("cost", "makespan") and
                   obj.lp_bound is None else "none reached in time"))
-    status = Status.OPTIMAL if bound is not None and bound >= value * (1 - OPTIMAL_GAP) else Status.FEASIBLE
+    status = Status.OPTIMAL if bound is not None and bound >= value * (1 - cfg.optimal_gap) else Status.FEASIBLE
     stats.status = status
     out = finish(status, obj, value, bound, ev, stats, allowed, mode)
     out.notes = notes + out.notes
@@ -307,19 +296,15 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     return out
 
 
-
-PACK_SLACK = (1.02, 1.06, 1.12, 1.2)  # makespan targets of the packings, times the LP's makespan
-
-
-def _packings(A, lp, mix, deadline: float) -> list:
+def _packings(A, lp, mix, deadline: float, cfg: AnytimeSettings = DEFAULT) -> list:
     """Plans by :meth:`~optimizer.deployment.anytime.Anytime.pack` at makespan targets a little
-    above the LP solution's (``PACK_SLACK``), on the LP's instance mix rounded to whole instances
+    above the LP solution's (``cfg.pack_slack``), on the LP's instance mix rounded to whole instances
     and on every single-kind mix, each run under the better batch limit rule; stops at
     ``deadline``."""
     mixes = [(A.round_mix(mix), mix.prefer(A.problem))] if mix is not None else []
     mixes += [(m, None) for m in A.single_kind_mixes()]
     out = []
-    for f in PACK_SLACK:
+    for f in cfg.pack_slack:
         for m, pref in mixes:
             if out and time.perf_counter() >= deadline:
                 return out
@@ -329,9 +314,6 @@ def _packings(A, lp, mix, deadline: float) -> list:
             if sol is not None:
                 out.append(A.choose_rule(sol))
     return out
-
-
-GPUS_SHARE = 0.3  # objective gpus: share of the time left for the fewest-GPU bisection
 
 
 def _fewest_gpus(A, lp, lo: int, hi: int, deadline: float) -> list:
@@ -368,21 +350,14 @@ def _fewest_gpus(A, lp, lo: int, hi: int, deadline: float) -> list:
     return out
 
 
-MIX_SHARE = 0.25  # share of the time left for the instance-mix search (step 2c)
-MIX_PACK = (1.02, 1.04, 1.06, 1.09)  # makespan targets of its packings, times the LP's makespan
-MIX_GREEDY = (1.06, 1.09, 1.12)  # and of its list schedules
-MIX_STEPS = (1, 2, 4, 8)  # instances of one kind a move gives up (their GPUs go to another kind)
-MIX_STARTS = 3  # best mixes whose plans start the local search
-
-
-def _mix_neighbours(A, m: dict):
-    """The mixes one move away from ``m`` (instances per kind): give up s ∈ MIX_STEPS instances
+def _mix_neighbours(A, m: dict, cfg: AnytimeSettings = DEFAULT):
+    """The mixes one move away from ``m`` (instances per kind): give up s ∈ cfg.mix_steps instances
     of one kind and fill the free GPUs with instances of another."""
     G = A.problem.total_gpus
     gp = [k.gpus for k in A.kinds]
     for a in range(len(gp)):
         for b in range(len(gp)):
-            for s in MIX_STEPS:
+            for s in cfg.mix_steps:
                 if a == b or m.get(a, 0) < s:
                     continue
                 mm = dict(m)
@@ -393,7 +368,7 @@ def _mix_neighbours(A, m: dict):
                     yield {k: n for k, n in mm.items() if n > 0}
 
 
-def _most_on_time_mix(A, deadline: float):
+def _most_on_time_mix(A, deadline: float, cfg: AnytimeSettings = DEFAULT):
     """When list scheduling misses the on-time requirement (one-at-a-time kinds): hill
     climbing over instance mixes (:func:`_mix_neighbours`, from every single-kind mix) on the
     on-time count of
@@ -427,7 +402,7 @@ def _most_on_time_mix(A, deadline: float):
         cur = score(m)
         while time.perf_counter() < deadline and not met():
             top = None
-            for mm in _mix_neighbours(A, m):
+            for mm in _mix_neighbours(A, m, cfg):
                 if time.perf_counter() >= deadline:
                     break
                 sc = score(mm)
@@ -444,15 +419,15 @@ def _most_on_time_mix(A, deadline: float):
     return best[2] if best is not None else None
 
 
-def _mix_search(A, T: float, starts: list, incumbent, deadline: float) -> list:
+def _mix_search(A, T: float, starts: list, incumbent, deadline: float, cfg: AnytimeSettings = DEFAULT) -> list:
     """Best-improvement hill climbing over instance mixes (instances per kind), from ``starts``
     (e.g. the LP mix rounded) and the incumbent's mix.
 
     A mix is scored by its best plan among :meth:`~optimizer.deployment.anytime.Anytime.pack`
     and :meth:`~optimizer.deployment.anytime.Anytime.greedy` at the makespan targets
-    ``T·MIX_PACK`` and ``T·MIX_GREEDY`` (T: the LP solution's makespan, s), each simulated
+    ``T·cfg.mix_pack`` and ``T·cfg.mix_greedy`` (T: the LP solution's makespan, s), each simulated
     (the objective's value).
-    A move gives up s ∈ MIX_STEPS instances of one kind and fills the free GPUs with instances
+    A move gives up s ∈ cfg.mix_steps instances of one kind and fills the free GPUs with instances
     of another. The LP's fractional mix says which kinds pay, not how many whole instances
     of each pack the sessions well (on the 200-distinct benchmark the rounded LP mix scored
     1.31 and the climb reached 1.11 in 67 mixes); the local search then starts from the best.
@@ -471,7 +446,7 @@ def _mix_search(A, T: float, starts: list, incumbent, deadline: float) -> list:
         kk = key(m)
         if kk not in seen:
             best = (math.inf, None)
-            for f, build in [(f, A.pack) for f in MIX_PACK] + [(f, A.greedy) for f in MIX_GREEDY]:
+            for f, build in [(f, A.pack) for f in cfg.mix_pack] + [(f, A.greedy) for f in cfg.mix_greedy]:
                 if time.perf_counter() >= deadline:
                     break
                 sol = build(dict(kk), T * f)
@@ -485,7 +460,7 @@ def _mix_search(A, T: float, starts: list, incumbent, deadline: float) -> list:
         return seen[kk][0]
 
     def neighbours(m):
-        return _mix_neighbours(A, m)
+        return _mix_neighbours(A, m, cfg)
 
     own = {}
     for it in incumbent or []:
@@ -496,10 +471,10 @@ def _mix_search(A, T: float, starts: list, incumbent, deadline: float) -> list:
     # a climb step scores every neighbour: not worth starting when one step does not fit the
     # budget (on 5,000 requests a packing takes ~1.7 s, a step ~50 mixes of 7 plans each)
     t = time.perf_counter()
-    A.pack(dict(key(starts[0])), T * MIX_PACK[0], deadline=deadline)
+    A.pack(dict(key(starts[0])), T * cfg.mix_pack[0], deadline=deadline)
     per_plan = time.perf_counter() - t
     steps = sum(1 for _ in neighbours(starts[0]))
-    if per_plan * (len(MIX_PACK) + len(MIX_GREEDY)) * (len(starts) + steps) > deadline - t:
+    if per_plan * (len(cfg.mix_pack) + len(cfg.mix_greedy)) * (len(starts) + steps) > deadline - t:
         return []
     for m in starts:
         cur, cv = m, score(m)
@@ -510,9 +485,6 @@ def _mix_search(A, T: float, starts: list, incumbent, deadline: float) -> list:
             cv, _, cur = min(nb)
     ranked = sorted((v, n, sol) for n, (v, sol) in enumerate(seen.values()) if sol is not None and math.isfinite(v))
     return [sol for *_, sol in ranked]
-
-
-SMALL_SESSIONS = 60  # without a constructive plan, problems up to this size go to the exact path
 
 
 def _horizon(problem: Problem, A) -> float:
@@ -541,10 +513,6 @@ def _most_on_time_plan(problem: Problem, A, deadline: float):
         return None
     sol = A.choose_rule(A.from_classes(got))
     return sol if A.scenario(sol).on_time >= need else None
-
-
-MOST_ON_TIME_SHARE = 0.2  # of the budget: the most-on-time mix climb when list scheduling misses the requirement
-AGGREGATE_SHARE = 0.25  # LP inconclusive: share of the time left for the aggregate feasibility model
 
 
 def _decide_by_aggregate(problem: Problem, perf, obj, A, allowed, verdict, deadline: float):
@@ -589,13 +557,13 @@ def _repair(A, start, deadline: float):
     return got if A.scenario(got).on_time >= A.need else None
 
 
-def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float):
+def _no_plan(problem: Problem, perf, obj, A, allowed, t0: float, deadline: float, cfg: AnytimeSettings = DEFAULT):
     """No constructive plan meets the on-time requirement: small problems go to the exact
     formulations (None: they decide and explain); for large ones the LP relaxation without a
     makespan limit may prove that no plan exists (infeasible), else the solve ends with
     ``time_limit`` and the LP's on-time figure."""
 
-    if len(problem.sessions) <= SMALL_SESSIONS:
+    if len(problem.sessions) <= cfg.small_sessions:
         return None  # the exact formulations decide and explain (e.g. the most sessions on time)
     out, most = _lp_verdict(problem, perf, obj, A, allowed, t0)
     if out is not None:

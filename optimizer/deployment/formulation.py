@@ -326,14 +326,13 @@ class Formulation:
             BuildTimeout: the deadline passed while building (checked between families and
                 per instance slot of the sequence variables).
         """
-        from constraints.deployment import (assignment, deadline, fault, gpus_per_server, makespan, memory, on_time,
-                                            symmetry)
+        from constraints.deployment import FAMILIES_AFTER_NOMINAL, FAMILIES_BEFORE_NOMINAL
 
-        for family in (gpus_per_server, assignment, memory, deadline, makespan, symmetry):
+        for family in FAMILIES_BEFORE_NOMINAL:
             self.check_time()
-            family.add(self)
+            family.define(self, self.problem)
         self.scenarios.append(Scenario("nominal", [self.M], self.on_time_total, self.finish_sum()))
-        for family in (fault, on_time):
+        for family in FAMILIES_AFTER_NOMINAL:
             self.check_time()
-            family.add(self)
+            family.define(self, self.problem)
         return self

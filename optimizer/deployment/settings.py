@@ -8,7 +8,69 @@ the phase starts; times are seconds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+
+
+@dataclass(frozen=True)
+class AnytimeSettings:
+    """Shares and limits of the anytime search (:func:`optimizer.deployment.anytime_solve.solve_anytime`).
+
+    Shares are fractions of the time left when the step starts (or of the budget, as stated);
+    slack factors multiply the LP's makespan.
+
+    Attributes:
+        optimal_gap: a plan returned within this relative gap of its bound is reported optimal
+        exact_classes: up to this many exact classes the exact search runs on the real instance
+        exact_share: share of the time left that the exact search gets on the real instance
+        exact_sessions: above this many sessions the exact search gets EXACT_SHARE_LARGE
+        exact_share_large: (LNS gets the rest)
+        multi_starts: constructive plans improved by local search
+        start_share: share of the time left for local moves from the constructive plans (step 2)
+        rounded_share: share of the time left for the rounded instances (step 3)
+        local_share: share of the time left for local moves before LNS (step 4)
+        rounded_levels: (contexts, new tokens, deadlines)
+        cg_share: share of the time left for the configuration LP bound (step 2b)
+        cg_plan_slack: integer masters at these times the bound's makespan
+        cg_batched_min_s: batched kinds: the configuration LP runs only with this much time left
+        cg_share_batched: and gets this share of it (the plan search needs the rest)
+        repair_share: no plan meets the on-time requirement: LNS repairs one until this share of the budget
+        pack_slack: makespan targets of the packings, times the LP's makespan
+        gpus_share: objective gpus: share of the time left for the fewest-GPU bisection
+        mix_share: share of the time left for the instance-mix search (step 2c)
+        mix_pack: makespan targets of its packings, times the LP's makespan
+        mix_greedy: and of its list schedules
+        mix_steps: instances of one kind a move gives up (their GPUs go to another kind)
+        mix_starts: best mixes whose plans start the local search
+        small_sessions: without a constructive plan, problems up to this size go to the exact path
+        most_on_time_share: of the budget: the most-on-time mix climb when list scheduling misses the requirement
+        aggregate_share: LP inconclusive: share of the time left for the aggregate feasibility model
+    """
+
+    optimal_gap: float = 1e-6
+    exact_classes: int = 16
+    exact_share: float = 0.6
+    exact_sessions: int = 200
+    exact_share_large: float = 0.25
+    multi_starts: int = 6
+    start_share: float = 0.15
+    rounded_share: float = 0.1
+    local_share: float = 0.1
+    rounded_levels: tuple = ((2, 2, 1), (2, 2, 2), (3, 2, 2))
+    cg_share: float = 0.5
+    cg_plan_slack: tuple = (1.0, 1.01, 1.02, 1.04, 1.06, 1.1)
+    cg_batched_min_s: float = 150.0
+    cg_share_batched: float = 0.3
+    repair_share: float = 0.85
+    pack_slack: tuple = (1.02, 1.06, 1.12, 1.2)
+    gpus_share: float = 0.3
+    mix_share: float = 0.25
+    mix_pack: tuple = (1.02, 1.04, 1.06, 1.09)
+    mix_greedy: tuple = (1.06, 1.09, 1.12)
+    mix_steps: tuple = (1, 2, 4, 8)
+    mix_starts: int = 3
+    small_sessions: int = 60
+    most_on_time_share: float = 0.2
+    aggregate_share: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -34,6 +96,7 @@ class SolverSettings:
         sequence_exact_share: with faults, or a sequence objective on a small instance, the
             exact formulations' share of the main time; without a plan by then the anytime
             search (of the run without faults) gives one.
+        anytime: the anytime search's shares and limits (:class:`AnytimeSettings`).
     """
 
     default_time_limit_s: float = 60.0
@@ -47,7 +110,10 @@ class SolverSettings:
     infeasible_rows_share: float = 0.5
     sequence_sessions: int = 60
     sequence_exact_share: float = 0.6
+    anytime: AnytimeSettings = field(default_factory=AnytimeSettings)
 
     def describe(self) -> dict:
         """``{field: value}`` (for the docs and ``--format json`` consumers)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["anytime"] = {f.name: getattr(self.anytime, f.name) for f in fields(self.anytime)}
+        return out

@@ -23,7 +23,8 @@ class AnytimeAfterSequence:
         return ctx.main
 
     def run(self, ctx: SolveContext, budget: Budget) -> Optional[SolveOutcome]:
-        done = solve_anytime(ctx.problem, ctx.perf, ctx.objective, ctx.main_deadline(), ctx.degrees, ctx.layouts)
+        done = solve_anytime(ctx.problem, ctx.perf, ctx.objective, ctx.main_deadline(), ctx.degrees, ctx.layouts,
+                             settings=ctx.settings.anytime)
         if done is None or done.value is None:
             return None
         done.notes.append(f"the sequence model found no plan in {ctx.settings.sequence_exact_share:.0%} of the limit; "

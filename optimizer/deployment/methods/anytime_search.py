@@ -26,7 +26,7 @@ class AnytimeSearch:
 
     def run(self, ctx: SolveContext, budget: Budget) -> Optional[SolveOutcome]:
         return solve_anytime(ctx.problem, ctx.perf, ctx.objective, ctx.main_deadline(), ctx.degrees, ctx.layouts,
-                             ctx.progress)
+                             ctx.progress, ctx.settings.anytime)
 
 
 METHOD = AnytimeSearch()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from optimizer.budget import Budget
-from optimizer.deployment.anytime_solve import SMALL_SESSIONS, nominal_lp_verdict
+from optimizer.deployment.anytime_solve import nominal_lp_verdict
 from optimizer.deployment.context import SolveContext
 from optimizer.deployment.methods.rules import fault_fallback, nominal
 from optimizer.deployment.outcome import SolveOutcome
@@ -18,7 +18,7 @@ class FaultsLpVerdict:
     bound_is_global = True
 
     def applies(self, ctx: SolveContext) -> bool:
-        return ctx.outcome is None and len(ctx.problem.sessions) > SMALL_SESSIONS and fault_fallback(ctx)
+        return ctx.outcome is None and len(ctx.problem.sessions) > ctx.settings.anytime.small_sessions and fault_fallback(ctx)
 
     def budget(self, ctx: SolveContext) -> Budget:
         return ctx.main

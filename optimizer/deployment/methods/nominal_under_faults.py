@@ -29,7 +29,8 @@ class NominalPlanUnderFaults:
 
     def run(self, ctx: SolveContext, budget: Budget) -> Optional[SolveOutcome]:
         problem, obj = ctx.problem, ctx.objective
-        done = solve_anytime(nominal(ctx), ctx.perf, obj, ctx.main_deadline(), ctx.degrees, ctx.layouts)
+        done = solve_anytime(nominal(ctx), ctx.perf, obj, ctx.main_deadline(), ctx.degrees, ctx.layouts,
+                             settings=ctx.settings.anytime)
         if done is None or done.evaluation is None:
             return None
         ev = evaluate(problem, done.evaluation.plan, ctx.perf)
