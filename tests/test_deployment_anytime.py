@@ -22,7 +22,7 @@ from optimizer.deployment.evaluate import evaluate
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import build_problem
 from optimizer.deployment.settings import AnytimeSettings
-from optimizer.deployment.exact import solve_exact as _solve_exact
+from optimizer.deployment.exact import solve_exact
 from optimizer.deployment.strategy import solve_deployment
 from optimizer.model.layout import Layout
 from optimizer.result import Status
@@ -97,7 +97,7 @@ def test_gpus_objective_at_scale_has_a_bound_and_beats_list_scheduling(tmp_path,
     128 GPUs one at a time) with bound 0 and gap 100 %. Now the LP gives the fewest GPUs any
     plan needs and the fewest-GPU bisection finds plans below the list-scheduling one; the plan
     passes the evaluator (inside the solve) and the bound stays below it."""
-    from optimizer.deployment.anytime_solve import _fewest_gpus
+    from optimizer.deployment.anytime_solve import fewest_gpus
 
     path = _mixed(tmp_path, max_batch=max_batch)
     problem = build_problem(yaml.safe_load(path.read_text()), path)
@@ -108,7 +108,7 @@ def test_gpus_objective_at_scale_has_a_bound_and_beats_list_scheduling(tmp_path,
     lp = BoundLP(problem, perf, a.kinds)
     b, _ = bound_in_unit(problem, obj, lp, None, time.perf_counter() + 30)
     assert b is not None and 0 < b <= first
-    plans = _fewest_gpus(a, lp, int(b), int(first), time.perf_counter() + 30)
+    plans = fewest_gpus(a, lp, int(b), int(first), time.perf_counter() + 30)
     assert plans and all(b <= a.score(p) < first for p in plans)
     out = solve_deployment(problem, "gpus", time_limit_s=10)
     assert out.status in (Status.FEASIBLE, Status.OPTIMAL) and out.evaluation.violations == []
@@ -145,7 +145,7 @@ def test_rounded_instance_plan_is_feasible_for_the_real_one(seed, tmp_path):
         assert r.context >= s.context and r.new >= s.new
         assert (s.deadline_s is None) == (r.deadline_s is None)
         assert s.deadline_s is None or r.deadline_s <= s.deadline_s
-    out = _solve_exact(rp, get("makespan"), time.perf_counter() + 30)
+    out = solve_exact(rp, get("makespan"), time.perf_counter() + 30)
     if out.evaluation is None:
         return
     ev = evaluate(problem, out.evaluation.plan)
@@ -573,12 +573,12 @@ def test_no_list_scheduling_plan_still_gets_one_from_the_configuration_lp(tmp_pa
     requirement on every mix (the run used to end after ~1.3 s with `time_limit` and no plan,
     whatever the limit); the configuration LP's most-on-time integer master finds a plan that
     meets it and passes the evaluator."""
-    from optimizer.deployment.anytime_solve import _most_on_time_plan
+    from optimizer.deployment.anytime_solve import most_on_time_plan
 
     problem, perf, a = _generated(tmp_path, 300, 20, seed=1, types=8, fraction=0.8, max_batch=1)
     first = a.construct(time.perf_counter() + 10)
     assert a.scenario(first).on_time < problem.required_on_time  # the case this test is about
-    sol = _most_on_time_plan(problem, a, time.perf_counter() + 30)
+    sol = most_on_time_plan(problem, a, time.perf_counter() + 30)
     assert sol is not None
     ev = evaluate(problem, a.plan(sol), perf)
     assert not ev.violations
@@ -595,7 +595,7 @@ def test_latency_objective_keeps_the_time_limit_on_a_large_case(tmp_path):
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     problem = build_problem(raw, path)
     t0 = time.perf_counter()
-    out = _solve_exact(problem, get("latency"), time.perf_counter() + 5)
+    out = solve_exact(problem, get("latency"), time.perf_counter() + 5)
     assert time.perf_counter() - t0 <= 5 + 2.0  # the build's last step runs past it (it took 80 s); the CLI below holds T + 10 %
     assert out.status == Status.TIME_LIMIT and out.value is None
     assert any("reached the time limit" in n for n in out.notes)
@@ -681,7 +681,7 @@ def test_a_plan_short_of_the_on_time_requirement_is_repaired_by_lns(tmp_path):
     requirement and the configuration LP does not apply (300 classes); LNS climbing on the
     shortfall (:attr:`Anytime.repairing`) reaches it, and the plan passes the evaluator (the
     solve had answered "no plan" after 1.3 s whatever its time limit)."""
-    from optimizer.deployment.anytime_solve import _repair
+    from optimizer.deployment.anytime_solve import repair_on_time
 
     raw = generate_mixed(300, 16, seed=3, fraction=0.84)
     path = tmp_path / "c.yaml"
@@ -691,7 +691,7 @@ def test_a_plan_short_of_the_on_time_requirement_is_repaired_by_lns(tmp_path):
     a = Anytime(problem, perf, get("cost"), _kinds_layouts(problem))
     start = a.construct(time.perf_counter() + 10)
     assert math.isinf(a.score(start)) and a.scenario(start).on_time < a.need
-    got = _repair(a, start, time.perf_counter() + 120)
+    got = repair_on_time(a, start, time.perf_counter() + 120)
     assert got is not None and not a.repairing
     ev = evaluate(problem, a.plan(got), perf)
     assert not ev.violations and ev.nominal.on_time >= a.need
@@ -731,7 +731,7 @@ def test_instance_mix_search_plans_pass_the_evaluator_and_never_lose_to_its_star
     bound, mix = bound_in_unit(problem, obj, lp, a.scenario(first), time.perf_counter() + 30)
     assert lp.best_T is not None and mix is not None
     start = a.mixes(mix)[0]
-    plans = AS._mix_search(a, lp.best_T, [start], first, time.perf_counter() + 60)
+    plans = AS.mix_search(a, lp.best_T, [start], first, time.perf_counter() + 60)
     assert plans
     values = [a.value_of(a.scenario(p)) for p in plans]
     assert values == sorted(values)
@@ -849,7 +849,7 @@ def test_most_on_time_mix_meets_the_requirement_where_list_scheduling_misses_it(
     assert a.need == 800
     listed = a.construct(time.perf_counter() + 5)
     assert a.scenario(listed).on_time < a.need
-    sol = AS._most_on_time_mix(a, time.perf_counter() + 60)
+    sol = AS.most_on_time_mix(a, time.perf_counter() + 60)
     assert sol is not None and a.scenario(sol).on_time >= a.need
     assert sorted(i for it in sol for i in it.sessions) == list(range(1000))
     assert evaluate(problem, a.plan(sol), perf).violations == []
@@ -954,7 +954,7 @@ def _sigma_problem(tmp_path, config, layouts, servers=1, context=8_000):
 def _check_sigma(problem, rng, draws=60):
     """Every batched kind: a step of b sessions at random contexts (b up to what memory holds)
     takes at least w + σ·(b − 1) + their KV reads, the split the LP rows use."""
-    from optimizer.deployment.params import kv_and_weight_rates as _kv_and_weight_rates
+    from optimizer.deployment.params import kv_and_weight_rates
     from optimizer.model.perf import batch_step_table
 
     perf = PerfModel(problem)
@@ -964,7 +964,7 @@ def _check_sigma(problem, rng, draws=60):
     for k in a.kinds:
         if k.batch_cap == 1:
             continue
-        w, kv_rate = _kv_and_weight_rates(perf, k.layout)
+        w, kv_rate = kv_and_weight_rates(perf, k.layout)
         assert k.sigma < w
         room = problem.gpu.memory_bytes - k.static
         b_max = int(min(k.batch_cap, np.min(room / np.min(k.kv[:, k.fits], axis=1))))

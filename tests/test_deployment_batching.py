@@ -146,12 +146,12 @@ def test_batch_limit_one_reproduces_the_tp_only_optimum(name, objective):
     optimum (same value to 1e-9): one active session steps exactly as before."""
     import time as _time
 
-    from optimizer.deployment.exact import _solve_batched
+    from optimizer.deployment.exact import solve_batched
     problem = load(INSTANCES / name)
     assert problem.tp_only and problem.max_batch == 1
     legacy = solve_deployment(problem, objective, time_limit_s=60)
     perf = PerfModel(problem)
-    batched = _solve_batched(problem, perf, legacy.objective, _time.perf_counter() + 60,
+    batched = solve_batched(problem, perf, legacy.objective, _time.perf_counter() + 60,
                              tuple(Layout.tp(p) for p in problem.degrees))
     assert legacy.status == batched.status == Status.OPTIMAL
     assert batched.evaluation.violations == []

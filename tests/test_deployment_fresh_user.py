@@ -320,7 +320,7 @@ def test_exact_search_on_a_large_rounded_instance_keeps_its_deadline(tmp_path):
     from optimizer.deployment.anytime import rounded_problem
     from optimizer.deployment.perf import PerfModel
     from optimizer.deployment.schema import build_problem
-    from optimizer.deployment.exact import solve_exact as _solve_exact
+    from optimizer.deployment.exact import solve_exact
 
     raw = generate_mixed(5000, 400, seed=0, types=40)
     p = tmp_path / "mixed.yaml"
@@ -330,7 +330,7 @@ def test_exact_search_on_a_large_rounded_instance_keeps_its_deadline(tmp_path):
         rp = rounded_problem(problem, level)
         perf = PerfModel(rp)
         t0 = time.perf_counter()
-        _solve_exact(rp, get("cost"), t0 + 1.5, None, perf, None)
+        solve_exact(rp, get("cost"), t0 + 1.5, None, perf, None)
         assert time.perf_counter() - t0 <= 1.5 + 1.0  # (under a full test run on 2 cores: +0.54 s)
 
 

@@ -6,7 +6,7 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
 1. constructive plan (:meth:`~optimizer.deployment.anytime.Anytime.construct`), re-checked by
    the independent evaluator: at most 10 % of the budget (the first mix always finishes); when
    none meets the on-time requirement, one at a time, the earliest-deadline best fit over a
-   climb of instance mixes (:func:`_most_on_time_mix`, ``most_on_time_share`` of the budget),
+   climb of instance mixes (:func:`most_on_time_mix`, ``most_on_time_share`` of the budget),
    else the configuration LP's most-on-time plan (few classes),
    else (the LP relaxation not ruling it out) the aggregate CP-SAT feasibility model, which
    proves infeasibility or gives a plan (``aggregate_share`` of the time left), else LNS repairs
@@ -22,7 +22,7 @@ Budget of ``deadline − now`` (all parts stop by their share; the final evaluat
    makespan: the LP bound tightened by column generation at the makespan thresholds that decide
    it, ``cg_share`` of what is left (``cg_share_batched`` batched); plans
    from its integer master at the bound's makespan and a few above it;
-2c. instance-mix search (:func:`_mix_search`): hill climbing over the instances per kind from
+2c. instance-mix search (:func:`mix_search`): hill climbing over the instances per kind from
    the LP's mix rounded and the incumbent's, each mix scored by packings and list schedules at
    makespan targets a little above the LP's, ``mix_share`` of what is left; its best plans
    start the local search of step 2;
@@ -108,13 +108,13 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     source = "list scheduling"
     if short_of(ev):  # earliest-deadline best fit over mixes (one at a time)
         short = sol
-        sol = _most_on_time_mix(A, t0 + cfg.most_on_time_share * total, cfg)
+        sol = most_on_time_mix(A, t0 + cfg.most_on_time_share * total, cfg)
         ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
         source = "earliest-deadline best fit (most on time)"
         if sol is not None and (short is None or A.scenario(sol).on_time > A.scenario(short).on_time):
             short = sol  # the closest plan for the repair below
     if short_of(ev):  # the configuration LP's most-on-time plan, where it applies
-        sol = _most_on_time_plan(problem, A, t0 + 0.5 * total)
+        sol = most_on_time_plan(problem, A, t0 + 0.5 * total)
         ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
         source = "configuration LP (integer master, most on time)"
         if short_of(ev):
@@ -128,7 +128,7 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
             ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
             source = "aggregate CP-SAT (feasibility)"
             if short_of(ev) and short is not None:
-                sol = _repair(A, short, t0 + cfg.repair_share * total)
+                sol = repair_on_time(A, short, t0 + cfg.repair_share * total)
                 ev = evaluate(problem, A.plan(sol), perf) if sol is not None else None
                 source = "list scheduling repaired towards the on-time requirement by LNS"
             if short_of(ev):
@@ -208,11 +208,11 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                 offer(A.from_classes(got) if got else None, "configuration LP (integer master)")
 
     if not proven() and obj.lp_bound == "gpus" and left() > 0:  # fewest GPUs: plans on the LP's mixes
-        for cand in _fewest_gpus(A, lp, int(bound or 1), int(best_v), time.perf_counter() + cfg.gpus_share * left()):
+        for cand in fewest_gpus(A, lp, int(bound or 1), int(best_v), time.perf_counter() + cfg.gpus_share * left()):
             offer(cand, "fewest-GPU mixes")
     mixed = []  # plans of the mix search (step 2c), starting points of the local search
     if not proven() and lp.best_T is not None and left() > 0:
-        mixed = _mix_search(A, lp.best_T, [A.mixes(mix)[0]] if mix is not None else [],
+        mixed = mix_search(A, lp.best_T, [A.mixes(mix)[0]] if mix is not None else [],
                             best, time.perf_counter() + cfg.mix_share * left(), cfg)
         for cand in mixed[:1]:
             offer(cand, "instance-mix search")
@@ -316,7 +316,7 @@ def _packings(A, lp, mix, deadline: float, cfg: AnytimeSettings = DEFAULT) -> li
     return out
 
 
-def _fewest_gpus(A, lp, lo: int, hi: int, deadline: float) -> list:
+def fewest_gpus(A, lp, lo: int, hi: int, deadline: float) -> list:
     """Objective gpus: bisection on a GPU budget g between the LP bound ``lo`` and the
     incumbent's ``hi`` GPUs. At each g, the LP without a makespan limit
     (:meth:`~optimizer.deployment.anytime.BoundLP.max_on_time` with ``gpus=g``) gives a mix,
@@ -368,7 +368,7 @@ def _mix_neighbours(A, m: dict, cfg: AnytimeSettings = DEFAULT):
                     yield {k: n for k, n in mm.items() if n > 0}
 
 
-def _most_on_time_mix(A, deadline: float, cfg: AnytimeSettings = DEFAULT):
+def most_on_time_mix(A, deadline: float, cfg: AnytimeSettings = DEFAULT):
     """When list scheduling misses the on-time requirement (one-at-a-time kinds): hill
     climbing over instance mixes (:func:`_mix_neighbours`, from every single-kind mix) on the
     on-time count of
@@ -419,7 +419,7 @@ def _most_on_time_mix(A, deadline: float, cfg: AnytimeSettings = DEFAULT):
     return best[2] if best is not None else None
 
 
-def _mix_search(A, T: float, starts: list, incumbent, deadline: float, cfg: AnytimeSettings = DEFAULT) -> list:
+def mix_search(A, T: float, starts: list, incumbent, deadline: float, cfg: AnytimeSettings = DEFAULT) -> list:
     """Best-improvement hill climbing over instance mixes (instances per kind), from ``starts``
     (e.g. the LP mix rounded) and the incumbent's mix.
 
@@ -494,7 +494,7 @@ def _horizon(problem: Problem, A) -> float:
         float(np.max(np.where(np.isfinite(k.alone), k.alone, 0.0))) for k in A.kinds) + 1.0
 
 
-def _most_on_time_plan(problem: Problem, A, deadline: float):
+def most_on_time_plan(problem: Problem, A, deadline: float):
     """When list scheduling misses the on-time requirement: the configuration LP's integer
     master at an unlimited makespan (the most sessions on time it finds), or None (it does not
     apply, or its plan misses the requirement too)."""
@@ -545,7 +545,7 @@ def _decide_by_aggregate(problem: Problem, perf, obj, A, allowed, verdict, deadl
     return None, None
 
 
-def _repair(A, start, deadline: float):
+def repair_on_time(A, start, deadline: float):
     """A plan that meets the on-time requirement, searched from ``start`` (short of it) by
     LNS whose steps each put at least one more session on time (:attr:`Anytime.repairing`),
     until the requirement holds or ``deadline``; None if it does not by then."""

@@ -55,7 +55,7 @@ def solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Opti
     progress = progress or Progress.off()
     limit = max(0.05, deadline - time.perf_counter())
     if not problem.tp_only:
-        return _solve_batched(problem, perf, obj, deadline, tuple(problem.layouts if layouts is None else layouts))
+        return solve_batched(problem, perf, obj, deadline, tuple(problem.layouts if layouts is None else layouts))
     allowed = tuple(problem.degrees if degrees is None else degrees)
     usable = usable_degrees(problem, perf, allowed)
     mode = choose_mode(problem, obj)
@@ -467,7 +467,7 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
                    "configuration")
 
 
-def _solve_batched(problem: Problem, perf: PerfModel, obj, deadline: float, layouts) -> SolveOutcome:
+def solve_batched(problem: Problem, perf: PerfModel, obj, deadline: float, layouts) -> SolveOutcome:
     """Layouts and batched decode: configuration search over (layout, batch limit, sessions)
     columns (:mod:`optimizer.deployment.batching`)."""
     from optimizer.deployment.batching import (check_supported, enumerate_batch_configurations,
