@@ -37,7 +37,7 @@ from typing import Optional
 import numpy as np
 
 from optimizer.deployment.configurations import moore_hodgson_order
-from optimizer.deployment.params import layout_reason
+from optimizer.deployment.params import LayoutOption, layout_options, layout_reason
 from optimizer.deployment.schema import Problem
 from optimizer.deployment.units import ticks_down, ticks_up
 from optimizer.errors import InputError
@@ -46,26 +46,6 @@ from optimizer.model.perf import batch_step_table
 
 MAX_BATCH_CONFIGURATIONS = 200_000
 MEMO_SEGMENTS = 500_000  # cached timeline segments per performance model (cleared beyond)
-
-
-@dataclass(frozen=True)
-class LayoutOption:
-    """Constants of one layout for the search.
-
-    Attributes:
-        layout: the layout; gpus: its GPU count.
-        static_bytes: weights + reserve on the fullest GPU (bytes).
-        room_bytes: memory left for KV on one GPU (bytes, exact; may be negative).
-        kv_bytes: per class, KV bytes a session holds on one GPU of its DP rank (bytes).
-        cap: per class, most sessions of that class alone that fit the instance.
-    """
-
-    layout: Layout
-    gpus: int
-    static_bytes: float
-    room_bytes: float
-    kv_bytes: tuple[float, ...]
-    cap: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -79,21 +59,6 @@ class BatchConfiguration:
     layout: Layout
     batch: int
     finish_sum: int = 0  # ticks, sum of the sessions' finish times (each rounded up)
-
-
-def layout_options(problem: Problem, perf, layouts) -> dict[Layout, LayoutOption]:
-    """Options of the placeable ``layouts`` (``perf``: the deployment PerfModel)."""
-    m = perf.model
-    out = {}
-    for lay in layouts:
-        if layout_reason(problem, lay) is not None:
-            continue
-        static = m.static_bytes_per_gpu(lay)
-        room = problem.gpu.memory_bytes - static
-        kv = tuple(m.kv_bytes_per_gpu(lay, c.context, c.new) for c in problem.classes)
-        cap = tuple(min(c.count, m.max_sessions(lay, c.context, c.new)) if room >= 0 else 0 for c in problem.classes)
-        out[lay] = LayoutOption(lay, lay.gpus, static, room, kv, cap)
-    return out
 
 
 def batch_limits(n: int, cap: int) -> list[int]:

@@ -38,7 +38,7 @@ import time
 import highspy
 import numpy as np
 
-from optimizer.deployment.formulation import Option
+from optimizer.deployment.params import Option
 from optimizer.deployment.schema import Problem
 from optimizer.highs import new_highs, single_thread
 

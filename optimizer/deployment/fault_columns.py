@@ -29,7 +29,7 @@ from typing import Optional
 from ortools.sat.python import cp_model
 
 from optimizer.cpsat import solve_cp
-from optimizer.deployment.formulation import Option
+from optimizer.deployment.params import Option
 from optimizer.deployment.units import ticks_down, ticks_up
 from optimizer.deployment.schema import Problem
 from optimizer.result import Status

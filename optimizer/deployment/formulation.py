@@ -28,46 +28,10 @@ from typing import Optional
 from ortools.sat.python import cp_model
 
 from optimizer.cpsat import NamedModel
-from optimizer.deployment.params import degree_fits_hardware, degree_fits_model
+from optimizer.deployment.params import Option, build_options, degree_fits_hardware, degree_fits_model
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.deployment.units import Scenario, ticks_down, ticks_up
-
-@dataclass(frozen=True)
-class Option:
-    """Per-degree constants of the performance model, in solver units.
-
-    Attributes:
-        degree: TP degree p.
-        static_bytes: weights + norms + reserve per GPU (bytes, exact).
-        room_bytes: memory left for KV per GPU, rounded down (bytes, may be negative).
-        kv_bytes: per class, KV bytes per GPU per session, rounded up.
-        cap: per class, how many such sessions fit one instance.
-        service_s: per class, service time in seconds (exact).
-        ticks: per class, service time in ticks (rounded up).
-    """
-
-    degree: int
-    static_bytes: float
-    room_bytes: int
-    kv_bytes: tuple[int, ...]
-    cap: tuple[int, ...]
-    service_s: tuple[float, ...]
-    ticks: tuple[int, ...]
-
-
-def build_options(problem: Problem, perf: PerfModel, degrees) -> dict[int, Option]:
-    out = {}
-    for p in degrees:
-        static = perf.static_bytes_per_gpu(p)
-        room = int(math.floor(problem.gpu.memory_bytes - static))
-        kv = tuple(int(math.ceil(perf.kv_bytes_per_gpu(p, c.context, c.new))) for c in problem.classes)
-        cap = tuple(max(0, room // k) if k > 0 else len(problem.sessions) for k in kv)
-        cap = tuple(min(cp, len(problem.sessions)) if room >= 0 else 0 for cp in cap)
-        svc = tuple(perf.service_time_s(p, c.context, c.new) for c in problem.classes)
-        out[p] = Option(p, static, room, kv, cap, svc, tuple(ticks_up(s) for s in svc))
-    return out
-
 
 @dataclass(frozen=True)
 class Slot:

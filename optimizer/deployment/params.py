@@ -21,6 +21,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from optimizer.deployment.schema import Problem, SessionClass
+from optimizer.deployment.units import ticks_up
 from optimizer.model.layout import Layout, layout_problem
 from optimizer.model.weights import ACTIVATION_BYTES
 
@@ -367,3 +368,79 @@ def config_kinds(problem: Problem, kinds: list[Kind]) -> list[ConfigKind]:
                         ({k.batch_cap} if k.batch_cap < n_all else set()))
         ks.append(ConfigKind(k.gpus, alone, kv, room, True, w, work, kv1, k.batch_cap, tuple(limits)))
     return ks
+
+
+# ---------------------------------------------------------------------------- solver-unit views
+# The exact formulations read the same constants in their own units: CP-SAT needs integers
+# (bytes rounded so that memory stays feasible, service times in ticks rounded up:
+# optimizer.deployment.units), the batched configurations exact bytes.
+
+@dataclass(frozen=True)
+class Option:
+    """Per-degree constants of the performance model, in solver units.
+
+    Attributes:
+        degree: TP degree p.
+        static_bytes: weights + norms + reserve per GPU (bytes, exact).
+        room_bytes: memory left for KV per GPU, rounded down (bytes, may be negative).
+        kv_bytes: per class, KV bytes per GPU per session, rounded up.
+        cap: per class, how many such sessions fit one instance.
+        service_s: per class, service time in seconds (exact).
+        ticks: per class, service time in ticks (rounded up).
+    """
+
+    degree: int
+    static_bytes: float
+    room_bytes: int
+    kv_bytes: tuple[int, ...]
+    cap: tuple[int, ...]
+    service_s: tuple[float, ...]
+    ticks: tuple[int, ...]
+
+
+def build_options(problem: Problem, perf: PerfModel, degrees) -> dict[int, Option]:
+    out = {}
+    for p in degrees:
+        static = perf.static_bytes_per_gpu(p)
+        room = int(math.floor(problem.gpu.memory_bytes - static))
+        kv = tuple(int(math.ceil(perf.kv_bytes_per_gpu(p, c.context, c.new))) for c in problem.classes)
+        cap = tuple(max(0, room // k) if k > 0 else len(problem.sessions) for k in kv)
+        cap = tuple(min(cp, len(problem.sessions)) if room >= 0 else 0 for cp in cap)
+        svc = tuple(perf.service_time_s(p, c.context, c.new) for c in problem.classes)
+        out[p] = Option(p, static, room, kv, cap, svc, tuple(ticks_up(s) for s in svc))
+    return out
+
+
+@dataclass(frozen=True)
+class LayoutOption:
+    """Constants of one layout for the search.
+
+    Attributes:
+        layout: the layout; gpus: its GPU count.
+        static_bytes: weights + reserve on the fullest GPU (bytes).
+        room_bytes: memory left for KV on one GPU (bytes, exact; may be negative).
+        kv_bytes: per class, KV bytes a session holds on one GPU of its DP rank (bytes).
+        cap: per class, most sessions of that class alone that fit the instance.
+    """
+
+    layout: Layout
+    gpus: int
+    static_bytes: float
+    room_bytes: float
+    kv_bytes: tuple[float, ...]
+    cap: tuple[int, ...]
+
+
+def layout_options(problem: Problem, perf, layouts) -> dict[Layout, LayoutOption]:
+    """Options of the placeable ``layouts`` (``perf``: the deployment PerfModel)."""
+    m = perf.model
+    out = {}
+    for lay in layouts:
+        if layout_reason(problem, lay) is not None:
+            continue
+        static = m.static_bytes_per_gpu(lay)
+        room = problem.gpu.memory_bytes - static
+        kv = tuple(m.kv_bytes_per_gpu(lay, c.context, c.new) for c in problem.classes)
+        cap = tuple(min(c.count, m.max_sessions(lay, c.context, c.new)) if room >= 0 else 0 for c in problem.classes)
+        out[lay] = LayoutOption(lay, lay.gpus, static, room, kv, cap)
+    return out
