@@ -23,11 +23,11 @@ def excludes(p, units: int) -> bool:
     return not fits(units, p.rack_units)
 
 
-def add(nm, ctx) -> None:
+def define(model, p) -> None:
     """Pin server types (and racked switch chips) taller than a rack to zero."""
     from constraints.buildout.rack_power import pin_unfit
 
-    pin_unfit(nm, ctx, FAMILY, excludes, size="units")
+    pin_unfit(model, p, FAMILY, excludes, size="units")
 
 
 def describe(key: ConstraintKey, p) -> str:
