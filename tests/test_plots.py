@@ -116,12 +116,13 @@ def test_plot_folder_that_cannot_be_made_is_bad_input(cli, tmp_path):
 
 # ---------------------------------------------------------------- data behind the figures
 def _report(name: str, *overrides: str, objective=None, time_limit=None):
-    from optimizer.problems import problem_for
+    from optimizer.budget import Budget
+    from optimizer.problems import problem_spec_for, run_problem
     from optimizer.schema_base import apply_overrides
 
     path = INSTANCES / name
     raw = apply_overrides(read_yaml(path), list(overrides), path)
-    return problem_for(raw, path).run(raw, path, objective, time_limit, None)
+    return run_problem(problem_spec_for(raw, path), raw, path, objective, Budget.for_command(time_limit))
 
 
 def test_memory_split_matches_chapter_values():
@@ -339,11 +340,12 @@ def test_supernode_options_chapter_values():
 
 
 def _small_report(tmp_path, **supernode):
-    from optimizer.problems import problem_for
+    from optimizer.budget import Budget
+    from optimizer.problems import problem_spec_for, run_problem
 
     path = small_instance(tmp_path, **supernode)
     raw = read_yaml(path)
-    return problem_for(raw, path).run(raw, path, None, 5.0, None)
+    return run_problem(problem_spec_for(raw, path), raw, path, None, Budget.for_command(5.0))
 
 
 def test_supernode_memory_split_by_hand(tmp_path):
