@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 
+from objectives.experts import registry
 from optimizer.experts.eplb import rebalance
 from optimizer.experts.plan import plan_from_phy2log
 from optimizer.experts.solve import LayerTask, analytic_bound, solve_layer
@@ -14,7 +15,7 @@ def _task(w, G, S, N=1, groups=1, objective="max-load", split="even", prev=None,
     w = np.asarray(w, dtype=np.int64)
     slots = [S] * G
     p2l = rebalance(w[None], G * S, groups, N, G)[0][0]
-    return LayerTask(0, w, slots, [g // (G // N) for g in range(G)], N, split, objective,
+    return LayerTask(0, w, slots, [g // (G // N) for g in range(G)], N, split, registry()[objective],
                      plan_from_phy2log(p2l, len(w), slots), prev, 0.0, 0.02, tl, **kw)
 
 

@@ -166,7 +166,7 @@ def test_expert_loads_match_report():
 
     rep = _report("deepseek_v3_ep32.yaml", time_limit=2.0)
     d = expert_load_data(rep)
-    assert d.greedy.shape == d.optimized.shape == (len(rep.rows), rep.meta["num_gpus"])
+    assert d.greedy.shape == d.optimized.shape == (len(rep.rows), rep.data.num_gpus)
     for i, r in enumerate(rep.rows):
         assert d.greedy[i].max() == pytest.approx(r.greedy.max_load)
         assert d.optimized[i].max() == pytest.approx(r.optimized.max_load)
