@@ -204,3 +204,29 @@ def test_time_limit_holds_for_the_whole_command_explanation_included(tmp_path):
     assert d["status"] in ("optimal", "feasible") and d["plan"] is not None
     assert d["objective"]["value"] >= 20000
     assert all("what-if solves skipped" in c for c in d["solver"]["cut_short"])
+
+
+def test_pipeline_protocol_and_frozen_solution():
+    """The build-out is on the one pipeline (no old ``run``); its solution and explanation
+    cannot be changed after the solve, and the report reads them as they are."""
+    import dataclasses
+
+    from optimizer.budget import Budget
+    from optimizer.buildout import PIPELINE
+    from optimizer.problems import Pipeline
+
+    import optimizer.buildout as pkg
+
+    assert isinstance(PIPELINE, Pipeline) and not hasattr(pkg, "run")
+    p = PIPELINE.load(raw_of(EXAMPLE), EXAMPLE)
+    assert p.objective.name == "gpus" and p.objective.sense == "max"
+    sol = PIPELINE.solve(p, Budget.unlimited())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sol.value = 0
+    ex = PIPELINE.explain(p, sol, Budget.unlimited())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ex.binding = ()
+    rep = PIPELINE.report(p, sol, ex)
+    assert rep.to_dict()["objective"]["value"] == sol.value == 88
+    assert [b.to_dict() for b in ex.binding] == rep.to_dict()["binding"]
+    assert PIPELINE.evaluate(p, sol.plan) == sol.evaluation

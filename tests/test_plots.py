@@ -199,9 +199,30 @@ class Report:
         console.print("toy result")
 
 
-def run(raw, path, objective, time_limit_s, output_dir):
-    (section,) = raw.values()
-    return Report(section["status"])
+class Toy:
+    """A toy problem on the pipeline protocol: the instance names the status to report."""
+
+    def load(self, raw, path, objective=None):
+        (section,) = raw.values()
+        return section["status"]
+
+    def build(self, data):
+        return None
+
+    def solve(self, data, budget, progress=None):
+        return data
+
+    def evaluate(self, data, plan):
+        return None
+
+    def explain(self, data, solution, budget):
+        return None
+
+    def report(self, data, solution, explanation):
+        return Report(solution)
+
+
+PIPELINE = Toy()
 '''
 
 TOY_PLOTS = '''from optimizer.plots import NoPlot, figure, save

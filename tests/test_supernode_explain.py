@@ -74,3 +74,24 @@ def test_best_achievable_names_an_option_that_fits_memory():
     assert a["best"] == pytest.approx(min(r.single.token for r in fits) * 1e3)
     named = next(r for r in res.results if f"({r.option.label(p)})" in a["detail"])
     assert "memory" not in named.violations
+
+
+def test_pipeline_protocol_and_frozen_solution(tmp_path):
+    """The supernode is on the one pipeline (no old ``run``); the solution is frozen and the
+    families describe a conflicting key from the problem alone."""
+    import dataclasses
+
+    import optimizer.supernode as pkg
+    from optimizer.problems import Pipeline
+    from optimizer.supernode import PIPELINE
+    from optimizer.supernode.model import family_module
+
+    assert isinstance(PIPELINE, Pipeline) and not hasattr(pkg, "run")
+    path = small_instance(tmp_path, table_tiers=["hbm"], sizes=[4])
+    p = PIPELINE.load(read_yaml(path), path)
+    sol = PIPELINE.solve(p, Budget.unlimited())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sol.plan = None
+    assert PIPELINE.evaluate(p, sol.plan) == sol.evaluation
+    cards = next(k for k in PIPELINE.build(p).named.keys if k.family == "cards")
+    assert family_module(cards.family).describe(cards, p) == f"{p.cards} cards given"
