@@ -6,7 +6,12 @@ The limit enters the model through the rack patterns (:mod:`optimizer.buildout.p
 only patterns whose power is within their rack's limit exist. A server type that no
 available cooling can hold is pinned to zero under ``rack_power[<type>]``, so a target that
 needs it is infeasible naming this key, and every plan lists the reason
-(:func:`optimizer.buildout.explain.unfit_bindings`).
+(:func:`optimizer.buildout.explain.unfit_bindings`):
+
+    sum_i P_i a[p, i] <= L_cooling(p)     for every rack pattern p (enforced by enumeration)
+    n[t] = 0                              rack_power[<type>], P_t > max_c L_c
+    leaves + spine = 0                    rack_power[switches], P_sw > max_c L_c
+
 Source: the reference chapter's rule that air cooling stops near 40 kW a rack.
 """
 from __future__ import annotations

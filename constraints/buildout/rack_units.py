@@ -2,7 +2,11 @@
 height (``racks.rack_units``).
 
 Like ``rack_power`` this enters the model through the rack patterns; a server type taller
-than a rack is pinned to zero under ``rack_units[<type>]``.
+than a rack is pinned to zero under ``rack_units[<type>]``:
+
+    sum_i U_i a[p, i] <= U_rack           for every rack pattern p (enforced by enumeration)
+    n[t] = 0                              rack_units[<type>], U_t > U_rack
+
 Source: 8-GPU HGX/DGX servers are 6U-10U (see instances/hardware/buildout_servers.yaml).
 """
 from __future__ import annotations

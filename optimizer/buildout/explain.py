@@ -443,4 +443,5 @@ def explain(p: Problem, solution: BuildoutSolution, budget: Budget) -> BuildoutE
     cut = ()
     if whatifs.skipped:
         cut = (f"explanation: {whatifs.skipped} what-if solves skipped (their lines are left out)",)
+        budget.note_cut("build-out explanation")
     return BuildoutExplanation(binding=tuple(binding), cut_short=cut, wall_s=time.perf_counter() - t0)

@@ -190,6 +190,7 @@ def solve(p: Problem, budget: Budget) -> BuildoutSolution:
         left = budget.remaining_s()
         if i > 0 and left <= 0.01:  # keep the plan found so far; later stages are unproven
             status = Status.FEASIBLE
+            budget.note_cut("build-out secondary stages")
             break
         out = solve_stage(model, expr, sense, left)
         solver_time += out.time_s

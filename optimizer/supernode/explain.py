@@ -265,6 +265,7 @@ def flip_thresholds(p: Problem, res: SupernodeSolution, budget: Budget, steps: i
         a, b = (lo, hi)  # a keeps the base placement (in_plan) / b keeps it (not in_plan)
         for _ in range(steps):
             if budget.expired():
+                budget.note_cut("supernode flip thresholds")
                 break
             mid = math.sqrt(a * b) if in_plan and a > 0 else (a + b) / 2
             if (decide(mid)[0] == base) == in_plan:
