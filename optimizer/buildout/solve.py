@@ -30,7 +30,7 @@ worker alone left a 500 MW fewest-leaf-spine-links stage unproven after 20 s; tw
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ortools.sat.python import cp_model

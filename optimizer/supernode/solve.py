@@ -19,7 +19,7 @@ from optimizer.budget import Budget
 from optimizer.cpsat import solve_cp
 from optimizer.result import ConstraintKey, SolverStats, Status, relative_gap
 from optimizer.supernode.evaluate import Evaluation
-from optimizer.supernode.model import SupernodeModel, build
+from optimizer.supernode.model import build
 from optimizer.supernode.perf import OptionResult, evaluate_all
 from optimizer.supernode.plan import BuiltOption, SupernodePlan
 from optimizer.supernode.schema import Problem
