@@ -72,8 +72,9 @@ def readme_commands() -> list[list[str]]:
 
 
 def in_process(repeats: int) -> None:
-    from optimizer.buildout import evaluate_plan
-    from optimizer.buildout.explain import bindings
+    from optimizer.budget import Budget
+    from optimizer.buildout import PIPELINE
+    from optimizer.buildout.explain import WhatIfs, bindings
     from optimizer.buildout.model import build
     from optimizer.buildout.schema import load
     from optimizer.buildout.solve import solve
@@ -83,16 +84,16 @@ def in_process(repeats: int) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for label, raw in cases():
         for objective in ("gpus", "cost", "racks"):
-            p, obj = load(raw, label, objective)
-            _nm, ctx = build(p)
+            p = load(raw, label, objective)
+            ctx = build(p)
             ts, te = [], []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                res = solve(p, obj, time_limit_s=120)
+                res = solve(p, Budget.seconds(120))
                 t1 = time.perf_counter()
-                ev = evaluate_plan(p, res)
+                ev = PIPELINE.evaluate(p, res.plan)
                 assert not ev.violations, ev.violations
-                bindings(p, obj, res.value, res.plan, ev)
+                bindings(p, res.value, res.plan, ev, WhatIfs(Budget.unlimited()))
                 t2 = time.perf_counter()
                 ts.append(t1 - t0)
                 te.append(t2 - t1)

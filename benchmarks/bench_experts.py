@@ -31,7 +31,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 ESFT = REPO.parent / "shared" / "data" / "expert_load" / "esft"
 
-from optimizer.experts import run  # noqa: E402
+from optimizer.budget import Budget  # noqa: E402
+from optimizer.experts import PIPELINE  # noqa: E402
+from optimizer.problems import run_pipeline  # noqa: E402
 
 
 def v3_loads(seed: int = 0, layers: int = 58, experts: int = 256, tokens: int = 16384, top_k: int = 8,
@@ -62,7 +64,7 @@ def _run(raw: dict, folder: Path, time_limit: float | None, work: float):
     path = folder / "inst.yaml"
     path.write_text(yaml.safe_dump(raw))
     t0 = time.perf_counter()
-    rep = run(raw, path, "max-load", time_limit, None)
+    rep = run_pipeline(PIPELINE, raw, path, "max-load", Budget.for_command(time_limit))
     return rep.to_dict(), time.perf_counter() - t0
 
 

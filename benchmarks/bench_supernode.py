@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import statistics
 import sys
 import time
@@ -18,9 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from optimizer.budget import Budget  # noqa: E402
 from optimizer.schema_base import read_yaml  # noqa: E402
-from optimizer.supernode import evaluate_plan  # noqa: E402
-from optimizer.supernode.explain import alternatives, bindings, flip_thresholds  # noqa: E402
+from optimizer.supernode import PIPELINE  # noqa: E402
+from optimizer.supernode.explain import THRESHOLD_TIME_S, alternatives, bindings, flip_thresholds  # noqa: E402
 from optimizer.supernode.perf import evaluate_all  # noqa: E402
 from optimizer.supernode.schema import load  # noqa: E402
 from optimizer.supernode.solve import solve  # noqa: E402
@@ -60,13 +62,13 @@ def main() -> None:
             t0 = time.perf_counter()
             results = evaluate_all(p)
             t1 = time.perf_counter()
-            res = solve(p, objective, results=results)
+            res = solve(p, Budget.unlimited(), results=results)
             t2 = time.perf_counter()
-            ev = evaluate_plan(p, res)
-            bindings(p, res, ev)
+            res = dataclasses.replace(res, evaluation=PIPELINE.evaluate(p, res.plan))
+            bindings(p, res)
             alternatives(p, res)
             t3 = time.perf_counter()
-            flip_thresholds(p, res)
+            flip_thresholds(p, res, Budget.seconds(THRESHOLD_TIME_S))
             t4 = time.perf_counter()
             t_eval.append(t1 - t0)
             t_solve.append(t2 - t1)

@@ -8,9 +8,10 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from optimizer.buildout import solve_instance
-from optimizer.buildout.schema import load
+from optimizer.budget import Budget
+from optimizer.buildout import PIPELINE
 from optimizer.cli import main
+from optimizer.problems import run_pipeline
 from tests.conftest import with_changes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,9 +27,9 @@ def raw_of(path: Path = EXAMPLE, **changes) -> dict:
     return with_changes(copy.deepcopy(yaml.safe_load(path.read_text())), **changes)
 
 
-def report_of(raw: dict, objective: str | None = None, path: str = "test.yaml"):
-    p, obj = load(raw, path, objective)
-    return solve_instance(p, obj)
+def report_of(raw: dict, objective: str | None = None, path: str | Path = "test.yaml", budget: Budget | None = None):
+    """The build-out report of ``raw`` through the pipeline (without a budget: no time limit)."""
+    return run_pipeline(PIPELINE, raw, Path(path), objective, budget or Budget.unlimited())
 
 
 def run_cli(*args) -> tuple[int, str, str]:

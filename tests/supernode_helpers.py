@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
+from optimizer.budget import Budget
 from optimizer.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,3 +67,32 @@ def run_cli(*args) -> tuple[int, str, str]:
 def run_json(*args) -> tuple[int, dict]:
     code, out, _err = run_cli(*args, "--format", "json")
     return code, json.loads(out)
+
+
+def with_objective(p, objective: str):
+    """The resolved problem ``p`` with the named objective object."""
+    import dataclasses
+
+    from objectives.supernode import registry
+
+    return dataclasses.replace(p, objective=registry()[objective])
+
+
+def report_for(p, objective: str | None = None, thresholds: bool = True, budget: Budget | None = None):
+    """The supernode report of the resolved problem ``p`` (with ``objective``: that objective)
+    through the pipeline's solve, explain and report (without a budget: no time limit)."""
+    from optimizer.supernode import SupernodePipeline
+
+    if objective is not None:
+        p = with_objective(p, objective)
+    pipeline = SupernodePipeline(thresholds=thresholds)
+    budget = budget or Budget.unlimited()
+    solution = pipeline.solve(p, budget)
+    return pipeline.report(p, solution, pipeline.explain(p, solution, budget))
+
+
+def solve_for(p, objective: str | None = None, results=None):
+    """The frozen solution of ``p`` (with ``objective``: that objective), no time limit."""
+    from optimizer.supernode.solve import solve
+
+    return solve(p if objective is None else with_objective(p, objective), Budget.unlimited(), results=results)

@@ -33,7 +33,7 @@ def test_120kw_gives_11_servers_88_gpus():
 
 @pytest.mark.parametrize("gpus,kw", [(64, 81.6), (72, 91.8), (96, 122.4)])
 def test_gpu_counts_draw_chapter_power(gpus, kw):
-    p, _ = load(raw_of(), "x.yaml", "gpus")
+    p = load(raw_of(), "x.yaml", "gpus")
     assert power_kw(p, {"hgx-h100": gpus // 8}) == pytest.approx(kw)
 
 
@@ -57,7 +57,7 @@ def test_96_gpus_do_not_fit_120kw(objective):
 
 
 def test_air_40kw_holds_at_most_3_servers():
-    p, _ = load(raw_of(buildout__racks__liquid_cooled_kw=None), "x.yaml", "gpus")
+    p = load(raw_of(buildout__racks__liquid_cooled_kw=None), "x.yaml", "gpus")
     pats = rack_patterns([t.power_w for t in p.types], [t.rack_units for t in p.types], [11],
                          p.cooling_limits_w(), p.rack_units)
     assert [(pt.cooling, pt.counts, pt.power_w) for pt in pats] == [("air", (3,), 30600)]

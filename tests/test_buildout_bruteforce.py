@@ -16,9 +16,9 @@ from functools import lru_cache
 
 import pytest
 
-from optimizer.buildout import evaluate_plan
+from optimizer.budget import Budget
+from optimizer.buildout import PIPELINE
 from optimizer.buildout.schema import load
-from optimizer.buildout.solve import solve
 from optimizer.result import Status
 
 
@@ -194,17 +194,19 @@ def brute(p, objective):
 def test_solver_equals_brute_force(gen, seed):
     rng = random.Random(seed)
     raw, objective = gen(rng)
-    p, obj = load(raw, f"random{seed}.yaml", objective)
-    res = solve(p, obj, time_limit_s=20)
+    p = load(raw, f"random{seed}.yaml", objective)
+    obj = p.objective.name
+    res = PIPELINE.solve(p, Budget.seconds(20))
     want = brute(p, obj)
     if want is None:
         assert res.status == Status.INFEASIBLE, (raw, objective)
         assert res.conflict, "an infeasible instance names conflicting constraints"
         return
     assert res.status == Status.OPTIMAL, (raw, objective, res.status)
-    ev = evaluate_plan(p, res)
+    ev = PIPELINE.evaluate(p, res.plan)
+    assert ev == res.evaluation
     assert ev.violations == [], ev.violations
-    counts = tuple(res.plan["servers"][t.name] for t in p.types)
+    counts = tuple(res.plan.servers[t.name] for t in p.types)
     cost = sum(c * round(t.cost * 100) for c, t in zip(counts, p.types))
     power = round(ev.power_kw * 1000)
     primary = {"gpus": -ev.gpus, "cost": cost, "racks": ev.racks["air"] + ev.racks["liquid"]}[obj]

@@ -36,7 +36,7 @@ def test_feeds_instance_one_server_per_rack():
     feed = [b for b in d["binding"] if b["constraint"] == "rack_feed[air]"]
     assert feed and feed[0]["slack"] == pytest.approx(17.28 - 10.2, abs=1e-6)
     assert "17.28 kW usable" in feed[0]["detail"] and "20.4 kW" in feed[0]["detail"]
-    p, _ = load(raw_of(FEEDS), "x.yaml", "gpus")
+    p = load(raw_of(FEEDS), "x.yaml", "gpus")
     assert p.feed_usable_kw == pytest.approx(17.28, abs=1e-9) and p.feed_limit_w == 17280
 
 
@@ -60,7 +60,7 @@ def test_usable_feed_power(changes, usable_kw, per_rack):
              "max_utilization": 0.8}
     racks.update(changes)
     raw = raw_of(EXAMPLE, buildout__racks=racks)
-    p, _ = load(raw, "x.yaml", "gpus")
+    p = load(raw, "x.yaml", "gpus")
     assert p.feed_usable_kw == pytest.approx(usable_kw, abs=1e-9)
     d = report_of(raw).to_dict()
     # air racks hold 3 servers by cooling (30.6 kW <= 40 kW); the feeds may allow fewer

@@ -13,11 +13,11 @@ import time
 import pytest
 from rich.console import Console
 
-import optimizer.buildout as buildout
+import optimizer.buildout.explain as buildout_explain
 from optimizer.buildout.model import installed_racks
 from optimizer.buildout.patterns import RackPattern
 from optimizer.buildout.schema import load
-from tests.buildout_helpers import EXAMPLE, MIXED, REPO, SECOND_TIER, raw_of
+from tests.buildout_helpers import EXAMPLE, MIXED, REPO, SECOND_TIER, raw_of, report_of
 from tests.test_buildout_cli import _doc_commands
 
 _BATCH = """
@@ -75,26 +75,26 @@ def _printed_times(report) -> tuple[float, float]:
 @pytest.mark.parametrize("path,changes", [(EXAMPLE, {}), (SECOND_TIER, {}), (MIXED, {}),
                                           (EXAMPLE, {"buildout__target_gpus": 96})])
 def test_printed_time_is_the_json_whole_run_time(path, changes):
-    report = buildout.run(raw_of(path, **changes), path, None, None, None)
+    report = report_of(raw_of(path, **changes), path=path)
     d = report.to_dict()["solver"]
     printed, cp_sat = _printed_times(report)
     assert printed == pytest.approx(round(d["time_s"], 3), abs=1e-9)
     assert cp_sat == pytest.approx(round(d["cp_sat_time_s"], 3), abs=1e-9)
     assert d["time_s"] >= d["cp_sat_time_s"] > 0
-    assert d["time_s"] == report.total_time_s
+    assert d["time_s"] == report.total_time_s == report.solution.wall_s + report.explanation.wall_s
 
 
 def test_whole_run_time_includes_the_explanation(monkeypatch):
     """A 0.2 s delay in the explanation shows in the reported time, not in the CP-SAT time."""
-    real = buildout.bindings
+    real = buildout_explain.bindings
 
     def slow(*a, **k):
         time.sleep(0.2)
         return real(*a, **k)
 
-    monkeypatch.setattr(buildout, "bindings", slow)
+    monkeypatch.setattr(buildout_explain, "bindings", slow)
     t0 = time.perf_counter()
-    report = buildout.run(raw_of(EXAMPLE), EXAMPLE, None, None, None)
+    report = report_of(raw_of(EXAMPLE), path=EXAMPLE)
     outer = time.perf_counter() - t0
     d = report.to_dict()["solver"]
     assert d["time_s"] >= 0.2 + d["cp_sat_time_s"]
@@ -124,7 +124,7 @@ def test_grouped_installed_racks_equal_per_rack(seed):
     rng = random.Random(seed)
     n = rng.randint(1, 3)
     types = [{"name": f"t{i}", "gpus": 8, "power_kw": 1.0, "rack_units": 1} for i in range(n)]
-    p, _ = load(raw_of(EXAMPLE, buildout__server_types=types), "x.yaml", "gpus")
+    p = load(raw_of(EXAMPLE, buildout__server_types=types), "x.yaml", "gpus")
     racks = [(RackPattern(rng.choice(["air", "liquid"]), tuple(rng.randint(0, 4) for _ in range(n)), 0, 0),
               rng.randint(1, 6)) for _ in range(rng.randint(1, 5))]
     racks = [(pat, m) for pat, m in racks if any(pat.counts)] or [(RackPattern("air", (1,) * n, 0, 0), 1)]
@@ -168,9 +168,9 @@ def test_unsettled_one_worker_stage_is_resolved_with_two_workers(monkeypatch):
             return cp_model.UNKNOWN, solver  # pretend the one-worker try ran out of time
         return code, solver
 
-    want = buildout.run(raw_of(SECOND_TIER), SECOND_TIER, None, None, None).to_dict()["plan"]
+    want = report_of(raw_of(SECOND_TIER), path=SECOND_TIER).to_dict()["plan"]
     monkeypatch.setattr(solve_mod, "_solve_once", fake)
-    got = buildout.run(raw_of(SECOND_TIER), SECOND_TIER, None, None, None)
+    got = report_of(raw_of(SECOND_TIER), path=SECOND_TIER)
     assert got.status.value == "optimal" and got.to_dict()["plan"] == want
     assert calls.count(1) == calls.count(solve_mod.SEARCH_WORKERS) > 0
 
@@ -204,3 +204,29 @@ def test_time_limit_holds_for_the_whole_command_explanation_included(tmp_path):
     assert d["status"] in ("optimal", "feasible") and d["plan"] is not None
     assert d["objective"]["value"] >= 20000
     assert all("what-if solves skipped" in c for c in d["solver"]["cut_short"])
+
+
+def test_pipeline_protocol_and_frozen_solution():
+    """The build-out is on the one pipeline (no old ``run``); its solution and explanation
+    cannot be changed after the solve, and the report reads them as they are."""
+    import dataclasses
+
+    from optimizer.budget import Budget
+    from optimizer.buildout import PIPELINE
+    from optimizer.problems import Pipeline
+
+    import optimizer.buildout as pkg
+
+    assert isinstance(PIPELINE, Pipeline) and not hasattr(pkg, "run")
+    p = PIPELINE.load(raw_of(EXAMPLE), EXAMPLE)
+    assert p.objective.name == "gpus" and p.objective.sense == "max"
+    sol = PIPELINE.solve(p, Budget.unlimited())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sol.value = 0
+    ex = PIPELINE.explain(p, sol, Budget.unlimited())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ex.binding = ()
+    rep = PIPELINE.report(p, sol, ex)
+    assert rep.to_dict()["objective"]["value"] == sol.value == 88
+    assert [b.to_dict() for b in ex.binding] == rep.to_dict()["binding"]
+    assert PIPELINE.evaluate(p, sol.plan) == sol.evaluation

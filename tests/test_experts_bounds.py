@@ -10,6 +10,7 @@ from math import comb
 import numpy as np
 import pytest
 
+from objectives.experts import registry
 from optimizer.experts.eplb import rebalance
 from optimizer.experts.plan import plan_from_phy2log
 from optimizer.experts.solve import OPTIMALITY_REL_TOL, LayerTask, solve_layer
@@ -23,7 +24,7 @@ def _task(w, G, S, split="even"):
     w = np.asarray(w, dtype=np.int64)
     slots = [S] * G
     p2l = rebalance(w[None], G * S, 1, 1, G)[0][0]
-    return LayerTask(0, w, slots, [0] * G, 1, split, "max-load", plan_from_phy2log(p2l, len(w), slots),
+    return LayerTask(0, w, slots, [0] * G, 1, split, registry()["max-load"], plan_from_phy2log(p2l, len(w), slots),
                      None, 0.0, 0.02, None)
 
 

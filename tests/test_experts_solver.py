@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 
+from objectives.experts import registry
 from optimizer.experts.eplb import rebalance
 from optimizer.experts.plan import plan_from_phy2log
 from optimizer.experts.solve import LayerTask, analytic_bound, solve_layer
@@ -14,7 +15,7 @@ def _task(w, G, S, N=1, groups=1, objective="max-load", split="even", prev=None,
     w = np.asarray(w, dtype=np.int64)
     slots = [S] * G
     p2l = rebalance(w[None], G * S, groups, N, G)[0][0]
-    return LayerTask(0, w, slots, [g // (G // N) for g in range(G)], N, split, objective,
+    return LayerTask(0, w, slots, [g // (G // N) for g in range(G)], N, split, registry()[objective],
                      plan_from_phy2log(p2l, len(w), slots), prev, 0.0, 0.02, tl, **kw)
 
 
@@ -176,3 +177,29 @@ def test_migration_keeps_a_previous_placement_that_meets_the_cap(tmp_path):
     assert d["objective"]["value"] == 0 and all(lay["optimized"]["moves"] == 0 for lay in layers)
     before = json.loads(first.stdout)["plan"]["layers"]
     assert [lay["optimized"]["max_load"] for lay in layers] == [lay["optimized"]["max_load"] for lay in before]
+
+
+def test_pipeline_protocol_and_frozen_solution(tmp_path):
+    """The experts problem is on the one pipeline (no old ``run``): its objective is an object,
+    the solution is frozen, and the independent evaluation of the plan is the report's."""
+    import dataclasses
+
+    import optimizer.experts as pkg
+    from optimizer.budget import Budget
+    from optimizer.experts import PIPELINE
+    from optimizer.problems import Pipeline, run_pipeline
+
+    assert isinstance(PIPELINE, Pipeline) and not hasattr(pkg, "run")
+    (tmp_path / "t.json").write_text(json.dumps([[[40, 30, 20, 10, 5, 5]]]))
+    inst = write_instance(tmp_path, "t.json", num_gpus=2, num_nodes=1, slots_per_gpu=4)
+    import yaml
+    raw = yaml.safe_load(inst.read_text())
+    data = PIPELINE.load(raw, inst, "max-load")
+    assert data.objective.balances_load and not data.objective.covers_nodes
+    sol = PIPELINE.solve(data, Budget.unlimited())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sol.plan = None
+    scores = PIPELINE.evaluate(data, sol.plan)
+    rep = run_pipeline(PIPELINE, raw, inst, "max-load", Budget.unlimited())
+    assert [s.max_load for s in scores] == [r.optimized.max_load for r in rep.rows]
+    assert PIPELINE.build(data).named.keys  # the layer model names its constraints

@@ -166,7 +166,7 @@ def test_expert_loads_match_report():
 
     rep = _report("deepseek_v3_ep32.yaml", time_limit=2.0)
     d = expert_load_data(rep)
-    assert d.greedy.shape == d.optimized.shape == (len(rep.rows), rep.meta["num_gpus"])
+    assert d.greedy.shape == d.optimized.shape == (len(rep.rows), rep.data.num_gpus)
     for i, r in enumerate(rep.rows):
         assert d.greedy[i].max() == pytest.approx(r.greedy.max_load)
         assert d.optimized[i].max() == pytest.approx(r.optimized.max_load)
@@ -199,9 +199,30 @@ class Report:
         console.print("toy result")
 
 
-def run(raw, path, objective, time_limit_s, output_dir):
-    (section,) = raw.values()
-    return Report(section["status"])
+class Toy:
+    """A toy problem on the pipeline protocol: the instance names the status to report."""
+
+    def load(self, raw, path, objective=None):
+        (section,) = raw.values()
+        return section["status"]
+
+    def build(self, data):
+        return None
+
+    def solve(self, data, budget, progress=None):
+        return data
+
+    def evaluate(self, data, plan):
+        return None
+
+    def explain(self, data, solution, budget):
+        return None
+
+    def report(self, data, solution, explanation):
+        return Report(solution)
+
+
+PIPELINE = Toy()
 '''
 
 TOY_PLOTS = '''from optimizer.plots import NoPlot, figure, save

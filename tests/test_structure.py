@@ -89,8 +89,8 @@ def test_a_new_problem_plugs_in_without_editing_the_dispatcher(tmp_path, monkeyp
 
 def test_objectives_are_objects_with_one_home():
     """Every deployment objective is one module declaring name, unit and definition; no module
-    of the deployment, build-out, supernode or serving problem outside objectives/ compares
-    objective names (each objective module carries its own behaviour)."""
+    of the deployment, build-out, experts, supernode or serving problem outside objectives/
+    compares objective names (each objective module carries its own behaviour)."""
     from objectives.deployment import registry
 
     objs = registry()
@@ -98,12 +98,13 @@ def test_objectives_are_objects_with_one_home():
     for o in objs.values():
         assert o.unit and len(o.definition) > 20
     from objectives.buildout import registry as buildout
+    from objectives.experts import registry as experts
     from objectives.serving import registry as serving
     from objectives.supernode import registry as supernode
 
-    names = set(objs) | set(buildout()) | set(supernode()) | set(serving())
+    names = set(objs) | set(buildout()) | set(experts()) | set(supernode()) | set(serving())
     offenders = []
-    for path in [f for pkg in ("deployment", "buildout", "supernode", "serving")
+    for path in [f for pkg in ("deployment", "buildout", "experts", "supernode", "serving")
                  for f in (ROOT / "optimizer" / pkg).rglob("*.py")]:
         text = path.read_text()
         for name in names:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import pytest
 
 from optimizer.schema_base import read_yaml
-from optimizer.supernode import solve_instance
 from optimizer.supernode.perf import SCALE_UP, Option, evaluate_option, figures, single_user
 from optimizer.supernode.schema import GB, load, pool_bandwidth, pool_in_flight_needed
 from tests.conftest import shared
-from tests.supernode_helpers import CHAPTER, run_json
+from tests.supernode_helpers import CHAPTER, report_for, run_json
 
 INVENTORY = ("models", "deepseek-ai--DeepSeek-V4.1-Flash.inventory.yaml")
 
@@ -29,7 +28,7 @@ def chapter():
 
 @pytest.fixture(scope="module")
 def report(chapter):
-    return solve_instance(chapter, "throughput", thresholds=False)
+    return report_for(chapter, "throughput", thresholds=False)
 
 
 def _hbm(p, size):
@@ -60,7 +59,7 @@ def test_solver_picks_64_and_names_hbm_for_8(report):
     assert "2,632 tokens/s per card against 19,420" in alt8[0]["why"]
     others = {a["size"]: a for a in report.alternatives}
     assert others[128]["tokens_per_s_per_card"] < 19420 and others[256]["tokens_per_s_per_card"] < 19420
-    assert report.result.bound == pytest.approx(report.result.value)
+    assert report.solution.bound == pytest.approx(report.solution.value)
 
 
 @pytest.mark.parametrize("size", [8, 64, 128, 256])
@@ -105,19 +104,19 @@ def test_evaluator_agrees_with_model(chapter, report):
     r = _hbm(chapter, 64)
     assert inst.step == pytest.approx(r.figures.step, rel=1e-12)
     assert inst.single_user == pytest.approx(r.single.token, rel=1e-12)
-    assert ev.tokens_per_s_per_card == pytest.approx(report.result.value, rel=1e-6)
+    assert ev.tokens_per_s_per_card == pytest.approx(report.solution.value, rel=1e-6)
 
 
 def test_other_objectives(chapter):
-    s = solve_instance(chapter, "sessions", thresholds=False)
+    s = report_for(chapter, "sessions", thresholds=False)
     assert [(i["size"], i["count"]) for i in s.to_dict()["plan"]["instances"]] == [(256, 1)]
-    assert s.result.value == 256 * _hbm(chapter, 256).sessions_per_card
+    assert s.solution.value == 256 * _hbm(chapter, 256).sessions_per_card
     import dataclasses
-    c = solve_instance(dataclasses.replace(chapter, target_sessions=20000), "cards", thresholds=False)
+    c = report_for(dataclasses.replace(chapter, target_sessions=20000), "cards", thresholds=False)
     # 64 x 335 = 21,440 >= 20,000 on one 64-card instance; no smaller size holds that many
-    assert c.result.value == 64
-    u = solve_instance(chapter, "single_user", thresholds=False)
-    assert u.result.value == pytest.approx(min(_hbm(chapter, S).single.token for S in (8, 64, 128, 256)) * 1e3,
+    assert c.solution.value == 64
+    u = report_for(chapter, "single_user", thresholds=False)
+    assert u.solution.value == pytest.approx(min(_hbm(chapter, S).single.token for S in (8, 64, 128, 256)) * 1e3,
                                            abs=1e-5)
 
 
@@ -149,7 +148,7 @@ def test_rom_per_hop_flip_threshold_matches_window():
     shared(*INVENTORY)
     path = REPO / "instances" / "supernode_v41_flash_tiers.yaml"
     p = load(read_yaml(path), path, None)
-    rep = solve_instance(p, "throughput")
+    rep = report_for(p, "throughput")
     (inst,) = rep.to_dict()["plan"]["instances"]
     assert inst["size"] == 64 and set(inst["tables"].values()) == {"rom"}
     rom = p.hw.tiers["rom"]

@@ -10,11 +10,12 @@ import random
 import pytest
 
 from optimizer.schema_base import read_yaml
-from optimizer.supernode import evaluate_plan, solve
+from optimizer.supernode import PIPELINE
 from optimizer.supernode.evaluate import evaluate
+from optimizer.supernode.plan import BuiltOption, SupernodePlan
 from optimizer.supernode.perf import SCALE_UP, Option, evaluate_all, figures, single_user
 from optimizer.supernode.schema import load
-from tests.supernode_helpers import SMALL_INVENTORY, SMALL_SYSTEM, small_instance
+from tests.supernode_helpers import SMALL_INVENTORY, SMALL_SYSTEM, small_instance, solve_for
 
 
 def random_instance(tmp_path, seed):
@@ -93,14 +94,14 @@ def test_cpsat_equals_brute_force(tmp_path, seed):
         if objective == "cards" and p.target_sessions is None:
             continue
         results = evaluate_all(p)
-        res = solve(p, objective, results=results)
+        res = solve_for(p, objective, results=results)
         want = brute_force(p, results, objective)
         if want is None:
             assert res.plan is None and res.status.value == "infeasible", (seed, objective)
             continue
         assert res.status.value == "optimal"
         assert res.value == pytest.approx(want, abs=1e-6), (seed, objective)
-        ev = evaluate_plan(p, res)
+        ev = PIPELINE.evaluate(p, res.plan)
         assert ev.violations == [], (seed, objective, ev.violations)
         if objective == "throughput":
             assert ev.tokens_per_s_per_card == pytest.approx(res.value, rel=1e-6, abs=1e-3)
@@ -114,12 +115,12 @@ def test_evaluator_agrees_with_model_on_every_option(tmp_path, seed):
         if not r.feasible:
             continue
         o = r.option
-        ev = evaluate(p, [(o.size, o.fabric, o.tables, o.kv, r.sessions_per_card, 1)])
+        ev = evaluate(p, SupernodePlan((BuiltOption(o, r.sessions_per_card, 1),)))
         assert ev.violations == []
         assert ev.instances[0].step == pytest.approx(r.figures.step, rel=1e-9)
         assert ev.instances[0].single_user == pytest.approx(r.single.token, rel=1e-9)
         # one more session per card breaks a limit (the batch is the largest)
-        more = evaluate(p, [(o.size, o.fabric, o.tables, o.kv, r.sessions_per_card + 1, 1)])
+        more = evaluate(p, SupernodePlan((BuiltOption(o, r.sessions_per_card + 1, 1),)))
         assert more.violations or r.limit not in ("memory", "slo")
 
 

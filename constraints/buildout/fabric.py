@@ -26,9 +26,11 @@ from math import floor
 
 from optimizer.result import ConstraintKey
 
+FAMILY = "fabric"  # the module's name in the formulation; its keys use the three families below
 PORTS = "fabric_ports"
 TIERS = "fabric_tiers"
 OVERSUB = "fabric_oversubscription"
+KEY_FAMILIES = (PORTS, TIERS, OVERSUB)
 LEAF_DOWN = ConstraintKey(PORTS, "leaf downlinks")
 SPINE = ConstraintKey(PORTS, "spine")
 ONE_TIER = ConstraintKey(TIERS, "one tier")
@@ -76,24 +78,27 @@ def leaf_bandwidth(radix: int, port_bandwidth_gb_s: float, downlinks: int) -> di
     }
 
 
-def add(nm, ctx) -> None:
-    f = ctx.problem.fabric
+def define(model, p) -> None:
+    """Add the leaf/spine port and tier constraints (module docstring) for ``p.fabric``, none
+    without a fabric. ``model``: :class:`optimizer.buildout.model.BuildoutModel`."""
+    f = p.fabric
     if f is None:
         return
     r = f.switch_radix
-    down = sum(d * w for (d, _u), w in zip(ctx.splits, ctx.w))
-    up = sum(u * w for (_d, u), w in zip(ctx.splits, ctx.w))
-    nm.add(LEAF_DOWN, r * ctx.l1 + down >= f.gpu_links * ctx.gpus)
-    nm.add(SPINE, r * ctx.s >= up)
-    nm.add(ONE_TIER, ctx.l1 <= ctx.leaf_ub * (1 - ctx.z))
-    if ctx.splits:
-        nm.add(TWO_TIERS, sum(ctx.w) <= ctx.leaf_ub * ctx.z)
-    nm.add(TWO_TIERS, ctx.s <= ctx.leaf_ub * ctx.z)
-    if not ctx.splits:
-        nm.add(NO_SPLIT, ctx.z == 0)
+    down = sum(d * w for (d, _u), w in zip(model.splits, model.w))
+    up = sum(u * w for (_d, u), w in zip(model.splits, model.w))
+    model.add(LEAF_DOWN, r * model.l1 + down >= f.gpu_links * model.gpus)
+    model.add(SPINE, r * model.s >= up)
+    model.add(ONE_TIER, model.l1 <= model.leaf_ub * (1 - model.z))
+    if model.splits:
+        model.add(TWO_TIERS, sum(model.w) <= model.leaf_ub * model.z)
+    model.add(TWO_TIERS, model.s <= model.leaf_ub * model.z)
+    if not model.splits:
+        model.add(NO_SPLIT, model.z == 0)
 
 
 def describe(key: ConstraintKey, p) -> str:
+    """One line on a ``fabric_ports``, ``fabric_tiers`` or ``fabric_oversubscription`` key."""
     f = p.fabric
     if key == NO_SPLIT:
         return (f"no {f.switch_radix}-port leaf split meets oversubscription {float(f.max_oversubscription):g}, "

@@ -9,12 +9,12 @@ from optimizer.result import ConstraintKey
 FAMILY = "install_unit"
 
 
-def add(nm, ctx) -> None:
-    u = ctx.problem.install_unit_servers
+def define(model, p) -> None:
+    u = p.install_unit_servers
     if u == 1:
         return
-    for t in ctx.problem.types:
-        nm.add(ConstraintKey(FAMILY, t.name), ctx.n[t.name] == u * ctx.k[t.name])
+    for t in p.types:
+        model.add(ConstraintKey(FAMILY, t.name), model.n[t.name] == u * model.k[t.name])
 
 
 def describe(key: ConstraintKey, p) -> str:

@@ -1,4 +1,7 @@
-"""Build-out family ``max_count``: at most ``max_count`` servers of a type (stock, contract)."""
+"""Build-out family ``max_count``: at most ``max_count`` servers of a type (stock, contract).
+
+    n[t] <= max_count[t]      max_count[<type>], every type with a max_count
+"""
 from __future__ import annotations
 
 from optimizer.result import ConstraintKey
@@ -6,10 +9,10 @@ from optimizer.result import ConstraintKey
 FAMILY = "max_count"
 
 
-def add(nm, ctx) -> None:
-    for t in ctx.problem.types:
+def define(model, p) -> None:
+    for t in p.types:
         if t.max_count is not None:
-            nm.add(ConstraintKey(FAMILY, t.name), ctx.n[t.name] <= t.max_count)
+            model.add(ConstraintKey(FAMILY, t.name), model.n[t.name] <= t.max_count)
 
 
 def describe(key: ConstraintKey, p) -> str:

@@ -16,9 +16,8 @@ FAMILY = "power"
 KEY = ConstraintKey(FAMILY, "budget")
 
 
-def add(nm, ctx) -> None:
-    p = ctx.problem
-    nm.add(KEY, ctx.power_w <= p.budget_w)
+def define(model, p) -> None:
+    model.add(KEY, model.power_w <= p.budget_w)
 
 
 def describe(key: ConstraintKey, p) -> str:

@@ -28,11 +28,11 @@ def excludes(p, power_w: int) -> bool:
     return lim is not None and power_w > lim
 
 
-def add(nm, ctx) -> None:
+def define(model, p) -> None:
     """Pin server types (and racked switch chips) above the usable feed power to zero."""
     from constraints.buildout.rack_power import pin_unfit
 
-    pin_unfit(nm, ctx, FAMILY, excludes)
+    pin_unfit(model, p, FAMILY, excludes)
 
 
 def feed_text(p) -> str:

@@ -6,7 +6,12 @@ The limit enters the model through the rack patterns (:mod:`optimizer.buildout.p
 only patterns whose power is within their rack's limit exist. A server type that no
 available cooling can hold is pinned to zero under ``rack_power[<type>]``, so a target that
 needs it is infeasible naming this key, and every plan lists the reason
-(:func:`optimizer.buildout.explain.unfit_bindings`).
+(:func:`optimizer.buildout.explain.unfit_bindings`):
+
+    sum_i P_i a[p, i] <= L_cooling(p)     for every rack pattern p (enforced by enumeration)
+    n[t] = 0                              rack_power[<type>], P_t > max_c L_c
+    leaves + spine = 0                    rack_power[switches], P_sw > max_c L_c
+
 Source: the reference chapter's rule that air cooling stops near 40 kW a rack.
 """
 from __future__ import annotations
@@ -27,25 +32,24 @@ def excludes(p, power_w: int) -> bool:
     return not any(fits(power_w, lim) for lim in p.cooling_only_w().values())
 
 
-def add(nm, ctx) -> None:
+def define(model, p) -> None:
     """Pin server types that no available cooling can hold to zero (key ``rack_power[<type>]``)."""
-    pin_unfit(nm, ctx, FAMILY, excludes)
+    pin_unfit(model, p, FAMILY, excludes)
 
 
-def pin_unfit(nm, ctx, family: str, excludes_fn, size: str = "power") -> None:
+def pin_unfit(model, p, family: str, excludes_fn, size: str = "power") -> None:
     """Pin to zero every server type, and the racked switch chips, that ``excludes_fn(p, x)``
     rules out of every rack, ``x`` being their ``size`` (``power``: watts, ``units``: rack
     units); keys ``<family>[<type>]`` and ``<family>[switches]``."""
-    p = ctx.problem
     server_size = (lambda t: t.power_w) if size == "power" else (lambda t: t.rack_units)
     for t in p.types:
         if excludes_fn(p, server_size(t)):
-            nm.add(ConstraintKey(family, t.name), ctx.n[t.name] == 0)
+            model.add(ConstraintKey(family, t.name), model.n[t.name] == 0)
     f = p.fabric
     if f is not None and f.switches_in_racks:
         switch_size = f.switch_power_w if size == "power" else f.switch_rack_units
         if excludes_fn(p, switch_size):
-            nm.add(ConstraintKey(family, SWITCHES), ctx.leaves + ctx.s == 0)
+            model.add(ConstraintKey(family, SWITCHES), model.leaves + model.s == 0)
 
 
 def limits_text(p) -> str:

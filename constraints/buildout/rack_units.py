@@ -2,7 +2,11 @@
 height (``racks.rack_units``).
 
 Like ``rack_power`` this enters the model through the rack patterns; a server type taller
-than a rack is pinned to zero under ``rack_units[<type>]``.
+than a rack is pinned to zero under ``rack_units[<type>]``:
+
+    sum_i U_i a[p, i] <= U_rack           for every rack pattern p (enforced by enumeration)
+    n[t] = 0                              rack_units[<type>], U_t > U_rack
+
 Source: 8-GPU HGX/DGX servers are 6U-10U (see instances/hardware/buildout_servers.yaml).
 """
 from __future__ import annotations
@@ -23,11 +27,11 @@ def excludes(p, units: int) -> bool:
     return not fits(units, p.rack_units)
 
 
-def add(nm, ctx) -> None:
+def define(model, p) -> None:
     """Pin server types (and racked switch chips) taller than a rack to zero."""
     from constraints.buildout.rack_power import pin_unfit
 
-    pin_unfit(nm, ctx, FAMILY, excludes, size="units")
+    pin_unfit(model, p, FAMILY, excludes, size="units")
 
 
 def describe(key: ConstraintKey, p) -> str:

@@ -37,20 +37,19 @@ def unfit_families(p, power_w: int, units: int) -> list[str]:
     return out
 
 
-def add(nm, ctx) -> None:
-    p = ctx.problem
+def define(model, p) -> None:
     for i, t in enumerate(p.types):
-        terms = [pat.counts[i] * y for pat, y in zip(ctx.patterns, ctx.y) if pat.counts[i] > 0]
+        terms = [pat.counts[i] * y for pat, y in zip(model.patterns, model.y) if pat.counts[i] > 0]
         if not terms and unfit_families(p, t.power_w, t.rack_units):
             continue
         # no pattern holds this type although it fits a rack: its bound is 0 (no room in the budget)
-        nm.add(ConstraintKey(FAMILY, t.name), (sum(terms) if terms else 0) >= ctx.n[t.name])
+        model.add(ConstraintKey(FAMILY, t.name), (sum(terms) if terms else 0) >= model.n[t.name])
     f = p.fabric
     if f is not None and f.switches_in_racks:
         i = len(p.types)
-        terms = [pat.counts[i] * y for pat, y in zip(ctx.patterns, ctx.y) if pat.counts[i] > 0]
+        terms = [pat.counts[i] * y for pat, y in zip(model.patterns, model.y) if pat.counts[i] > 0]
         if terms or not unfit_families(p, f.switch_power_w, f.switch_rack_units):
-            nm.add(SWITCHES, (sum(terms) if terms else 0) >= ctx.leaves + ctx.s)
+            model.add(SWITCHES, (sum(terms) if terms else 0) >= model.leaves + model.s)
 
 
 def describe(key: ConstraintKey, p) -> str:

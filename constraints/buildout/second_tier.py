@@ -19,14 +19,14 @@ ACTIVATION = ConstraintKey(FAMILY, "activation")
 DEFINITION = ConstraintKey(FAMILY, "definition")
 
 
-def add(nm, ctx) -> None:
-    f = ctx.problem.fabric
+def define(model, p) -> None:
+    f = p.fabric
     if f is None:
         return
     t1 = f.one_tier_max_gpus
-    big = max(ctx.gpus_ub - t1, 0)
-    nm.add(ACTIVATION, ctx.gpus <= t1 + big * ctx.z)
-    nm.add(DEFINITION, ctx.gpus >= (t1 + 1) * ctx.z)
+    big = max(model.gpus_ub - t1, 0)
+    model.add(ACTIVATION, model.gpus <= t1 + big * model.z)
+    model.add(DEFINITION, model.gpus >= (t1 + 1) * model.z)
 
 
 def describe(key: ConstraintKey, p) -> str:

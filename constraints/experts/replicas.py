@@ -3,39 +3,44 @@
 Every logical expert chooses one replica count from its allowed options (>= 1 in the whole
 layer; a sub-problem may fix the count of experts that also have replicas outside it), and
 places exactly that many replicas, on distinct GPUs (``X[e, g]`` is 0/1, which is the
-family ``distinct_gpus``: it holds by construction of the Boolean variables).
+family ``distinct_gpus``: it holds by construction of the Boolean variables):
+
+    sum_g z[e,g,k] = k y[e,k]  for every option k,   sum_k y[e,k] = 1     (even split)
+    min_inside <= sum_g x[e,g] <= max_inside                               (optimised split)
 """
 from __future__ import annotations
 
-from ortools.sat.python import cp_model
-
-from optimizer.cpsat import NamedModel
 from optimizer.result import ConstraintKey
 
 FAMILY = "replica_count"
+DISTINCT = "distinct_gpus"  # holds by construction; named in conflicts
+KEY_FAMILIES = (FAMILY, DISTINCT)
 
 
 def key(layer: int, expert: int) -> ConstraintKey:
     return ConstraintKey(FAMILY, f"layer {layer}, expert {expert}")
 
 
-def add(nm: NamedModel, layer: int, expert: int, z: dict[int, dict[int, cp_model.IntVar]],
-        y: dict[int, cp_model.IntVar | int]) -> None:
-    """``sum_g z[k][g] == k * y[k]`` for every count option ``k`` and ``sum_k y[k] == 1``.
+def define(model, sp) -> None:
+    """Every expert's replica count (``model``: :class:`optimizer.experts.model.LayerModel`)."""
+    for it in sp.items:
+        k_ = key(sp.layer, it.e)
+        if sp.split == "even":
+            z, y = model.z[it.e], model.y[it.e]
+            for k, zk in z.items():
+                model.add(k_, sum(zk.values()) == k * y[k])
+            if len(y) > 1:
+                model.add(k_, sum(y.values()) == 1)
+        else:
+            x = model.x[it.e]
+            if it.min_inside > 0:  # at least one replica when the expert lives only here
+                model.add(k_, sum(x.values()) >= it.min_inside)
+            if it.max_inside < len(sp.gpus):
+                model.add(k_, sum(x.values()) <= it.max_inside)
 
-    Args:
-        z: count option ``k`` -> GPU -> Boolean "a replica of this expert on this GPU, and
-            the expert has ``k`` replicas here".
-        y: count option ``k`` -> Boolean (or the constant 1 when there is one option).
-    """
-    k_ = key(layer, expert)
-    for k, zk in z.items():
-        nm.add(k_, sum(zk.values()) == k * y[k])
-    if len(y) > 1:
-        nm.add(k_, sum(y.values()) == 1)
 
-
-def add_split(nm: NamedModel, layer: int, expert: int, x: dict[int, cp_model.IntVar], min_replicas: int) -> None:
-    """Optimised split: at least ``min_replicas`` replicas (1 when the expert lives only here)."""
-    if min_replicas > 0:
-        nm.add(key(layer, expert), sum(x.values()) >= min_replicas)
+def describe(key_: ConstraintKey, sp) -> str:
+    """One line on a ``replica_count`` or ``distinct_gpus`` key."""
+    if key_.family == DISTINCT:
+        return f"{key_.element}: replicas of one expert sit on distinct GPUs"
+    return f"{key_.element}: the expert has one of its allowed replica counts, each replica on its own GPU"

@@ -1,1 +1,1 @@
-"""Supernode sizing constraint families: one module per family, each with ``add(nm, ctx)`` and ``describe``."""
+"""Supernode sizing constraint families: one module per family, each with ``define(model, problem)`` and ``describe(key, problem)``."""

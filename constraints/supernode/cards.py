@@ -9,11 +9,12 @@ from __future__ import annotations
 from optimizer.result import ConstraintKey
 
 FAMILY = "cards"
+KEY_FAMILIES = (FAMILY,)
 KEY = ConstraintKey(FAMILY, "total")
 
 
-def add(nm, ctx) -> None:
-    nm.add(KEY, ctx.cards_used <= ctx.problem.cards)
+def define(model, p) -> None:
+    model.add(KEY, model.cards_used <= p.cards)
 
 
 def describe(key: ConstraintKey, p) -> str:

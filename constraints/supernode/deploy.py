@@ -4,11 +4,12 @@ from __future__ import annotations
 from optimizer.result import ConstraintKey
 
 FAMILY = "deploy"
+KEY_FAMILIES = (FAMILY,)
 KEY = ConstraintKey(FAMILY, "at least one instance")
 
 
-def add(nm, ctx) -> None:
-    nm.add(KEY, sum(ctx.x) >= 1)
+def define(model, p) -> None:
+    model.add(KEY, sum(model.x) >= 1)
 
 
 def describe(key: ConstraintKey, p) -> str:

@@ -8,26 +8,40 @@ an option that breaks one cannot be built (``x_o = 0`` under the family's key):
 * ``tier_capacity``: host memory per server, ROM and SRAM per card hold the tables (and KV) placed there;
 * ``pool_capacity``: one instance's tables (and KV) fit the memory pool;
 * ``slo``: one session per card meets the per-token target (step <= ``slo_ms_per_token``).
+
+    x_o = 0      <family>[<option label>], every option o that breaks the family's limit
+
+The ``pool_capacity`` family also holds the pool's shared capacity (:mod:`.pool`,
+``pool_capacity[pool]``); this module's keys are the per-option ones.
 """
 from __future__ import annotations
 
 from optimizer.result import ConstraintKey
 
-FAMILIES = ("memory", "tier_capacity", "pool_capacity", "slo")
+FAMILY = "option_limits"  # the module's name in the formulation; its keys use KEY_FAMILIES
+KEY_FAMILIES = ("memory", "tier_capacity", "pool_capacity", "slo")
+FAMILIES = KEY_FAMILIES
 
 
 def key(family: str, label: str) -> ConstraintKey:
     return ConstraintKey(family, label)
 
 
-def add(nm, ctx) -> None:
-    for r, x, label in zip(ctx.results, ctx.x, ctx.labels):
+def define(model, p) -> None:
+    """Pin every option that breaks a limit to no instance (``model``: the supernode model with
+    its evaluated options ``results``, variables ``x`` and option ``labels``)."""
+    for r, x, label in zip(model.results, model.x, model.labels):
         for family in r.violations:
-            nm.add(key(family, label), x == 0)
+            model.add(key(family, label), x == 0)
 
 
-def describe(key_: ConstraintKey, p, results_by_label) -> str:
-    r = results_by_label.get(key_.element)
-    if r is None or key_.family not in r.violations:
+def describe(key_: ConstraintKey, p) -> str:
+    """The option and the limit it breaks, re-evaluated from the problem (``str(key_)`` when the
+    key names no option that breaks it)."""
+    from optimizer.supernode.perf import evaluate_option, options
+
+    opt = next((o for o in options(p) if o.label(p) == key_.element), None)
+    violations = evaluate_option(p, opt).violations if opt is not None else {}
+    if key_.family not in violations:
         return str(key_)
-    return f"{key_.element}: {r.violations[key_.family]}"
+    return f"{key_.element}: {violations[key_.family]}"

@@ -12,6 +12,7 @@ import math
 from optimizer.result import ConstraintKey
 
 FAMILY = "pool_capacity"
+KEY_FAMILIES = (FAMILY,)
 KEY = ConstraintKey(FAMILY, "pool")
 
 
@@ -19,13 +20,12 @@ def usage_mb(r) -> int:
     return int(math.ceil(r.pool_bytes / 1e6 - 1e-9))
 
 
-def add(nm, ctx) -> None:
-    p = ctx.problem
+def define(model, p) -> None:
     if "pool" not in p.hw.tiers:
         return
-    terms = [usage_mb(r) * x for r, x in zip(ctx.results, ctx.x) if r.pool_bytes > 0]
+    terms = [usage_mb(r) * x for r, x in zip(model.results, model.x) if r.pool_bytes > 0]
     if terms:
-        nm.add(KEY, sum(terms) <= int(math.floor(p.hw.tiers["pool"].capacity_bytes / 1e6 + 1e-9)))
+        model.add(KEY, sum(terms) <= int(math.floor(p.hw.tiers["pool"].capacity_bytes / 1e6 + 1e-9)))
 
 
 def describe(key: ConstraintKey, p) -> str:

@@ -9,13 +9,14 @@ from __future__ import annotations
 from optimizer.result import ConstraintKey
 
 FAMILY = "target"
+KEY_FAMILIES = (FAMILY,)
 KEY = ConstraintKey(FAMILY, "sessions")
 
 
-def add(nm, ctx) -> None:
-    t = ctx.problem.target_sessions
+def define(model, p) -> None:
+    t = p.target_sessions
     if t is not None:
-        nm.add(KEY, ctx.sessions >= t)
+        model.add(KEY, model.sessions >= t)
 
 
 def describe(key: ConstraintKey, p) -> str:

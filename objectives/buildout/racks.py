@@ -8,35 +8,26 @@ measured to be much faster with CP-SAT than one weighted objective ``racks * (L 
 """
 from __future__ import annotations
 
-NAME = "racks"
-SENSE = "min"
-UNIT = "racks"
-DEFINITION = "the fewest racks (then liquid racks) that hold at least target_gpus GPUs, racks"
+from dataclasses import dataclass
+
+from objectives.buildout import BuildoutObjective
 
 
-NEEDS_TARGET = True  # the fewest racks for what size: target_gpus
-NEEDS_COST = False
-SHORT_UNIT = "racks"
-NEXT_UNIT_HINT = False
+@dataclass(frozen=True)
+class FewestRacks(BuildoutObjective):
+    def expr(self, model):
+        return model.racks()
+
+    def better_than(self, model, value: float):
+        """A plan with fewer racks than ``value``."""
+        return model.racks() <= int(value) - 1
 
 
-def min_gpus_better_than(value: float) -> int:
-    """GPUs a plan strictly better than ``value`` must hold at least (a hint for the model build)."""
-    return 0
-
-
-def better_than(ctx, value: float):
-    """Constraint: a plan with fewer racks than ``value``."""
-    return ctx.racks() <= int(value) - 1
-
-def expr(ctx):
-    return ctx.racks()
-
-
-def to_unit(value: float, ctx) -> float:
-    return int(round(value))
-
-
-def secondary_stages(ctx) -> list[tuple[str, object, str]]:
+def secondary_stages(model) -> list[tuple[str, object, str]]:
     """The secondary stages (name, expression, sense): fewest racks, then fewest liquid racks."""
-    return [("racks", ctx.racks(), "min"), ("liquid racks", ctx.racks("liquid"), "min")]
+    return [("racks", model.racks(), "min"), ("liquid racks", model.racks("liquid"), "min")]
+
+
+OBJECTIVE = FewestRacks(name="racks", unit="racks", sense="min",
+                        definition="the fewest racks (then liquid racks) that hold at least target_gpus GPUs, racks",
+                        needs_target=True, needs_cost=False, short_unit="racks", next_unit_hint=False)

@@ -1,25 +1,23 @@
 """Supernode objective ``sessions``: most concurrent sessions on the cards given (``sum_o S_o N_o x_o``)."""
 from __future__ import annotations
 
-NAME = "sessions"
-SENSE = "max"
-UNIT = "sessions"
-DEFINITION = "concurrent sessions (sessions per card x cards) of all instances at the instance's context, sessions"
-SECONDARY = "throughput"  # the objective of the second stage (ties on this one)
+from dataclasses import dataclass
+
+from objectives.supernode import SupernodeObjective
 
 
-def expr(ctx):
-    return ctx.sessions
+@dataclass(frozen=True)
+class MostSessions(SupernodeObjective):
+    def expr(self, model):
+        return model.sessions
+
+    def metric(self, p, r) -> float:
+        return float(r.sessions_per_card)
+
+    def metric_text(self, p, r) -> str:
+        return f"{r.sessions_per_card} sessions per card"
 
 
-def to_unit(value: float, ctx) -> float:
-    return int(round(value))
-
-
-def metric(p, r) -> float:
-    """This objective's figure for one option used alone (higher is better)."""
-    return float(r.sessions_per_card)
-
-
-def metric_text(p, r) -> str:
-    return f"{r.sessions_per_card} sessions per card"
+OBJECTIVE = MostSessions(
+    name="sessions", unit="sessions", sense="max", secondary="throughput",
+    definition="concurrent sessions (sessions per card x cards) of all instances at the instance's context, sessions")

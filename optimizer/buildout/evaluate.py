@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import ceil
 
+from optimizer.buildout.plan import BuildoutPlan
 from optimizer.buildout.schema import Problem
 
 EPS_KW = 1e-6
 
 
-@dataclass
+@dataclass(frozen=True)
 class Evaluation:
     """Figures of a plan and the limits it breaks (``violations`` empty when valid)."""
 
@@ -52,17 +53,16 @@ def rack_limit_kw(p: Problem, cooling: str) -> float | None:
     return min(lim, p.feed_kw * p.max_utilization * feeds)
 
 
-def evaluate(p: Problem, servers: dict[str, int], racks: list[tuple[str, dict[str, int], int, int]],
-             leaves: list[tuple[int, int, int]] | None = None, spine: int = 0) -> Evaluation:
-    """Evaluate a plan.
+def evaluate(p: Problem, plan: BuildoutPlan) -> Evaluation:
+    """Evaluate a plan against the problem's limits, in input units (kW, U, ports).
 
-    Args:
-        servers: servers per type name.
-        racks: (cooling, {type: servers in the rack}, number of such racks, switch chips in
-            each such rack).
-        leaves: (downlinks, uplinks, number of such leaf chips) when the problem has a fabric.
-        spine: spine chips.
+    Reads the plan's servers per type, its racks (cooling, servers and switch chips per rack,
+    number of such racks), its leaf chips (downlinks, uplinks, count) and spine chips.
+    Returns the figures and the limits broken (``violations``, empty for a valid plan).
     """
+    servers, spine = plan.servers, plan.spine
+    leaves = [(g.downlinks, g.uplinks, g.count) for g in plan.leaves]
+    racks = [(g.pattern.cooling, g.servers(p.types), g.count, g.switch_chips(p.types)) for g in plan.racks]
     v: list[str] = []
     gpus = sum(p.type(n).gpus * c for n, c in servers.items())
     chips = sum(c for _d, _u, c in leaves or []) + spine

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from math import ceil
 
 from constraints.buildout import fabric as buildout_fabric
@@ -24,29 +25,55 @@ from constraints.buildout import racks as buildout_racks
 from constraints.buildout import power as buildout_power
 from constraints.buildout import second_tier as buildout_second_tier
 from constraints.buildout import target as buildout_target
+from optimizer.budget import Budget
 from optimizer.buildout.evaluate import Evaluation, rack_limit_kw
 from optimizer.buildout.model import build, family_module
+from optimizer.buildout.plan import BuildoutPlan
 from optimizer.buildout.schema import Problem
-from optimizer.buildout.solve import OBJECTIVE_MODULES, solve_primary
-from optimizer.result import Binding, ConstraintKey, Status
+from optimizer.buildout.solve import MIN_SOLVE_S, BuildoutSolution, solve, solve_stage
+from optimizer.result import Binding, Conflict, ConstraintKey, Status
 
-WHATIF_TIME_S = 10.0
-# with --time-limit: when the what-if solves of the explanation must end (time.perf_counter()),
-# and how many were skipped past it (set and read by optimizer.buildout.solve_instance)
-WHATIF_DEADLINE: list = [None]
-WHATIF_SKIPPED: list = [0]
+WHATIF_TIME_S = 10.0  # the longest one what-if solve may take
+MIN_WHATIF_S = 0.02   # with less time left a what-if solve is skipped (and counted)
 
 
-def _whatif_time() -> float | None:
-    """Seconds a what-if solve may take (None: skip it, the deadline has passed)."""
-    end = WHATIF_DEADLINE[0]
-    if end is None:
-        return WHATIF_TIME_S
-    left = end - time.perf_counter()
-    if left <= 0.02:
-        WHATIF_SKIPPED[0] += 1
-        return None
-    return min(WHATIF_TIME_S, left)
+@dataclass(frozen=True)
+class BuildoutExplanation:
+    """Why the plan is what it is (or why there is none).
+
+    Attributes:
+        binding: the binding limits at the plan, each with its slack.
+        conflict: the conflicting constraints of an infeasible instance, one line each.
+        achievable: for an infeasible ``target_gpus``: the most GPUs any plan fits (or the
+            budget the fixed load misses), see :func:`most_gpus_without_target`.
+        cut_short: parts the time limit cut short.
+        wall_s: wall time of the explanation (its what-if solves included), s.
+    """
+
+    binding: tuple[Binding, ...] = ()
+    conflict: Conflict | None = None
+    achievable: dict | None = None
+    cut_short: tuple[str, ...] = ()
+    wall_s: float = 0.0
+
+
+class WhatIfs:
+    """The time of the explanation's what-if solves: each gets at most ``WHATIF_TIME_S``, none
+    runs past the budget's deadline, and those skipped for lack of time are counted."""
+
+    def __init__(self, budget: Budget):
+        self.budget = budget
+        self.skipped = 0
+
+    def time_s(self) -> float | None:
+        """Seconds the next what-if solve may take; None: skip it (the deadline has passed)."""
+        if not self.budget.limited:
+            return WHATIF_TIME_S
+        left = self.budget.remaining_s()
+        if left <= MIN_WHATIF_S:
+            self.skipped += 1
+            return None
+        return min(WHATIF_TIME_S, left)
 
 
 def kw(x: float) -> str:
@@ -63,64 +90,58 @@ def num(x: float | int | None) -> str:
     return f"{x:,.2f}"
 
 
-def _primary(p: Problem, objective: str, omit: frozenset[str] = frozenset()) -> float | None:
-    limit = _whatif_time()
+def _primary(p: Problem, whatifs: WhatIfs, omit: frozenset[str] = frozenset()) -> float | None:
+    """The optimum of ``p.objective`` alone (no secondary stages), None when not proven or skipped."""
+    limit = whatifs.time_s()
     if limit is None:
         return None
-    nm, ctx = build(p, omit=omit)
-    mod = OBJECTIVE_MODULES[objective]
-    out = solve_primary(nm, ctx, mod.expr(ctx), mod.SENSE, limit)
+    model = build(p, omit=omit)
+    obj = p.objective
+    out = solve_stage(model, obj.expr(model), obj.sense, limit)
     if out.status != Status.OPTIMAL:
         return None
-    return mod.to_unit(out.objective, ctx)
+    return obj.to_unit(out.objective, model)
 
 
-def _better(objective: str, new: float | None, old: float) -> bool:
-    if new is None:
-        return False
-    return new > old if OBJECTIVE_MODULES[objective].SENSE == "max" else new < old - 1e-9
-
-
-def least_power_kw(p: Problem, objective: str | None = None, value: float | None = None,
+def least_power_kw(p: Problem, whatifs: WhatIfs, value: float | None = None,
                    min_gpus: int | None = None) -> float | None:
     """Least total power (kW) of any plan without the power budget that is strictly better than
-    ``value`` in ``objective`` (or that holds ``min_gpus`` GPUs). None when no such plan exists."""
-    limit = _whatif_time()
+    ``value`` in ``p.objective`` (or, with ``value`` None, that holds ``min_gpus`` GPUs). None
+    when no such plan exists or the what-if solve is skipped."""
+    limit = whatifs.time_s()
     if limit is None:
         return None
     need = min_gpus or 0
-    if objective is not None:
-        need = max(need, OBJECTIVE_MODULES[objective].min_gpus_better_than(value))
-    nm, ctx = build(p, omit=frozenset({"power"}), min_gpus=need)
-    m = nm.model
+    if value is not None:
+        need = max(need, p.objective.min_gpus_better_than(value))
+    model = build(p, omit=frozenset({"power"}), min_gpus=need)
     if need:
-        m.add(ctx.gpus >= need)
-    if objective is not None:
-        m.add(OBJECTIVE_MODULES[objective].better_than(ctx, value))
-    out = solve_primary(nm, ctx, ctx.power_w, "min", limit)
+        model.cp.add(model.gpus >= need)
+    if value is not None:
+        model.cp.add(p.objective.better_than(model, value))
+    out = solve_stage(model, model.power_w, "min", limit)
     if out.status != Status.OPTIMAL:
         return None
     return out.objective / 1000.0
 
 
-def _chips_kw_for(p: Problem, servers: dict[str, int]) -> float | None:
+def _chips_kw_for(p: Problem, servers: dict[str, int], whatifs: WhatIfs) -> float | None:
     """Least switch-chip power (kW) of a fabric for exactly ``servers`` (a what-if solve without
     the budget); None when no fabric and racks can hold them (or the time limit skips it)."""
-    limit = _whatif_time()
+    limit = whatifs.time_s()
     if limit is None:
         return None
-    nm, ctx = build(p, omit=frozenset({"power", "target", "max_count"}),
-                    min_gpus=sum(p.type(n).gpus * c for n, c in servers.items()))
-    m = nm.model
+    model = build(p, omit=frozenset({"power", "target", "max_count"}),
+                  min_gpus=sum(p.type(n).gpus * c for n, c in servers.items()))
     for t in p.types:
-        m.add(ctx.n[t.name] == servers.get(t.name, 0))
-    out = solve_primary(nm, ctx, ctx.leaves + ctx.s, "min", limit)
+        model.cp.add(model.n[t.name] == servers.get(t.name, 0))
+    out = solve_stage(model, model.leaves + model.s, "min", limit)
     if out.status != Status.OPTIMAL:
         return None
     return out.objective * p.fabric.switch_power_kw
 
 
-def next_unit(p: Problem, servers: dict[str, int], ev: Evaluation
+def next_unit(p: Problem, servers: dict[str, int], ev: Evaluation, whatifs: WhatIfs
               ) -> tuple[str, float, float, float, float] | None:
     """The cheapest (in kW) next install unit: (phrase, server kW, second-tier kW, switch-chip kW, total kW).
 
@@ -145,7 +166,7 @@ def next_unit(p: Problem, servers: dict[str, int], ev: Evaluation
         if f is not None and f.switch_power_kw > 0:
             more = dict(servers)
             more[t.name] = more.get(t.name, 0) + u
-            need = _chips_kw_for(p, more)
+            need = _chips_kw_for(p, more, whatifs)
             if need is None:
                 continue
             chips = max(0.0, need - chips_now * f.switch_power_kw)
@@ -195,65 +216,62 @@ def unfit_bindings(p: Problem) -> list[Binding]:
     return out
 
 
-def bindings(p: Problem, objective: str, value: float, plan: dict, ev: Evaluation) -> list[Binding]:
-    """Binding limits at the reported plan (see the module docstring)."""
+def bindings(p: Problem, value: float, plan: BuildoutPlan, ev: Evaluation, whatifs: WhatIfs) -> list[Binding]:
+    """Binding limits at the reported plan (see the module docstring); ``value`` is the plan's
+    ``p.objective`` value."""
+    obj = p.objective
     out: list[Binding] = unfit_bindings(p)
-    servers = plan["servers"]
+    servers = plan.servers
     left = p.power_budget_kw - ev.power_kw
-    nu = next_unit(p, servers, ev)
-    mod = OBJECTIVE_MODULES[objective]
-    unit_name = mod.SHORT_UNIT
+    nu = next_unit(p, servers, ev, whatifs)
+    unit_name = obj.short_unit
+    unit = obj.unit_for(p)
     # power budget
-    need = least_power_kw(p, objective, value)
+    need = least_power_kw(p, whatifs, value)
     if need is not None:
         msg = (f"{kw(ev.power_kw)} of {kw(p.power_budget_kw)} kW used" +
-               (f"; {_need_phrase(nu, left)}" if nu and mod.NEXT_UNIT_HINT else "") +
+               (f"; {_need_phrase(nu, left)}" if nu and obj.next_unit_hint else "") +
                f"; a better plan ({unit_name}) needs at least {kw(need)} kW, {kw(need - p.power_budget_kw)} kW more budget")
         out.append(Binding(buildout_power.KEY, round(left, 6), "kW", msg))
     # second tier
     f = p.fabric
     if f is not None and f.second_tier_power_kw > 0:
         p0 = dataclasses.replace(p, fabric=dataclasses.replace(f, second_tier_power_kw=0.0))
-        alt = _primary(p0, objective)
-        if _better(objective, alt, value):
+        alt = _primary(p0, whatifs)
+        if obj.better(alt, value):
             slack = 0 if ev.second_tier else f.one_tier_max_gpus - ev.gpus
             state = ("the plan has a second tier" if ev.second_tier
                      else f"the plan stays within one tier ({ev.gpus} of {f.one_tier_max_gpus} GPUs)")
             out.append(Binding(buildout_second_tier.ACTIVATION, slack, "GPUs",
                                f"more than {f.one_tier_max_gpus} GPUs need {kw(f.second_tier_power_kw)} kW of "
                                f"second-tier switching; {state}; without that power the optimum would be "
-                               f"{num(alt)} {_unit(p, objective)}"))
+                               f"{num(alt)} {unit}"))
     # install unit
     u = p.install_unit_servers
     if u > 1:
-        alt = _primary(dataclasses.replace(p, install_unit_servers=1), objective)
-        if _better(objective, alt, value):
+        alt = _primary(dataclasses.replace(p, install_unit_servers=1), whatifs)
+        if obj.better(alt, value):
             msg = f"servers come in whole units of {u}"
             if nu:
                 msg += f": {_need_phrase(nu, left)}"
-            msg += f"; with single servers the optimum would be {num(alt)} {_unit(p, objective)}"
+            msg += f"; with single servers the optimum would be {num(alt)} {unit}"
             out.append(Binding(ConstraintKey(buildout_install_unit.FAMILY, "all types"), round(left, 6), "kW", msg))
     # max_count
     for t in p.types:
         if t.max_count is not None and servers.get(t.name, 0) >= t.max_count:
             types = tuple(dataclasses.replace(x, max_count=None) if x.name == t.name else x for x in p.types)
-            alt = _primary(dataclasses.replace(p, types=types), objective)
-            if _better(objective, alt, value):
+            alt = _primary(dataclasses.replace(p, types=types), whatifs)
+            if obj.better(alt, value):
                 out.append(Binding(ConstraintKey(buildout_max_count.FAMILY, t.name), 0, "servers",
                                    f"all {t.max_count} allowed {t.name} servers are used; without the cap the "
-                                   f"optimum would be {num(alt)} {_unit(p, objective)}"))
+                                   f"optimum would be {num(alt)} {unit}"))
     # target
-    if p.target_gpus is not None and OBJECTIVE_MODULES[objective].NEEDS_TARGET:
+    if p.target_gpus is not None and obj.needs_target:
         out.append(Binding(buildout_target.KEY, ev.gpus - p.target_gpus, "GPUs",
                            f"the plan must hold at least {p.target_gpus} GPUs; it holds {ev.gpus}"))
     out.extend(rack_bindings(p, plan))
     out.extend(fabric_bindings(p, plan, ev))
     return out
-
-
-def _unit(p: Problem, objective: str) -> str:
-    mod = OBJECTIVE_MODULES[objective]
-    return mod.unit(p) if hasattr(mod, "unit") else mod.UNIT
 
 
 def rack_content(p: Problem, pat) -> tuple[dict[str, int], int, float, int]:
@@ -273,13 +291,14 @@ def rack_text(content: dict[str, int], sw: int) -> str:
     return " + ".join(parts) or "nothing"
 
 
-def rack_bindings(p: Problem, plan: dict) -> list[Binding]:
+def rack_bindings(p: Problem, plan: BuildoutPlan) -> list[Binding]:
     """Per-rack limits (cooling power, feed power, rack units) that stop a full rack taking one
     more server. A rack's power limit is the lower of its cooling limit (``rack_power``) and
     the usable feed power (``rack_feed``); the entry is named after the one that is lower."""
-    present = [p.type(n) for n, c in plan["servers"].items() if c > 0]
+    present = [p.type(n) for n, c in plan.servers.items() if c > 0]
     found: dict[tuple[str, str], dict] = {}
-    for pat, mult in plan["racks"]:
+    for group in plan.racks:
+        pat, mult = group.pattern, group.count
         content, sw, rk, ru = rack_content(p, pat)
         lim = rack_limit_kw(p, pat.cooling)
         blocks = {}
@@ -324,20 +343,20 @@ def rack_bindings(p: Problem, plan: dict) -> list[Binding]:
     return out
 
 
-def fabric_bindings(p: Problem, plan: dict, ev: Evaluation) -> list[Binding]:
+def fabric_bindings(p: Problem, plan: BuildoutPlan, ev: Evaluation) -> list[Binding]:
     """Leaf and spine port use; what one more server's links would need."""
     f = p.fabric
     if f is None:
         return []
     out = []
     r = f.switch_radix
-    leaves = leaf_groups(p, plan)
+    leaves = [(g.downlinks, g.uplinks, g.count) for g in plan.leaves]
     down_cap = sum(d * c for d, _u, c in leaves)
     free = down_cap - ev.gpu_links
     placeable = [t for t in p.types if not buildout_racks.unfit_families(p, t.power_w, t.rack_units)]
     if not placeable:
         return []  # no server fits a rack (unfit_bindings says why): no fabric to describe
-    g = max((t.gpus for t in placeable if plan["servers"].get(t.name, 0) > 0), default=max(t.gpus for t in placeable))
+    g = max((t.gpus for t in placeable if plan.servers.get(t.name, 0) > 0), default=max(t.gpus for t in placeable))
     more = g * p.install_unit_servers * f.gpu_links
     if ev.second_tier:
         d_max = max(d for d, _u, _c in leaves) if leaves else 0
@@ -362,17 +381,7 @@ def fabric_bindings(p: Problem, plan: dict, ev: Evaluation) -> list[Binding]:
     return out
 
 
-def leaf_groups(p: Problem, plan: dict) -> list[tuple[int, int, int]]:
-    """(downlinks, uplinks, chips) groups of the plan's leaf switches."""
-    if p.fabric is None:
-        return []
-    out = [(d, u, c) for d, u, c in plan.get("leaves_split", [])]
-    if plan.get("leaves_one_tier"):
-        out.insert(0, (p.fabric.switch_radix, 0, plan["leaves_one_tier"]))
-    return out
-
-
-def conflict_details(p: Problem, keys: list[ConstraintKey]) -> list[str]:
+def conflict_details(p: Problem, keys: tuple[ConstraintKey, ...], whatifs: WhatIfs) -> list[str]:
     """One line per conflicting key, plus the power a target would need when power is in the conflict."""
     lines = []
     for k in keys:
@@ -382,8 +391,57 @@ def conflict_details(p: Problem, keys: list[ConstraintKey]) -> list[str]:
             lines.append(str(k))
     fams = {k.family for k in keys}
     if "power" in fams and p.target_gpus is not None:
-        need = least_power_kw(p, min_gpus=p.target_gpus)
+        need = least_power_kw(p, whatifs, min_gpus=p.target_gpus)
         if need is not None:
             lines.append(f"the least power of any plan with {p.target_gpus} GPUs is {kw(need)} kW "
                          f"> {kw(p.power_budget_kw)} kW budget")
     return lines
+
+
+def most_gpus_without_target(p: Problem, budget: Budget) -> dict | None:
+    """For an infeasible ``target_gpus``: the most GPUs any plan fits within the other limits
+    (the ``gpus`` objective without the target, solved within ``budget``), or None when there is
+    no target or no plan; a fixed load that takes the whole budget: the budget missing before
+    the first server."""
+    from objectives.buildout import registry
+
+    if p.fixed_w >= p.budget_w:  # no server at all: the budget is the answer
+        short = (p.fixed_w - p.budget_w) / 1e3
+        return {"requirement": "power_budget_kw", "best": 0, "required": p.power_budget_kw,
+                "detail": f"the fixed load ({p.fixed_power_kw:g} kW) takes the whole {p.power_budget_kw:g} kW budget: "
+                          f"no server fits; {short:g} kW more budget covers the fixed load, the first server "
+                          f"needs its own power on top"}
+    if p.target_gpus is None:
+        return None
+    best = solve(dataclasses.replace(p, target_gpus=None, objective=registry()["gpus"]), budget)
+    if best.plan is None or best.value is None:
+        return {"requirement": "target_gpus", "best": 0, "required": p.target_gpus,
+                "detail": f"no plan holds any GPU within these limits; {p.target_gpus} required"}
+    proven = "" if best.status == Status.OPTIMAL else " (not proven: time limit)"
+    return {"requirement": "target_gpus", "best": int(best.value), "required": p.target_gpus,
+            "detail": f"at most {int(best.value)} GPUs fit these limits{proven}; {p.target_gpus} required"}
+
+
+def explain(p: Problem, solution: BuildoutSolution, budget: Budget) -> BuildoutExplanation:
+    """The explanation of a solution; its what-if solves end by ``budget``'s deadline (those
+    skipped are listed under ``cut_short``).
+
+    A plan: its binding limits (:func:`bindings`). Infeasible: the conflicting constraints, one
+    line each (:func:`conflict_details`), and what is achievable (:func:`most_gpus_without_target`).
+    No plan within the time limit: nothing to explain.
+    """
+    t0 = time.perf_counter()
+    whatifs = WhatIfs(budget)
+    if solution.plan is None:
+        if solution.status != Status.INFEASIBLE:
+            return BuildoutExplanation(wall_s=time.perf_counter() - t0)
+        keys = list(solution.conflict)
+        conflict = Conflict(keys, conflict_details(p, solution.conflict, whatifs) or ["the limits cannot all hold"])
+        achievable = most_gpus_without_target(p, budget.split(1.0, at_least_s=MIN_SOLVE_S))
+        return BuildoutExplanation(conflict=conflict, achievable=achievable, wall_s=time.perf_counter() - t0)
+    binding = bindings(p, solution.value, solution.plan, solution.evaluation, whatifs)
+    cut = ()
+    if whatifs.skipped:
+        cut = (f"explanation: {whatifs.skipped} what-if solves skipped (their lines are left out)",)
+        budget.note_cut("build-out explanation")
+    return BuildoutExplanation(binding=tuple(binding), cut_short=cut, wall_s=time.perf_counter() - t0)

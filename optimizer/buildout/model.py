@@ -10,8 +10,10 @@ Integer units: power in watts, cost in hundredths of the cost unit (see
 * with a fabric: ``z`` (second tier built), ``l1`` one-tier leaf chips, ``w[d]`` two-tier
   leaf chips with split d, ``s`` spine chips (:mod:`constraints.buildout.fabric`).
 
-Constraint families live in ``constraints/buildout/*.py``; each module's ``add(nm, ctx)``
-adds its constraints under :class:`~optimizer.result.ConstraintKey` names.
+Constraint families live in ``constraints/buildout/*.py``; each module's
+``define(model, problem)`` adds its constraints to a :class:`BuildoutModel` under
+:class:`~optimizer.result.ConstraintKey` names, and ``describe(key, problem)`` explains one of
+them in a line. :data:`FAMILIES` is the formulation: every family, in the order it is added.
 """
 from __future__ import annotations
 
@@ -33,29 +35,34 @@ from constraints.buildout import racks as buildout_racks
 from constraints.buildout import second_tier as buildout_second_tier
 from constraints.buildout import target as buildout_target
 from optimizer.buildout.patterns import RackPattern, rack_patterns
+from optimizer.buildout.plan import BuildoutPlan, LeafGroup, RackGroup
 from optimizer.buildout.schema import Problem
 from optimizer.cpsat import NamedModel
 
-FAMILIES = {
-    "power": buildout_power,
-    "second_tier": buildout_second_tier,
-    "install_unit": buildout_install_unit,
-    "max_count": buildout_max_count,
-    "target": buildout_target,
-    "rack_power": buildout_rack_power,
-    "rack_feed": buildout_rack_feed,
-    "rack_units": buildout_rack_units,
-    "rack_cover": buildout_racks,
-    "fabric": buildout_fabric,
-}
+# the formulation: every constraint family of the build-out, in the order it is added
+FAMILIES = (
+    buildout_power,
+    buildout_second_tier,
+    buildout_install_unit,
+    buildout_max_count,
+    buildout_target,
+    buildout_rack_power,
+    buildout_rack_feed,
+    buildout_rack_units,
+    buildout_racks,
+    buildout_fabric,
+)
 
 
 def family_module(family: str):
-    """The constraints module that owns a family name (for descriptions)."""
-    if family in FAMILIES:
-        return FAMILIES[family]
-    if family.startswith("fabric"):
-        return buildout_fabric
+    """The constraints module that owns a family name (a key's ``family``).
+
+    Raises:
+        KeyError: no module of :data:`FAMILIES` owns it.
+    """
+    for mod in FAMILIES:
+        if family == mod.FAMILY or family in getattr(mod, "KEY_FAMILIES", ()):
+            return mod
     raise KeyError(family)
 
 
@@ -79,9 +86,12 @@ def item_units(p: Problem) -> list[int]:
 
 
 @dataclass
-class Ctx:
-    """Everything a constraint or objective module needs: the problem, variables, bounds."""
+class BuildoutModel:
+    """The build-out CP-SAT model: the named model, the problem, variables and bounds; what a
+    constraint family (``define``) or an objective (``expr``) works on. Expressions are in
+    model units (watts, hundredths of the cost unit)."""
 
+    named: NamedModel
     problem: Problem
     n: dict[str, Any]
     k: dict[str, Any]
@@ -95,6 +105,23 @@ class Ctx:
     n_ub: dict[str, int] = field(default_factory=dict)
     gpus_ub: int = 0
     leaf_ub: int = 0
+
+    @property
+    def cp(self) -> cp_model.CpModel:
+        """The OR-Tools model."""
+        return self.named.model
+
+    def add(self, key, constraint):
+        """Add ``constraint`` under ``key`` (see :meth:`optimizer.cpsat.NamedModel.add`)."""
+        return self.named.add(key, constraint)
+
+    def all_variables(self) -> list:
+        """Every decision variable (for solution hints between stages)."""
+        out = list(self.n.values()) + list(self.k.values()) + list(self.y) + list(self.w)
+        for v in (self.z, self.l1, self.s):
+            if not isinstance(v, int):
+                out.append(v)
+        return out
 
     @property
     def gpus(self):
@@ -148,16 +175,17 @@ def _patterns(power_w: tuple, units: tuple, caps: tuple, limits: tuple, rack_u: 
 
 
 def build(p: Problem, explain: bool = False, omit: frozenset[str] = frozenset(),
-          min_gpus: int = 0) -> tuple[NamedModel, Ctx]:
+          min_gpus: int = 0) -> BuildoutModel:
     """Build the model.
 
     Args:
         p: the resolved problem.
         explain: build the explain-mode model (one assumption literal per key).
-        omit: constraint families to leave out (what-if solves, e.g. {"power"}).
+        omit: constraint families (module ``FAMILY`` names) to leave out (what-if solves, e.g.
+            {"power"}).
         min_gpus: widen the server bounds so that this many GPUs are representable.
     Returns:
-        (named model, context with variables).
+        The model with every family of :data:`FAMILIES` not in ``omit`` defined.
     """
     nm = NamedModel(explain=explain)
     m = nm.model
@@ -178,22 +206,22 @@ def build(p: Problem, explain: bool = False, omit: frozenset[str] = frozenset(),
                      tuple(p.cooling_limits_w().items()), p.rack_units)
     racks_ub = max(1, sum(caps))
     y = [m.new_int_var(0, racks_ub, f"y[{i}:{pat.cooling}:{pat.counts}]") for i, pat in enumerate(pats)]
-    ctx = Ctx(problem=p, n=n, k=k, patterns=pats, y=y, z=0, n_ub=n_ub, gpus_ub=gpus_ub)
+    model = BuildoutModel(named=nm, problem=p, n=n, k=k, patterns=pats, y=y, z=0, n_ub=n_ub, gpus_ub=gpus_ub)
     if p.fabric is not None:
         f = p.fabric
-        ctx.z = m.new_bool_var("z[second tier]")
-        ctx.splits = buildout_fabric.leaf_splits(f.switch_radix, f.max_oversubscription)
-        ctx.leaf_ub = leaf_ub
-        ctx.l1 = m.new_int_var(0, ctx.leaf_ub, "leaf[one tier]")
-        ctx.w = [m.new_int_var(0, ceil(ctx.leaf_ub / d), f"leaf[{d}down/{up}up]") for d, up in ctx.splits]
-        ctx.s = m.new_int_var(0, ctx.leaf_ub, "spine")
+        model.z = m.new_bool_var("z[second tier]")
+        model.splits = buildout_fabric.leaf_splits(f.switch_radix, f.max_oversubscription)
+        model.leaf_ub = leaf_ub
+        model.l1 = m.new_int_var(0, model.leaf_ub, "leaf[one tier]")
+        model.w = [m.new_int_var(0, ceil(model.leaf_ub / d), f"leaf[{d}down/{up}up]") for d, up in model.splits]
+        model.s = m.new_int_var(0, model.leaf_ub, "spine")
     if u == 1:
         for t in p.types:  # k is unused; tie it to n so it reports install units
             m.add(k[t.name] == n[t.name])
-    for family, mod in FAMILIES.items():
-        if family not in omit:
-            mod.add(nm, ctx)
-    return nm, ctx
+    for family in FAMILIES:
+        if family.FAMILY not in omit:
+            family.define(model, p)
+    return model
 
 
 def installed_racks(p, racks: list[tuple[RackPattern, int]], items: list[int]) -> list[tuple[RackPattern, int]]:
@@ -248,27 +276,27 @@ def installed_racks(p, racks: list[tuple[RackPattern, int]], items: list[int]) -
     return out
 
 
-def values(solver: cp_model.CpSolver, ctx: Ctx) -> dict[str, Any]:
-    """Read a solution: servers, install units, racks as installed, fabric chips.
-
-    ``racks`` is a list of (pattern, number of such racks); a pattern's ``counts`` has one
-    entry per server type, plus the switch chips last when they are racked.
-    """
-    p = ctx.problem
+def values(solver: cp_model.CpSolver, model: BuildoutModel) -> BuildoutPlan:
+    """Read a solution: servers, install units, racks as installed (:func:`installed_racks`),
+    fabric chips."""
+    p = model.problem
     val = solver.value
-    servers = {t.name: int(val(ctx.n[t.name])) for t in p.types}
-    out: dict[str, Any] = {
-        "servers": servers,
-        "install_units": {t.name: int(val(ctx.k[t.name])) for t in p.types},
-        "second_tier": bool(val(ctx.z)) if p.fabric is not None else False,
-    }
+    servers = {t.name: int(val(model.n[t.name])) for t in p.types}
     items = [servers[t.name] for t in p.types]
+    leaves: list[LeafGroup] = []
+    spine = 0
     if p.fabric is not None:
-        out["leaves_one_tier"] = int(val(ctx.l1))
-        out["leaves_split"] = [(d, up, int(val(w))) for (d, up), w in zip(ctx.splits, ctx.w) if val(w) > 0]
-        out["spine"] = int(val(ctx.s))
+        one_tier = int(val(model.l1))
+        if one_tier:
+            leaves.append(LeafGroup(p.fabric.switch_radix, 0, one_tier))
+        leaves += [LeafGroup(d, up, int(val(w))) for (d, up), w in zip(model.splits, model.w) if val(w) > 0]
+        spine = int(val(model.s))
         if p.fabric.switches_in_racks:
-            items.append(out["leaves_one_tier"] + sum(c for _d, _u, c in out["leaves_split"]) + out["spine"])
-    out["racks"] = installed_racks(p, [(pat, int(val(y))) for pat, y in zip(ctx.patterns, ctx.y) if val(y) > 0],
-                                   items)
-    return out
+            items.append(sum(g.count for g in leaves) + spine)
+    racks = installed_racks(p, [(pat, int(val(y))) for pat, y in zip(model.patterns, model.y) if val(y) > 0], items)
+    return BuildoutPlan(
+        servers=servers,
+        install_units={t.name: int(val(model.k[t.name])) for t in p.types},
+        second_tier=bool(val(model.z)) if p.fabric is not None else False,
+        racks=tuple(RackGroup(pat, mult) for pat, mult in racks),
+        leaves=tuple(leaves), spine=spine)

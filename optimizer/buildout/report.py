@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizer.buildout.evaluate import Evaluation
-from optimizer.buildout.explain import kw, leaf_groups, num, rack_content
+from optimizer.buildout.explain import BuildoutExplanation, kw, num, rack_content
 from optimizer.buildout.schema import Problem
-from optimizer.buildout.solve import OBJECTIVE_MODULES, SolveResult, objective_unit
+from optimizer.buildout.solve import BuildoutSolution
 from optimizer.result import print_no_plan, Binding, Conflict, Status, envelope, group_conflicts
 
 DEFINITIONS = {
@@ -22,39 +22,69 @@ DEFINITIONS = {
 
 @dataclass
 class BuildoutReport:
-    """Result of one build-out run (``status``, ``to_dict()``, ``render(console)``)."""
+    """Result of one build-out run (``status``, ``to_dict()``, ``render(console)``), built once
+    from the problem, its solution and the explanation.
+
+    Attributes:
+        problem: the resolved problem (its objective included).
+        solution: the frozen solution.
+        explanation: binding limits, conflict, what is achievable, parts cut short.
+        outputs: files written for ``--output`` (none for the build-out).
+    """
 
     problem: Problem
-    result: SolveResult
-    evaluation: Evaluation | None = None
-    binding: list[Binding] = field(default_factory=list)
-    conflict: Conflict | None = None
-    achievable: dict | None = None  # infeasible target: the most GPUs that fit the limits
-    cut_short: list[str] = field(default_factory=list)  # parts the time limit cut short
-    total_time_s: float | None = None
-    """Wall time of the whole build-out run (validation, model, every solve, explanation),
-    set by :func:`optimizer.buildout.run`; None when the report was built another way."""
+    solution: BuildoutSolution
+    explanation: BuildoutExplanation = field(default_factory=BuildoutExplanation)
+    outputs: list = field(default_factory=list)
 
     @property
     def status(self) -> Status:
-        return self.result.status
+        return self.solution.status
+
+    @property
+    def evaluation(self) -> Evaluation | None:
+        return self.solution.evaluation
+
+    @property
+    def binding(self) -> tuple[Binding, ...]:
+        return self.explanation.binding
+
+    @property
+    def conflict(self) -> Conflict | None:
+        return self.explanation.conflict
+
+    @property
+    def achievable(self) -> dict | None:
+        """Infeasible target: the most GPUs that fit the limits."""
+        return self.explanation.achievable
+
+    @property
+    def cut_short(self) -> list[str]:
+        """Parts the time limit cut short."""
+        return list(self.explanation.cut_short)
+
+    @property
+    def total_time_s(self) -> float:
+        """Wall time of the run's solve and explanation (model building, every CP-SAT stage,
+        the independent check and the what-if solves), s."""
+        return self.solution.wall_s + self.explanation.wall_s
 
     # ------------------------------------------------------------------ JSON
     def plan_dict(self) -> dict[str, Any] | None:
-        res, p, ev = self.result, self.problem, self.evaluation
+        res, p, ev = self.solution, self.problem, self.evaluation
         if res.plan is None or ev is None:
             return None
-        servers = {n: c for n, c in res.plan["servers"].items()}
+        servers = dict(res.plan.servers)
         layout = []
-        for pat, mult in res.plan["racks"]:
-            content, sw, rk, ru = rack_content(p, pat)
-            layout.append({"cooling": pat.cooling, "count": mult, "servers": content, "switch_chips": sw,
+        for group in res.plan.racks:
+            content, sw, rk, ru = rack_content(p, group.pattern)
+            layout.append({"cooling": group.pattern.cooling, "count": group.count, "servers": content, "switch_chips": sw,
                            "power_kw": round(rk, 6), "rack_units": ru})
         fabric = None
         if p.fabric is not None:
             f = p.fabric
             groups = []
-            for d, u, c in leaf_groups(p, res.plan):
+            for d, u, c in ((g.downlinks, g.uplinks, g.count) for g in res.plan.leaves):
                 groups.append({"count": c, "downlinks": d, "uplinks": u,
                                "downlink_gb_s": d * f.port_bandwidth_gb_s,
                                "uplink_gb_s": u * f.port_bandwidth_gb_s,
@@ -92,16 +122,13 @@ class BuildoutReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The result envelope (:func:`optimizer.result.envelope`) of this build-out."""
-        from objectives.buildout import registry
-
-        res, p = self.result, self.problem
-        mod = OBJECTIVE_MODULES[res.objective]
+        res, p = self.solution, self.problem
+        obj = res.objective
         solver = res.stats.to_dict()
         # time_s: the whole run (what the table prints); cp_sat_time_s: the CP-SAT calls of the
         # lexicographic stages (and of the conflict search when infeasible)
         solver["cp_sat_time_s"] = res.stats.time_s
-        if self.total_time_s is not None:
-            solver["time_s"] = self.total_time_s
+        solver["time_s"] = self.total_time_s
         solver["stages"] = [{"name": s.name, "status": s.status.value, "time_s": s.time_s} for s in res.stages]
         solver["cut_short"] = list(self.cut_short)
         plan = self.plan_dict()
@@ -116,8 +143,8 @@ class BuildoutReport:
                 conflicts[0]["detail"] = "; ".join(general + ([conflicts[0]["detail"]] if conflicts[0]["detail"] else []))
         return envelope(
             "buildout", p.name, res.status,
-            {"name": res.objective, "sense": mod.SENSE, "value": res.value, "unit": objective_unit(p, res.objective),
-             "bound": res.bound, "gap": res.stats.gap, "definition": registry()[res.objective].definition},
+            {"name": obj.name, "sense": obj.sense, "value": res.value, "unit": obj.unit_for(p),
+             "bound": res.bound, "gap": res.stats.gap, "definition": obj.definition},
             plan, solver,
             binding=[b.to_dict() for b in self.binding],
             conflicts=conflicts,
@@ -131,7 +158,7 @@ class BuildoutReport:
         from rich.table import Table
 
         d = self.to_dict()
-        res, p = self.result, self.problem
+        res, p = self.solution, self.problem
         o = d["objective"]
         console.print(f"[bold]{p.name}[/bold]  build-out, objective {o['name']} ({o['sense']})  "
                       f"status [bold]{d['status']}[/bold]")

@@ -18,11 +18,14 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 from pydantic import Field, field_validator
 
 from optimizer.errors import InputError
+
+if TYPE_CHECKING:
+    from objectives.buildout import BuildoutObjective
 from optimizer.schema_base import StrictModel, read_yaml, validate
 
 PosFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
@@ -185,6 +188,7 @@ class Problem:
     max_utilization: float | None = None
     feeds_per_rack: int = 1
     redundant_feeds: bool = False
+    objective: Optional["BuildoutObjective"] = None  # the objective resolved by load (objectives/buildout/)
 
     @property
     def feed_usable_kw(self) -> float | None:
@@ -269,7 +273,7 @@ def parse(raw: dict[str, Any], path: str | Path) -> InstanceIn:
     return validate(InstanceIn, raw, path)
 
 
-def resolve(inst: InstanceIn, path: str | Path, objective: str,
+def resolve(inst: InstanceIn, path: str | Path, objective: "BuildoutObjective",
             servers_file: Path = SERVERS_FILE) -> Problem:
     """Fill catalog figures, check cross-field rules and build the :class:`Problem`.
 
@@ -279,10 +283,7 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str,
             cost objective, feed fields without ``feed_kw``, ``feed_kw`` without
             ``max_utilization``, or an odd ``feeds_per_rack`` with ``redundant_feeds``.
     """
-    from objectives.buildout import registry
-
-    mod = registry()[objective].module
-    needs_cost, needs_target = mod.NEEDS_COST, mod.NEEDS_TARGET
+    needs_cost, needs_target = objective.needs_cost, objective.needs_target
     b = inst.buildout
     data, cost_unit = load_server_data(servers_file)
     types = []
@@ -303,7 +304,7 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str,
                                      f"'{st.name}' is not in {servers_file.name} (known: {known}); "
                                      f"give gpus, power_kw and rack_units inline")
         if needs_cost and fig["cost"] is None:
-            raise InputError(path, f"{where}.cost", "the cost objective needs a cost for every server type")
+            raise InputError(path, f"{where}.cost", f"the {objective.name} objective needs a cost for every server type")
         if st.cost is not None or not base:
             costs_from_file = False
         overridden = [k for k in ("gpus", "power_kw", "rack_units", "cost") if getattr(st, k) is not None]
@@ -317,7 +318,7 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str,
     if b.racks.air_cooled_kw is None and b.racks.liquid_cooled_kw is None:
         raise InputError(path, "buildout.racks", "no cooling available: give air_cooled_kw or liquid_cooled_kw")
     if needs_target and b.target_gpus is None:
-        raise InputError(path, "buildout.target_gpus", f"the {objective} objective needs a target_gpus")
+        raise InputError(path, "buildout.target_gpus", f"the {objective.name} objective needs a target_gpus")
     r = b.racks
     feed_extras = [k for k in ("max_utilization", "redundant_feeds", "feeds_per_rack") if getattr(r, k) is not None]
     if r.feed_kw is None and feed_extras:
@@ -345,11 +346,13 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str,
         air_cooled_kw=b.racks.air_cooled_kw, liquid_cooled_kw=b.racks.liquid_cooled_kw,
         rack_units=b.racks.rack_units, fabric=fab,
         cost_unit=cost_unit if costs_from_file else "cost unit",
-        feed_kw=r.feed_kw, max_utilization=r.max_utilization, feeds_per_rack=feeds, redundant_feeds=redundant)
+        feed_kw=r.feed_kw, max_utilization=r.max_utilization, feeds_per_rack=feeds, redundant_feeds=redundant,
+        objective=objective)
 
 
-def load(raw: dict[str, Any], path: str | Path, objective: str | None) -> tuple[Problem, str]:
-    """Parse and resolve an instance; returns ``(problem, objective name)``.
+def load(raw: dict[str, Any], path: str | Path, objective: str | None) -> Problem:
+    """Parse and resolve an instance; the problem's ``objective`` is the named objective object
+    (default: the registry's default) from ``objectives/buildout/``.
 
     Raises:
         InputError: bad input, including an unknown objective name.
@@ -358,7 +361,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: str | None) -> tuple[
     from objectives.buildout import registry
 
     objectives = registry()
-    obj = objective or default_of(objectives)
-    if obj not in objectives:
-        raise InputError(path, "--objective", f"unknown objective '{obj}' for buildout (use one of: {', '.join(objectives)})")
-    return resolve(parse(raw, path), path, obj), obj
+    name = objective or default_of(objectives)
+    if name not in objectives:
+        raise InputError(path, "--objective", f"unknown objective '{name}' for buildout (use one of: {', '.join(objectives)})")
+    return resolve(parse(raw, path), path, objectives[name])

@@ -30,21 +30,24 @@ worker alone left a 500 MW fewest-leaf-spine-links stage unproven after 20 s; tw
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ortools.sat.python import cp_model
 
+from objectives.buildout import BuildoutObjective
 from objectives.buildout import racks as buildout_racks
-from objectives.buildout import registry as objective_registry
-from optimizer.buildout.model import Ctx, build, values
+from optimizer.budget import Budget
+from optimizer.buildout.evaluate import Evaluation
+from optimizer.buildout.model import BuildoutModel, build, values
+from optimizer.buildout.plan import BuildoutPlan
 from optimizer.buildout.schema import Problem
-from optimizer.cpsat import CpSolveOutcome, NamedModel
+from optimizer.cpsat import CpSolveOutcome
 from optimizer.result import ConstraintKey, SolverStats, Status, relative_gap
 
-# {name: module}: one module per objective in objectives/buildout/ (found, not listed here)
-OBJECTIVE_MODULES = {name: o.module for name, o in objective_registry().items()}
-DEFAULT_TIME_LIMIT_S = 60.0
+DEFAULT_TIME_LIMIT_S = 60.0  # without --time-limit: all stages together
+SOLVE_SHARE = 0.6  # with a time limit: the lexicographic solve's share of the budget, the explanation's what-ifs the rest
+MIN_SOLVE_S = 0.25  # the solve gets at least this long, even when start-up has used the budget
 SEARCH_WORKERS = 2
 FAST_TRY_S = 0.5
 
@@ -100,12 +103,7 @@ def cp_solve(model: cp_model.CpModel, time_limit_s: float | None) -> CpSolveOutc
                           solver.best_objective_bound if found else None)
 
 
-def objective_unit(p: Problem, objective: str) -> str:
-    mod = OBJECTIVE_MODULES[objective]
-    return mod.unit(p) if hasattr(mod, "unit") else mod.UNIT
-
-
-@dataclass
+@dataclass(frozen=True)
 class StageResult:
     name: str
     status: Status
@@ -113,52 +111,53 @@ class StageResult:
     time_s: float
 
 
-@dataclass
-class SolveResult:
-    """Outcome of :func:`solve`.
+@dataclass(frozen=True)
+class BuildoutSolution:
+    """The outcome of a build-out solve, never changed afterwards.
 
-    ``plan`` is the raw solution (:func:`optimizer.buildout.model.values`) or None;
-    ``objective``/``bound`` are in the objective's unit; ``conflict`` holds the conflicting
-    keys when infeasible. ``stats.time_s`` is the CP-SAT time of the stages (and of the
-    conflict search); :func:`optimizer.buildout.run` adds the whole run's time to the report.
+    Attributes:
+        status: optimal only when every stage was proven optimal.
+        objective: the primary objective.
+        plan: the plan, None without one (infeasible, or no plan within the time limit).
+        value, bound: the primary objective's value and proven bound, in its unit.
+        stats: CP-SAT statistics; ``time_s`` is the CP-SAT time of the stages (and of the
+            conflict search when infeasible).
+        stages: each lexicographic stage solved.
+        conflict: the conflicting constraint keys when infeasible (empty otherwise).
+        evaluation: the independent evaluator's figures of ``plan`` (None without a plan).
+        wall_s: wall time of the solve (model building, stages, conflict search, check), s.
     """
 
     status: Status
-    objective: str
-    plan: dict[str, Any] | None
+    objective: BuildoutObjective
+    plan: BuildoutPlan | None
     value: float | None
     bound: float | None
     stats: SolverStats
-    stages: list[StageResult] = field(default_factory=list)
-    conflict: list[ConstraintKey] | None = None
+    stages: tuple[StageResult, ...] = ()
+    conflict: tuple[ConstraintKey, ...] = ()
+    evaluation: Evaluation | None = None
+    wall_s: float = 0.0
 
 
-def _all_vars(ctx: Ctx) -> list:
-    out = list(ctx.n.values()) + list(ctx.k.values()) + list(ctx.y) + list(ctx.w)
-    for v in (ctx.z, ctx.l1, ctx.s):
-        if not isinstance(v, int):
-            out.append(v)
-    return out
-
-
-def _stages(p: Problem, objective: str, ctx: Ctx) -> list[tuple[str, Any, str]]:
-    mod = OBJECTIVE_MODULES[objective]
-    st = [(objective, mod.expr(ctx), mod.SENSE)]
-    st += buildout_racks.secondary_stages(ctx)
+def _stages(p: Problem, model: BuildoutModel) -> list[tuple[str, Any, str]]:
+    obj = p.objective
+    st = [(obj.name, obj.expr(model), obj.sense)]
+    st += buildout_racks.secondary_stages(model)
     if all(t.cost is not None for t in p.types):
-        st.append(("cost", ctx.cost_c, "min"))
+        st.append(("cost", model.cost_c, "min"))
     # the primary objective is not solved again as a secondary stage
     st = st[:1] + [s for s in st[1:] if s[0] != st[0][0]]
-    st.append(("power", ctx.power_w, "min"))
+    st.append(("power", model.power_w, "min"))
     if p.fabric is not None:
-        st.append(("switch chips", ctx.leaves + ctx.s, "min"))
-        st.append(("leaf-spine links", ctx.uplinks, "min"))
+        st.append(("switch chips", model.leaves + model.s, "min"))
+        st.append(("leaf-spine links", model.uplinks, "min"))
     return st
 
 
-def solve_primary(nm: NamedModel, ctx: Ctx, objective_expr, sense: str, time_limit_s: float | None):
-    """Solve one stage; returns the :class:`optimizer.cpsat.CpSolveOutcome`."""
-    m = nm.model
+def solve_stage(model: BuildoutModel, objective_expr, sense: str, time_limit_s: float | None) -> CpSolveOutcome:
+    """Set ``objective_expr`` (``sense`` min or max) on the model and solve it once."""
+    m = model.cp
     if sense == "max":
         m.maximize(objective_expr)
     else:
@@ -166,46 +165,48 @@ def solve_primary(nm: NamedModel, ctx: Ctx, objective_expr, sense: str, time_lim
     return cp_solve(m, time_limit_s)
 
 
-def solve(p: Problem, objective: str, time_limit_s: float | None = None) -> SolveResult:
-    """Solve the build-out problem lexicographically (see the module docstring).
+def solve(p: Problem, budget: Budget) -> BuildoutSolution:
+    """Solve the build-out problem lexicographically for ``p.objective`` (module docstring).
 
     Args:
-        p: resolved problem.
-        objective: "gpus", "cost" or "racks".
-        time_limit_s: wall-clock limit for all stages together (default 60 s).
+        p: the resolved problem.
+        budget: every stage ends by its deadline (without a limit: ``DEFAULT_TIME_LIMIT_S``).
     Returns:
-        SolveResult; when infeasible, ``conflict`` names the conflicting constraints.
+        The solution (``evaluation`` not yet filled: see :func:`optimizer.buildout.evaluate`);
+        when infeasible, ``conflict`` names the conflicting constraints.
     """
-    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
     t_start = time.perf_counter()
-    nm, ctx = build(p)
-    mod = OBJECTIVE_MODULES[objective]
+    if not budget.limited:
+        budget = budget.within(DEFAULT_TIME_LIMIT_S)
+    obj = p.objective
+    model = build(p)
     stages: list[StageResult] = []
-    plan = None
     value = bound = None
     status = Status.OPTIMAL
     solver_time = 0.0
-    allv = _all_vars(ctx)
+    allv = model.all_variables()
     last = None
-    for i, (name, expr, sense) in enumerate(_stages(p, objective, ctx)):
-        left = limit - (time.perf_counter() - t_start)
+    for i, (name, expr, sense) in enumerate(_stages(p, model)):
+        left = budget.remaining_s()
         if i > 0 and left <= 0.01:  # keep the plan found so far; later stages are unproven
             status = Status.FEASIBLE
+            budget.note_cut("build-out secondary stages")
             break
-        out = solve_primary(nm, ctx, expr, sense, left)
+        out = solve_stage(model, expr, sense, left)
         solver_time += out.time_s
         if i == 0:
             if out.status in (Status.INFEASIBLE, Status.TIME_LIMIT):
-                stats = SolverStats("cp-sat", out.status, solver_time, None, None, None, 1)
-                conflict = None
+                conflict: list[ConstraintKey] = []
                 if out.status == Status.INFEASIBLE:
-                    enm, _ = build(p, explain=True)
                     t_c = time.perf_counter()
-                    conflict = enm.conflicting_keys(time_limit_s=max(1.0, limit - (time.perf_counter() - t_start)))
-                    stats.time_s += time.perf_counter() - t_c
-                return SolveResult(out.status, objective, None, None, None, stats,
-                                   [StageResult(name, out.status, None, out.time_s)], conflict or [])
-            value, bound = mod.to_unit(out.objective, ctx), mod.to_unit(out.bound, ctx)
+                    conflict = build(p, explain=True).named.conflicting_keys(
+                        time_limit_s=max(1.0, budget.remaining_s())) or []
+                    solver_time += time.perf_counter() - t_c
+                stats = SolverStats("cp-sat", out.status, solver_time, None, None, None, 1)
+                return BuildoutSolution(out.status, obj, None, None, None, stats,
+                                        (StageResult(name, out.status, None, out.time_s),), tuple(conflict),
+                                        wall_s=time.perf_counter() - t_start)
+            value, bound = obj.to_unit(out.objective, model), obj.to_unit(out.bound, model)
             status = out.status
         elif out.status not in (Status.OPTIMAL, Status.FEASIBLE):
             stages.append(StageResult(name, out.status, None, out.time_s))
@@ -216,7 +217,7 @@ def solve(p: Problem, objective: str, time_limit_s: float | None = None) -> Solv
         stages.append(StageResult(name, out.status, out.objective, out.time_s))
         last = out
         val = int(round(out.objective))
-        m = nm.model
+        m = model.cp
         if out.status == Status.OPTIMAL:
             m.add(expr == val)
         elif sense == "max":
@@ -226,8 +227,8 @@ def solve(p: Problem, objective: str, time_limit_s: float | None = None) -> Solv
         m.clear_hints()
         for v in allv:
             m.add_hint(v, out.solver.value(v))
-    if last is not None:
-        plan = values(last.solver, ctx)  # once, from the last stage solved
+    plan = values(last.solver, model) if last is not None else None  # once, from the last stage solved
     gap = relative_gap(value, bound) if stages and stages[0].status == Status.FEASIBLE else 0.0
     stats = SolverStats("cp-sat", status, solver_time, value, bound, gap, len(stages))
-    return SolveResult(status, objective, plan, value, bound, stats, stages)
+    return BuildoutSolution(status, obj, plan, value, bound, stats, tuple(stages),
+                            wall_s=time.perf_counter() - t_start)

@@ -1,6 +1,8 @@
 """CP-SAT model of one layer's placement, or of a sub-problem over some of its GPUs.
 
-Decisions (``constraints/experts_*.py`` name every constraint):
+Decisions (the families of ``constraints/experts/`` name every constraint; :data:`FAMILIES`
+is the formulation, each family's ``define(model, sub_problem)`` adds its constraints to a
+:class:`LayerModel`):
 
 * even split: ``z[e,g,k]`` = expert ``e`` has ``k`` replicas here and one of them on GPU ``g``;
   ``y[e,k]`` picks the count (``replica_count``); ``sum_{e,k} z[e,g,k] = slots[g]``
@@ -35,10 +37,16 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
-from constraints.experts import load as experts_load, locality as experts_locality, replicas as experts_replicas, slots as experts_slots
-from objectives.experts import inter_node as experts_inter_node, max_load as experts_max_load, migration as experts_migration
+from constraints.experts import load as experts_load
+from constraints.experts import locality as experts_locality
+from constraints.experts import replicas as experts_replicas
+from constraints.experts import slots as experts_slots
+from objectives.experts import ExpertsObjective
 from optimizer.cpsat import NamedModel
 from optimizer.result import Status
+
+# the formulation: every constraint family, in the order it is added
+FAMILIES = (experts_replicas, experts_slots, experts_load, experts_locality)
 
 LOAD_UNITS_PER_LAYER = 1e8
 
@@ -112,7 +120,7 @@ class SubProblem:
     node_of: list[int]
     items: list[Item]
     split: str
-    objective: str                   # max-load | inter-node | migration
+    objective: ExpertsObjective      # the phase's objective (objectives/experts/)
     cap: int | None = None           # upper bound on every GPU load here (units)
     prev: np.ndarray | None = None   # [experts, gpus] previous X (global GPU index)
     move_weight: int = 0             # load units per move (max-load objective)
@@ -162,29 +170,61 @@ def solve_deterministic(model: cp_model.CpModel, work_limit: float, wall_limit_s
     return st, solver, dt, work, wall_stopped
 
 
-def build_and_solve(sp: SubProblem, work_limit: float, wall_limit_s: float | None = None,
-                    hint: bool = True, seed: int = 0) -> SubResult:
-    """Build the CP-SAT model of ``sp`` and solve it (deterministically, see
-    :func:`solve_deterministic`).
+@dataclass
+class LayerModel:
+    """The CP-SAT model of one (sub-)problem: what the constraint families define and the
+    objective is set on. Loads are in load units (module docstring).
 
-    Args:
-        work_limit: CP-SAT deterministic time for this solve.
-        wall_limit_s: wall-clock guard (None: none).
-    Returns:
-        SubResult with the chosen replicas, shares, the max load ``T`` (units) and the
-        objective value and bound in model units.
+    Attributes:
+        named: the model with its named constraints.
+        T: the max-load variable.
+        z, y: even split: ``z[e][k][g]`` (expert e has k replicas here, one on GPU g) and
+            ``y[e][k]`` (count option k chosen; the constant 1 with one option).
+        x, s: optimised split: ``x[e][g]`` (a replica of e on g) and its integer share ``s[e][g]``.
+        placed: ``(e, g) -> 0/1 expression``: a replica of e on GPU g.
+        load_terms: ``g -> [(units, variable)]``: the load on GPU g.
+        slot_terms: ``g -> [variable]``: the replicas on GPU g.
+        loads: ``g -> load expression`` (set by the ``gpu_load`` family).
+        cover_terms: ``[(weight, u[e, n])]`` (set by the ``node_cover`` family).
+    """
+
+    named: NamedModel
+    T: object
+    z: dict = field(default_factory=dict)
+    y: dict = field(default_factory=dict)
+    x: dict = field(default_factory=dict)
+    s: dict = field(default_factory=dict)
+    placed: dict = field(default_factory=dict)
+    load_terms: dict = field(default_factory=dict)
+    slot_terms: dict = field(default_factory=dict)
+    loads: dict = field(default_factory=dict)
+    cover_terms: list = field(default_factory=list)
+
+    @property
+    def cp(self) -> cp_model.CpModel:
+        """The OR-Tools model."""
+        return self.named.model
+
+    def add(self, key, constraint):
+        """Add ``constraint`` under ``key`` (see :meth:`optimizer.cpsat.NamedModel.add`)."""
+        return self.named.add(key, constraint)
+
+
+def build(sp: SubProblem, hint: bool = True) -> tuple[LayerModel, list[tuple[object, int]]]:
+    """The model of ``sp``: variables, every family of :data:`FAMILIES`, the symmetry breaking
+    and the objective; returns it with the solution hints (variable, value) of the current plan.
+
+    Raises:
+        ValueError: a count option of 0 next to others; the objective needs a previous
+            placement and ``sp.prev`` is None.
     """
     nm = NamedModel()
     m = nm.model
     G = sp.gpus
     cap_hi = sp.cap if sp.cap is not None else _total_units(sp)
-    T = m.new_int_var(min(sp.t_lower, cap_hi), cap_hi, "T")
-    xs: dict[tuple[int, int], object] = {}         # (e, g) -> expression 0/1
-    load_terms: dict[int, list] = {g: [] for g in G}
-    slot_terms: dict[int, list] = {g: [] for g in G}
+    model = LayerModel(nm, m.new_int_var(min(sp.t_lower, cap_hi), cap_hi, "T"),
+                       load_terms={g: [] for g in G}, slot_terms={g: [] for g in G})
     hints: list[tuple[object, int]] = []
-    shares: dict[tuple[int, int], cp_model.IntVar] = {}
-    z_all: dict[tuple[int, int, int], cp_model.IntVar] = {}
     for it in sp.items:
         if sp.split == "even":
             z: dict[int, dict[int, cp_model.IntVar]] = {}
@@ -196,85 +236,74 @@ def build_and_solve(sp: SubProblem, work_limit: float, wall_limit_s: float | Non
                 z[k] = {g: m.new_bool_var(f"z[{it.e},{g},{k}]") for g in G}
                 y[k] = m.new_bool_var(f"y[{it.e},{k}]") if len(it.options) > 1 else 1
                 for g in G:
-                    load_terms[g].append((units, z[k][g]))
-                    slot_terms[g].append(z[k][g])
-                    z_all[it.e, g, k] = z[k][g]
+                    model.load_terms[g].append((units, z[k][g]))
+                    model.slot_terms[g].append(z[k][g])
                     if hint:
                         hints.append((z[k][g], int(k == cur_k and g in it.current_gpus)))
                 if hint and not isinstance(y[k], int):
                     hints.append((y[k], int(k == cur_k)))
             if len(it.options) > 1 and any(k == 0 for k, _ in it.options):
                 raise ValueError("a count option of 0 must be the only option")
-            experts_replicas.add(nm, sp.layer, it.e, z, y)
+            model.z[it.e], model.y[it.e] = z, y
             for g in G:
                 terms = [z[k][g] for k in z]
                 if terms:
-                    xs[it.e, g] = sum(terms)
+                    model.placed[it.e, g] = sum(terms)
         else:
             x = {g: m.new_bool_var(f"x[{it.e},{g}]") for g in G}
             s = {g: m.new_int_var(0, it.amount, f"s[{it.e},{g}]") for g in G}
-            experts_load.add_split(nm, sp.layer, it.e, x, s, it.amount)
-            experts_replicas.add_split(nm, sp.layer, it.e, x, it.min_inside)
-            if it.max_inside < len(G):
-                nm.add(experts_replicas.key(sp.layer, it.e), sum(x.values()) <= it.max_inside)
+            model.x[it.e], model.s[it.e] = x, s
             for g in G:
-                load_terms[g].append((1, s[g]))
-                slot_terms[g].append(x[g])
-                xs[it.e, g] = x[g]
-                shares[it.e, g] = s[g]
+                model.load_terms[g].append((1, s[g]))
+                model.slot_terms[g].append(x[g])
+                model.placed[it.e, g] = x[g]
                 if hint:
                     hints.append((x[g], int(g in it.current_gpus)))
                     hints.append((s[g], int(it.current_shares.get(g, 0))))
-    loads = {}
-    for g, s_ in zip(G, sp.slots):
-        experts_slots.add(nm, sp.layer, g, slot_terms[g], s_)
-        loads[g] = experts_load.add(nm, sp.layer, g, load_terms[g], T)
+    for family in FAMILIES:
+        family.define(model, sp)
     if sp.symmetric:
         # interchangeable GPUs (same slots, objective blind to GPU identity): loads non-increasing
         for a, b, sa, sb in zip(G, G[1:], sp.slots, sp.slots[1:]):
             if sa == sb:
-                m.add(loads[a] >= loads[b])
-
+                m.add(model.loads[a] >= model.loads[b])
     moves_expr = None
     if sp.prev is not None:
-        moved = [v for (e, g), v in xs.items() if sp.prev[e, g] == 0]
+        moved = [v for (e, g), v in model.placed.items() if sp.prev[e, g] == 0]
         moves_expr = sum(moved) if moved else 0
-    if sp.objective == "max-load":
-        experts_max_load.set_objective(m, T, moves_expr, sp.move_weight)
-    elif sp.objective == "migration":
-        if moves_expr is None:
-            raise ValueError("migration objective needs a previous placement")
-        experts_migration.set_objective(m, moves_expr)
-    elif sp.objective == "inter-node":
-        cover_terms = []
-        nodes = sorted(set(sp.node_of))
-        for it in sp.items:
-            for n in nodes:
-                if n in it.covered_outside or it.cover_weight == 0:
-                    continue
-                on_node = [xs[it.e, g] for g, nn in zip(G, sp.node_of) if nn == n and (it.e, g) in xs]
-                if not on_node:
-                    continue
-                u = m.new_bool_var(f"u[{it.e},{n}]")
-                experts_locality.add(nm, sp.layer, it.e, n, u, on_node)
-                cover_terms.append((it.cover_weight, u))
-        experts_inter_node.set_objective(m, cover_terms)
-    else:
-        raise ValueError(f"unknown objective {sp.objective}")
+    sp.objective.set_objective(m, model.T, moves_expr, sp.move_weight, model.cover_terms)
+    return model, hints
+
+
+def build_and_solve(sp: SubProblem, work_limit: float, wall_limit_s: float | None = None,
+                    hint: bool = True, seed: int = 0) -> SubResult:
+    """Build the CP-SAT model of ``sp`` (:func:`build`) and solve it (deterministically, see
+    :func:`solve_deterministic`).
+
+    Args:
+        work_limit: CP-SAT deterministic time for this solve.
+        wall_limit_s: wall-clock guard (None: none).
+    Returns:
+        SubResult with the chosen replicas, shares, the max load ``T`` (units) and the
+        objective value and bound in model units.
+    """
+    model, hints = build(sp, hint)
+    m = model.cp
     for var, val in hints:
         m.add_hint(var, val)
     if hint and hints:
-        m.add_hint(T, _hint_max(sp))
+        m.add_hint(model.T, _hint_max(sp))
     status, sol, dt, work, wall_stopped = solve_deterministic(m, work_limit, wall_limit_s, seed)
     if status not in (Status.OPTIMAL, Status.FEASIBLE):
         return SubResult(status, {}, {}, None, None, None, dt, work, wall_stopped)
     X = {}
-    for (e, g), expr in xs.items():
+    for (e, g), expr in model.placed.items():
         if sol.value(expr):
             X[e, g] = 1
+    shares = {(e, g): v for e, sv in model.s.items() for g, v in sv.items()}
     sh = {k: int(sol.value(v)) for k, v in shares.items() if (k in X)}
-    return SubResult(status, X, sh, int(sol.value(T)), float(sol.objective_value), float(sol.best_objective_bound),
-                     dt, work, wall_stopped)
+    return SubResult(status, X, sh, int(sol.value(model.T)), float(sol.objective_value),
+                     float(sol.best_objective_bound), dt, work, wall_stopped)
 
 
 def _hint_max(sp: SubProblem) -> int:

@@ -48,10 +48,10 @@ def expert_load_data(report) -> Optional[ExpertLoadData]:
 
     if not report.rows:
         return None
-    m = report.meta
-    tr, win, slots = m["trace"], m["windows"], m["slots"]
+    m = report.data
+    tr, win, slots = m.trace, m.windows, m.slots
     fit = tr.loads[list(win.fit)].sum(axis=0)
-    p2l, policy = greedy_plans(fit, slots, m["num_groups"], m["num_nodes"])
+    p2l, policy = greedy_plans(fit, slots, m.num_groups, m.num_nodes)
     greedy, opt = [], []
     for r in report.rows:
         g = plan_from_phy2log(p2l[r.layer], tr.num_experts, slots).loads(fit[r.layer])
@@ -59,7 +59,7 @@ def expert_load_data(report) -> Optional[ExpertLoadData]:
             raise RuntimeError(f"layer {r.name}: rebuilt greedy max load {g.max()} != report {r.greedy.max_load}")
         greedy.append(g)
         opt.append(r.outcome.plan.loads(fit[r.layer]))
-    return ExpertLoadData(m["name"] or "experts", [r.name for r in report.rows], np.array(greedy), np.array(opt), policy)
+    return ExpertLoadData(m.name or "experts", [r.name for r in report.rows], np.array(greedy), np.array(opt), policy)
 
 
 def _expert_figure(d: ExpertLoadData):

@@ -1,24 +1,28 @@
-"""Load an experts instance, build the plans (trivial, greedy, optimised) and score them."""
+"""Load an experts instance (:func:`load`), solve every layer (:func:`solve`), score the plans
+(:func:`score_plan`) and explain them against the trivial and greedy plans (:func:`explain`)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from constraints.experts import replicas as experts_replicas
+from constraints.experts import slots as experts_slots
+from objectives.experts import ExpertsObjective
 from optimizer.budget import Budget
 from optimizer.errors import InputError
 from optimizer.experts import eplb
 from optimizer.experts.plan import (LayerPlan, balancedness, cross_node_tokens, moves, plan_from_phy2log,
                                     trivial_plan)
 from optimizer.experts.schema import ExpertsSection, parse, slots_list
-from optimizer.experts.solve import LayerTask, parallel_workers, solve_layers
+from optimizer.experts.solve import LayerOutcome, LayerTask, parallel_workers, solve_layers
 from optimizer.experts.traces import Trace, read_trace
-from optimizer.result import ConstraintKey
-
-OBJECTIVES = ("max-load", "inter-node", "migration")
+from optimizer.result import ConstraintKey, Status
 
 
 @dataclass
@@ -134,18 +138,59 @@ def greedy_plans(loads: np.ndarray, slots: list[int], num_groups: int, num_nodes
     return p2l, "global (per-GPU slots)"
 
 
-def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: float | None,
-                output_dir: Path | None, deadline: float | None = None):
-    from optimizer.experts.report import ExpertsReport, LayerRow, PlanScore
+@dataclass(frozen=True)
+class ExpertsData:
+    """A validated experts instance with its trace (loads in tokens).
 
-    end = deadline if deadline is not None or time_limit_s is None else Budget.for_command(time_limit_s).deadline
-    objective = objective or "max-load"
-    if objective not in OBJECTIVES:
-        raise InputError("--objective", "", f"unknown objective {objective!r} for experts (expected {', '.join(OBJECTIVES)})")
+    Attributes:
+        name: the instance's name.
+        objective: the objective object (``objectives/experts/``).
+        trace: the routing trace; ``windows``: the fitted and held-out windows.
+        slots: physical replicas per GPU; ``num_replicas`` their sum.
+        fit: ``[layers, experts]`` loads of the fitted windows, summed.
+        previous: ``[layers, replicas]`` phy2log of the previous placement, None without one.
+        section: the validated ``experts:`` section (split, tolerance, workers, work limit...).
+    """
+
+    name: str
+    objective: ExpertsObjective
+    trace: Trace
+    windows: Windows
+    slots: list[int]
+    num_gpus: int
+    num_nodes: int
+    num_groups: int
+    split: str
+    num_replicas: int
+    fit: np.ndarray
+    previous: np.ndarray | None
+    section: ExpertsSection
+
+    @property
+    def node_of(self) -> list[int]:
+        """The node of every GPU (GPUs split evenly over nodes, in order)."""
+        return [g // (self.num_gpus // self.num_nodes) for g in range(self.num_gpus)]
+
+
+def load(raw: dict, path: Path, objective: str | None) -> ExpertsData:
+    """Validate an experts instance, read its trace and previous placement.
+
+    Raises:
+        InputError: unknown objective; bad instance, trace or previous placement; fewer slots
+            than experts; the objective needs a previous placement and none is given.
+    """
+    from objectives.base import default_of
+    from objectives.experts import registry
+
+    objectives = registry()
+    name = objective or default_of(objectives)
+    if name not in objectives:
+        raise InputError("--objective", "", f"unknown objective {name!r} for experts (expected {', '.join(objectives)})")
+    obj = objectives[name]
+    path = Path(path)
     inst = parse(raw, path)
     ex: ExpertsSection = inst.experts
     slots = slots_list(ex)
-    G, N = ex.num_gpus, ex.num_nodes
     R = int(sum(slots))
     trace_path = (path.parent / ex.trace).resolve() if not Path(ex.trace).is_absolute() else Path(ex.trace)
     if not trace_path.exists():  # a file, or a folder of files (the ESFT layout)
@@ -154,63 +199,153 @@ def run_problem(raw: dict, path: Path, objective: str | None, time_limit_s: floa
     E, L = trace.num_experts, trace.num_layers
     if R < E:
         raise InputError(path, "experts.slots_per_gpu", f"{R} physical slots cannot hold {E} experts (need at least one each)")
-    if objective == "migration" and ex.previous_placement is None:
-        raise InputError(path, "experts.previous_placement", "the migration objective needs a previous placement")
+    if obj.needs_previous_placement and ex.previous_placement is None:
+        raise InputError(path, "experts.previous_placement", f"the {obj.name} objective needs a previous placement")
     win = select_windows(trace.num_windows, ex.fit_windows, ex.evaluate_windows, path)
-    fit = trace.loads[win.fit].sum(axis=0)
     prev_p2l = None
     if ex.previous_placement is not None:
         pp = (path.parent / ex.previous_placement) if not Path(ex.previous_placement).is_absolute() else Path(ex.previous_placement)
         prev_p2l = read_previous(pp, L, E, R)
-    node_of = [g // (G // N) for g in range(G)]
+    return ExpertsData(name=inst.name, objective=obj, trace=trace, windows=win, slots=slots, num_gpus=ex.num_gpus,
+                       num_nodes=ex.num_nodes, num_groups=ex.num_groups, split=ex.split, num_replicas=R,
+                       fit=trace.loads[win.fit].sum(axis=0), previous=prev_p2l, section=ex)
 
-    meta = dict(name=inst.name, objective=objective, trace=trace, windows=win, slots=slots, num_gpus=G,
-                num_nodes=N, num_groups=ex.num_groups, split=ex.split, num_replicas=R)
-    # infeasible: every GPU needs slots distinct experts
+
+@dataclass(frozen=True)
+class ExpertsPlan:
+    """One placement per layer (in trace order)."""
+
+    layers: tuple[LayerPlan, ...]
+
+
+@dataclass(frozen=True)
+class ExpertsSolution:
+    """The optimised placement of every layer, never changed afterwards.
+
+    Attributes:
+        objective: the objective object.
+        layers: each layer's outcome (plan, valid bound, gap, status, method).
+        plan: the optimised plan (None when infeasible).
+        greedy: EPLB's greedy plan of every layer (the comparison), ``greedy_policy`` its policy.
+        conflict: conflicting constraint keys when infeasible (empty otherwise).
+        wall_s: wall time of the layer solves, s.
+    """
+
+    objective: ExpertsObjective
+    layers: tuple[LayerOutcome, ...] = ()
+    plan: ExpertsPlan | None = None
+    greedy: ExpertsPlan | None = None
+    greedy_policy: str | None = None
+    conflict: tuple[ConstraintKey, ...] = ()
+    wall_s: float = 0.0
+
+    @property
+    def status(self) -> Status:
+        if self.conflict:
+            return Status.INFEASIBLE
+        return Status.OPTIMAL if all(o.proven for o in self.layers) else Status.FEASIBLE
+
+
+def solve(data: ExpertsData, budget: Budget) -> ExpertsSolution:
+    """Solve every layer (:func:`optimizer.experts.solve.solve_layers`).
+
+    The search effort per layer is a fixed work limit (reproducible); the budget's time left is
+    a wall-clock guard split across the layers (those solved in parallel share it). A GPU with
+    more slots than there are experts makes the instance infeasible (replicas of one expert sit
+    on distinct GPUs).
+    """
+    ex = data.section
+    slots, E, L = data.slots, data.trace.num_experts, data.trace.num_layers
     if max(slots) > E:
         g = int(np.argmax(slots))
-        keys = [ConstraintKey("gpu_slots", f"layer 0, gpu {g}"), ConstraintKey("distinct_gpus", "layer 0")]
-        return ExpertsReport.infeasible(meta, keys, f"GPU {g} has {slots[g]} slots but only {E} experts exist, "
-                                                    "and replicas of one expert must sit on distinct GPUs")
-
-    p2l_greedy, policy = greedy_plans(fit, slots, ex.num_groups, N)
-    meta["greedy_policy"] = policy
+        return ExpertsSolution(data.objective, conflict=(experts_slots.key(0, g),
+                                                         ConstraintKey(experts_replicas.DISTINCT, "layer 0")))
+    p2l_greedy, policy = greedy_plans(data.fit, slots, data.num_groups, data.num_nodes)
     greedy = [plan_from_phy2log(p2l_greedy[i], E, slots) for i in range(L)]
-    trivial = trivial_plan(E, slots)
-    prev = [plan_from_phy2log(prev_p2l[i], E, slots) for i in range(L)] if prev_p2l is not None else None
-
-    # work limit per layer (deterministic); --time-limit is a wall-clock guard split across layers
-    par = parallel_workers(L, E, G, ex.workers)
-    # (what is left of the command's budget, counted from the process start)
-    left = None if end is None else end - time.perf_counter()
+    prev = previous_plans(data)
+    par = parallel_workers(L, E, data.num_gpus, ex.workers)
+    left = budget.remaining_s() if budget.limited else None
     guard = None if left is None else max(0.005, left * par / L)  # spent: the start plans, nearly at once
-    tasks = [LayerTask(i, fit[i], slots, node_of, N, ex.split, objective, greedy[i],
+    tasks = [LayerTask(i, data.fit[i], slots, data.node_of, data.num_nodes, data.split, data.objective, greedy[i],
                        prev[i].X if prev is not None else None, ex.migration_weight, ex.max_load_tolerance,
                        guard, work_limit=ex.work_units_per_layer) for i in range(L)]
     t0 = time.perf_counter()
     outs = solve_layers(tasks, ex.workers)
     wall = time.perf_counter() - t0
+    return ExpertsSolution(data.objective, tuple(outs), ExpertsPlan(tuple(o.plan for o in outs)),
+                           ExpertsPlan(tuple(greedy)), policy, wall_s=wall)
 
+
+def previous_plans(data: ExpertsData) -> list[LayerPlan] | None:
+    """The previous placement of every layer as even-split plans, None without one."""
+    if data.previous is None:
+        return None
+    return [plan_from_phy2log(data.previous[i], data.trace.num_experts, data.slots) for i in range(data.trace.num_layers)]
+
+
+def score_plan(data: ExpertsData, layer: int, plan: LayerPlan, reference: LayerPlan | None) -> "PlanScore":
+    """Scores of one layer's plan on the fitted windows (and the held-out ones), moves counted
+    against ``reference``; ``bound`` and ``gap`` are left None (they belong to the solve)."""
+    from optimizer.experts.report import PlanScore
+
+    w = data.fit[layer]
+    ld = plan.loads(w)
+    win = data.windows
+    ev = held_out_scores(plan, data.trace.loads[:, layer, :], win.evaluate) if win.evaluate else None
+    return PlanScore(max_load=float(ld.max()), mean_load=float(ld.mean()), balancedness=balancedness(ld),
+                     bound=None, gap=None, moves=moves(plan, reference),
+                     cross_node_tokens=cross_node_tokens(plan, w, np.array(data.node_of), data.num_nodes),
+                     evaluation=ev)
+
+
+def evaluate(data: ExpertsData, plan: ExpertsPlan) -> tuple["PlanScore", ...]:
+    """The independent scores of ``plan``, layer by layer (moves against the previous placement,
+    or the trivial layout without one); bounds and gaps are not the plan's and stay None."""
+    prev = previous_plans(data)
+    trivial = trivial_plan(data.trace.num_experts, data.slots)
+    return tuple(score_plan(data, i, lp, prev[i] if prev is not None else trivial) for i, lp in enumerate(plan.layers))
+
+
+@dataclass(frozen=True)
+class ExpertsExplanation:
+    """The optimised plan against the trivial layout and the greedy EPLB plan, per layer, or why
+    there is no plan.
+
+    Attributes:
+        rows: per layer: the three plans' scores (``optimized`` with the solve's bound and gap;
+            ``trivial`` and ``greedy`` with the gap to that bound, None for a co-located plan).
+        moves_from: what moves are counted against.
+        conflict_detail: one sentence on the conflicting constraints (infeasible).
+    """
+
+    rows: tuple[Any, ...] = ()
+    moves_from: str = "trivial placement"
+    conflict_detail: str = ""
+
+
+def explain(data: ExpertsData, solution: ExpertsSolution, budget: Budget) -> ExpertsExplanation:
+    """Score the trivial, greedy and optimised plans of every layer on the same windows (no
+    solve: ``budget`` is not used)."""
+    from optimizer.experts.report import LayerRow
+
+    if solution.conflict:
+        g = int(np.argmax(data.slots))
+        return ExpertsExplanation(conflict_detail=f"GPU {g} has {data.slots[g]} slots but only "
+                                                  f"{data.trace.num_experts} experts exist, and replicas of one "
+                                                  "expert must sit on distinct GPUs")
+    prev = previous_plans(data)
+    trivial = trivial_plan(data.trace.num_experts, data.slots)
     rows = []
-    for i, o in enumerate(outs):
+    for i, o in enumerate(solution.layers):
         ref = prev[i] if prev is not None else trivial
 
-        def score(plan: LayerPlan, is_opt: bool) -> PlanScore:
-            ld = plan.loads(fit[i])
-            mx = float(ld.max())
-            ev = held_out_scores(plan, trace.loads[:, i, :], win.evaluate) if win.evaluate else None
+        def with_bound(plan: LayerPlan) -> "PlanScore":
+            sc = score_plan(data, i, plan, ref)
             # the bound holds for plans with distinct GPUs only: no gap for a co-located plan
-            gap = None if plan.X.max() > 1 else (0.0 if mx <= 0 else max(0.0, (mx - o.bound) / mx))
-            return PlanScore(max_load=mx, mean_load=float(ld.mean()), balancedness=balancedness(ld),
-                             bound=o.bound, gap=gap,
-                             moves=moves(plan, ref), cross_node_tokens=cross_node_tokens(plan, fit[i], np.array(node_of), N),
-                             evaluation=ev)
+            gap = None if plan.X.max() > 1 else (0.0 if sc.max_load <= 0 else max(0.0, (sc.max_load - o.bound) / sc.max_load))
+            return dataclasses.replace(sc, bound=o.bound, gap=gap)
 
-        opt = score(o.plan, True)
-        opt.gap = o.gap
-        rows.append(LayerRow(layer=i, name=trace.layer_names[i], trivial=score(trivial, False),
-                             greedy=score(greedy[i], False), optimized=opt, outcome=o))
-    report = ExpertsReport(meta, rows, wall, moves_from="previous_placement" if prev is not None else "trivial placement")
-    if output_dir is not None:
-        report.write_outputs(output_dir)
-    return report
+        opt = dataclasses.replace(with_bound(o.plan), gap=o.gap)
+        rows.append(LayerRow(layer=i, name=data.trace.layer_names[i], trivial=with_bound(trivial),
+                             greedy=with_bound(solution.greedy.layers[i]), optimized=opt, outcome=o))
+    return ExpertsExplanation(tuple(rows), "previous_placement" if prev is not None else "trivial placement")

@@ -28,14 +28,14 @@ DEFINITIONS = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlanScore:
     """Scores of one plan on one layer (loads in tokens)."""
 
     max_load: float
     mean_load: float
     balancedness: float
-    bound: float
+    bound: float | None         # the layer's valid lower bound (None: not scored against one)
     gap: float | None           # None for a plan the bound does not apply to (co-located replicas)
     moves: int | None
     cross_node_tokens: float
@@ -47,7 +47,7 @@ class PlanScore:
                 "cross_node_tokens": self.cross_node_tokens, "held_out": self.evaluation}
 
 
-@dataclass
+@dataclass(frozen=True)
 class LayerRow:
     layer: int
     name: str
@@ -59,23 +59,44 @@ class LayerRow:
 
 @dataclass
 class ExpertsReport:
-    meta: dict
-    rows: list[LayerRow]
-    wall_s: float = 0.0
-    moves_from: str = "trivial placement"
-    conflict: list[ConstraintKey] = field(default_factory=list)
-    conflict_detail: str = ""
-    outputs: list[str] = field(default_factory=list)
+    """Result of one experts run (``status``, ``to_dict()``, ``render(console)``,
+    ``write(folder)``), built once from the data, the solution and the explanation.
 
-    @classmethod
-    def infeasible(cls, meta: dict, keys: list[ConstraintKey], detail: str) -> "ExpertsReport":
-        return cls(meta, [], conflict=keys, conflict_detail=detail)
+    Attributes:
+        data: the loaded instance (objective, trace, windows, GPUs and slots).
+        solution: the frozen per-layer outcomes.
+        explanation: the per-layer scores against the trivial and greedy plans.
+        outputs: the files :meth:`write` wrote (``--output``).
+    """
+
+    data: Any  # optimizer.experts.problem.ExpertsData
+    solution: Any  # optimizer.experts.problem.ExpertsSolution
+    explanation: Any  # optimizer.experts.problem.ExpertsExplanation
+    outputs: list = field(default_factory=list)
+
+    @property
+    def rows(self) -> tuple[LayerRow, ...]:
+        return self.explanation.rows
+
+    @property
+    def wall_s(self) -> float:
+        return self.solution.wall_s
+
+    @property
+    def moves_from(self) -> str:
+        return self.explanation.moves_from
+
+    @property
+    def conflict(self) -> tuple[ConstraintKey, ...]:
+        return self.solution.conflict
+
+    @property
+    def conflict_detail(self) -> str:
+        return self.explanation.conflict_detail
 
     @property
     def status(self) -> Status:
-        if self.conflict:
-            return Status.INFEASIBLE
-        return Status.OPTIMAL if all(r.outcome.proven for r in self.rows) else Status.FEASIBLE
+        return self.solution.status
 
     # ----------------------------------------------------------------- summary
     def summary(self) -> dict[str, Any]:
@@ -123,20 +144,18 @@ class ExpertsReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The result envelope (:func:`optimizer.result.envelope`); the placement is under ``plan``."""
-        from objectives.experts import registry
-
-        m = self.meta
-        tr = m["trace"]
-        win = m["windows"]
-        obj = registry()[m["objective"]]
+        m = self.data
+        tr = m.trace
+        win = m.windows
+        obj = m.objective
         plan: dict[str, Any] = {
             "trace": {"file": str(tr.file), "format": tr.format, "windows": tr.num_windows, "window_kind": tr.window_kind,
                       "layers": tr.num_layers, "experts": tr.num_experts, "top_k": tr.top_k,
                       "fitted_windows": list(win.fit), "evaluated_windows": list(win.evaluate) if win.evaluate else None,
                       "fitted_windows_scored": "summed", "evaluated_windows_scored": "summed and per window"},
-            "setup": {"num_gpus": m["num_gpus"], "num_nodes": m["num_nodes"], "slots_per_gpu": m["slots"],
-                      "num_replicas": m["num_replicas"], "num_groups": m["num_groups"], "split": m["split"],
-                      "greedy_policy": m.get("greedy_policy")},
+            "setup": {"num_gpus": m.num_gpus, "num_nodes": m.num_nodes, "slots_per_gpu": m.slots,
+                      "num_replicas": m.num_replicas, "num_groups": m.num_groups, "split": m.split,
+                      "greedy_policy": self.solution.greedy_policy},
             "units": {"load": "tokens (routed token-expert assignments)", "gap": "relative to max_load",
                       "optimal": f"gap <= {OPTIMALITY_REL_TOL:g} against a bound valid for every plan with distinct GPUs",
                       "work": "CP-SAT deterministic time"},
@@ -159,18 +178,12 @@ class ExpertsReport:
             } for r in self.rows]
             summ = self.summary()
             plan["summary"] = summ
-            plan["outputs"] = self.outputs
-            if obj.name == "max-load":
-                objective.update(value=summ["objective_sum_max_load"], bound=summ["bound_sum_max_load"], gap=summ["gap"])
-            else:
-                key = "cross_node_tokens" if obj.name == "inter-node" else "moves"
-                value = summ["optimized"][key]
-                # a count of tokens or moves is never below 0: a plan at 0 is its own proof
-                proven = self.status == Status.OPTIMAL or value == 0
-                objective.update(value=value, bound=value if proven else None, gap=0.0 if proven else None)
+            plan["outputs"] = [str(f) for f in self.outputs]
+            value, bound, gap = obj.envelope_value(summ, self.status == Status.OPTIMAL)
+            objective.update(value=value, bound=bound, gap=gap)
         gap = objective["gap"]
         return envelope(
-            "experts", m["name"] or "", self.status, objective, None if self.conflict else plan,
+            "experts", m.name or "", self.status, objective, None if self.conflict else plan,
             {"name": "cp-sat (exact per layer, LNS on large layers)", "status": self.status.value,
              "time_s": round(self.wall_s, 4), "gap": gap},
             alternatives=[] if self.conflict else self.alternatives_rows(),
@@ -200,25 +213,27 @@ class ExpertsReport:
 
     # ----------------------------------------------------------------- outputs
     def placement(self) -> dict[str, Any]:
-        slots = self.meta["slots"]
-        E = self.meta["trace"].num_experts
+        slots = self.data.slots
+        E = self.data.trace.num_experts
         p2l = np.stack([r.outcome.plan.phy2log(slots) for r in self.rows])
         logcnt = np.stack([np.bincount(row, minlength=E) for row in p2l])
         out = {"phy2log": p2l.tolist(), "log2phy": log2phy_from(p2l, E).tolist(), "logcnt": logcnt.tolist(),
-               "num_gpus": self.meta["num_gpus"], "slots_per_gpu": slots,
-               "layers": [r.name for r in self.rows], "split": self.meta["split"]}
-        if self.meta["split"] == "optimal":
+               "num_gpus": self.data.num_gpus, "slots_per_gpu": slots,
+               "layers": [r.name for r in self.rows], "split": self.data.split}
+        if self.data.split == "optimal":
             out["replica_share"] = [r.outcome.plan.replica_shares(slots).tolist() for r in self.rows]
         return out
 
-    def write_outputs(self, folder: Path) -> None:
+    def write(self, folder: Path) -> list[Path]:
+        """Write ``placement.json`` (phy2log, log2phy, logcnt) and ``sglang_expert_location.json``
+        into ``folder``; returns the files written (none without a plan)."""
         if not self.rows:
-            return
+            return []
         folder.mkdir(parents=True, exist_ok=True)
         pl = self.placement()
         (folder / "placement.json").write_text(json.dumps(pl))
         (folder / "sglang_expert_location.json").write_text(json.dumps({"physical_to_logical_map": pl["phy2log"]}))
-        self.outputs = [str(folder / "placement.json"), str(folder / "sglang_expert_location.json")]
+        return [folder / "placement.json", folder / "sglang_expert_location.json"]
 
     # ----------------------------------------------------------------- table
     def _held_out_table(self, windows: list[int]):
@@ -250,12 +265,12 @@ class ExpertsReport:
     def render(self, console) -> None:
         from rich.table import Table
 
-        m = self.meta
-        tr = m["trace"]
-        console.print(f"[bold]{m['name'] or 'experts'}[/bold]: {tr.num_layers} layers x {tr.num_experts} experts, "
-                      f"{m['num_replicas']} slots on {m['num_gpus']} GPUs / {m['num_nodes']} nodes, "
-                      f"objective {m['objective']}, split {m['split']}")
-        win = m["windows"]
+        m = self.data
+        tr = m.trace
+        console.print(f"[bold]{m.name or 'experts'}[/bold]: {tr.num_layers} layers x {tr.num_experts} experts, "
+                      f"{m.num_replicas} slots on {m.num_gpus} GPUs / {m.num_nodes} nodes, "
+                      f"objective {m.objective.name}, split {m.split}")
+        win = m.windows
         console.print(f"trace {tr.file} ({tr.format}, {tr.num_windows} x {tr.window_kind}); fitted on "
                       f"{_windows_label(win.fit)}" + (f" (summed); held out: {_windows_label(win.evaluate)}"
                                                      if win.evaluate else " (summed); no held-out window"))
@@ -264,7 +279,7 @@ class ExpertsReport:
             console.print("conflicting constraints: " + ", ".join(str(k) for k in self.conflict))
             return
         t = Table(title="Busiest GPU per layer: max load in tokens (balancedness = mean/max)")
-        secondary = m["objective"] != "max-load"  # the table's bound and gap are the max load's
+        secondary = not m.objective.balances_load  # the table's bound and gap are the max load's
         for col in ("layer", "trivial", "greedy", "optimised", "bound", "max-load gap" if secondary else "gap",
                     "moves", "status"):
             t.add_column(col, justify="right")

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from objectives.experts import ExpertsObjective
+from objectives.experts.max_load import OBJECTIVE as MAX_LOAD
 from optimizer.experts.model import Item, SubProblem, build_and_solve, choose_scale
 from optimizer.experts.plan import LayerPlan, apportion, trivial_plan
 from optimizer.result import Status
@@ -59,7 +61,7 @@ class LayerTask:
     node_of: list[int]
     num_nodes: int
     split: str                    # even | optimal
-    objective: str                # max-load | inter-node | migration
+    objective: ExpertsObjective   # objectives/experts/
     greedy: LayerPlan
     prev: np.ndarray | None       # [E, G] previous replica counts
     move_weight: float            # tokens per move
@@ -70,7 +72,7 @@ class LayerTask:
     work_limit: float = DEFAULT_WORK_PER_LAYER   # CP-SAT deterministic time for this layer
 
 
-@dataclass
+@dataclass(frozen=True)
 class LayerOutcome:
     layer: int
     plan: LayerPlan
@@ -205,7 +207,7 @@ def _items(st: _State, gpus: list[int], whole: bool, k_options: str) -> list[Ite
     t = st.t
     gset = set(gpus)
     items = []
-    cov = st.covered() if t.objective == "inter-node" else None
+    cov = st.covered() if t.objective.covers_nodes else None
     for e in range(st.E):
         inside = [g for g in gpus if st.X[e, g]]
         total = int(st.X[e].sum())
@@ -214,7 +216,7 @@ def _items(st: _State, gpus: list[int], whole: bool, k_options: str) -> list[Ite
         outside_nodes = frozenset()
         if cov is not None:
             outside_nodes = frozenset(t.node_of[g] for g in range(st.G) if st.X[e, g] and g not in gset)
-        cw = int(round(t.w[e] * st.scale / t.num_nodes)) if t.objective == "inter-node" else 0
+        cw = int(round(t.w[e] * st.scale / t.num_nodes)) if t.objective.covers_nodes else 0
         it = Item(e=e, covered_outside=outside_nodes, cover_weight=cw, current_gpus=tuple(inside))
         if t.split == "even":
             if len(inside) == total:  # lives only here: its count may change
@@ -247,12 +249,12 @@ def _apply(st: _State, gpus: list[int], res) -> None:
     st.refresh()
 
 
-def _sub(st: _State, gpus: list[int], objective: str, cap: int, whole: bool, k_options: str) -> SubProblem:
+def _sub(st: _State, gpus: list[int], objective: ExpertsObjective, cap: int, whole: bool, k_options: str) -> SubProblem:
     t = st.t
     return SubProblem(layer=t.layer, gpus=gpus, slots=[t.slots[g] for g in gpus],
                       node_of=[t.node_of[g] for g in gpus], items=_items(st, gpus, whole, k_options),
                       split=t.split, objective=objective, cap=cap, prev=t.prev,
-                      move_weight=int(round(t.move_weight * st.scale)) if objective == "max-load" else 0)
+                      move_weight=int(round(t.move_weight * st.scale)) if objective.balances_load else 0)
 
 
 # ------------------------------------------------------------------ the per-layer solve
@@ -281,7 +283,7 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
     if lp is not None:
         starts.append(lp)
     start = min(starts, key=lambda p: float(p.loads(w).max()))
-    if t.objective == "migration" and t.prev is not None and t.prev.max() <= 1 and (t.prev.sum(1) >= 1).all():
+    if t.objective.starts_from_previous() and t.prev is not None and t.prev.max() <= 1 and (t.prev.sum(1) >= 1).all():
         start = LayerPlan.even(t.prev)  # the max-load phase then moves few replicas from where they are
     start_max = float(start.loads(w).max())
 
@@ -298,8 +300,8 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
     n_vars = int((st.hi - st.lo + 1).sum() * G) if t.split == "even" else 2 * E * G
     mode = "exact" if n_vars <= t.exact_limit else "lns"
     solver_bound = None
-    phase1_obj = "max-load"
-    two_phase = t.objective != "max-load"
+    phase1_obj = MAX_LOAD
+    two_phase = not t.objective.balances_load
     phase1_work = t.work_limit * (0.5 if two_phase else 1.0)
 
     if mode == "exact":
@@ -330,7 +332,7 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
         t1 = float(st.load.max())
         cap = int(math.floor(min(t1 * (1 + t.tolerance), greedy_max * scale)))
         cap = max(cap, int(st.load.max()))
-        prev_ok = (t.objective == "migration" and t.prev is not None and t.prev.max() <= 1
+        prev_ok = (t.objective.starts_from_previous() and t.prev is not None and t.prev.max() <= 1
                    and (t.prev.sum(1) >= 1).all() and (t.prev.sum(0) == np.asarray(t.slots)).all())
         if prev_ok and float(LayerPlan.even(t.prev).loads(w).max()) * scale <= cap + 1e-9:
             # the previous placement already meets the load cap: zero moves, which no plan beats
@@ -382,14 +384,14 @@ def _finish(t, plan, mx, lb, solver_bound, mode, greedy_colocated, t0, solves, p
     bound = min(bound, mx)  # both valid; the optimum is at most mx
     gap = 0.0 if mx <= 0 else max(0.0, (mx - bound) / mx)
     proven = gap <= OPTIMALITY_REL_TOL
-    if t.objective != "max-load":
+    if not t.objective.balances_load:
         proven = proven and phase2 == Status.OPTIMAL.value
     status = Status.OPTIMAL if proven else Status.FEASIBLE
     return LayerOutcome(t.layer, plan, mx, bound, gap, proven, status, mode, greedy_colocated,
                         time.perf_counter() - t0, solves, phase2, notes, work, reproducible)
 
 
-def _lns(st: _State, objective: str, cap: int, work_end: float, lb_units: float) -> None:
+def _lns(st: _State, objective: ExpertsObjective, cap: int, work_end: float, lb_units: float) -> None:
     """Large-neighbourhood search: re-solve small GPU subsets exactly with CP-SAT.
 
     max-load: the busiest GPU with one partner (lightest first, then the next lighter ones);
@@ -405,7 +407,7 @@ def _lns(st: _State, objective: str, cap: int, work_end: float, lb_units: float)
     fails = 0
     size = 2
     while st.work < work_end - 1e-9 and not st.out_of_time():
-        if objective == "max-load":
+        if objective.balances_load:
             if st.load.max() <= math.ceil(lb_units - 1e-9):
                 break
             top = np.flatnonzero(st.load == st.load.max())
@@ -429,9 +431,9 @@ def _lns(st: _State, objective: str, cap: int, work_end: float, lb_units: float)
             if fails >= 6 * G:
                 break
             gpus = sorted(int(g) for g in rng.choice(G, size=min(G, max(2, size + 1)), replace=False))
-        sub_cap = int(st.load[gpus].max()) if objective == "max-load" else cap
+        sub_cap = int(st.load[gpus].max()) if objective.balances_load else cap
         sp = _sub(st, gpus, objective, sub_cap, False, "near")
-        before = _sub_score(st, gpus, objective)
+        before = objective.lns_score(st, gpus)
         res = st.solve(sp, min(SUB_WORK, work_end - st.work))
         if not res.X:
             fails += 1
@@ -440,8 +442,8 @@ def _lns(st: _State, objective: str, cap: int, work_end: float, lb_units: float)
         saved_S = st.S.copy() if t.split == "optimal" else None
         old_max = st.load.max()
         _apply(st, gpus, res)
-        after = _sub_score(st, gpus, objective)
-        limit = old_max if objective == "max-load" else max(old_max, cap)
+        after = objective.lns_score(st, gpus)
+        limit = old_max if objective.balances_load else max(old_max, cap)
         if st.load.max() > limit or not after < before:
             st.X = saved_X
             if saved_S is not None:
@@ -450,18 +452,8 @@ def _lns(st: _State, objective: str, cap: int, work_end: float, lb_units: float)
             fails += 1
         else:
             fails = 0
-            if objective == "max-load":
+            if objective.balances_load:
                 size = 2
-
-
-def _sub_score(st: _State, gpus: list[int], objective: str):
-    if objective == "max-load":
-        mv = st.moves() * int(round(st.t.move_weight * st.scale)) if st.t.prev is not None else 0
-        return (int(st.load[gpus].max()) + mv, int(st.load[gpus].sum() == 0))
-    if objective == "migration":
-        return (st.moves(),)
-    cov = st.covered()
-    return (-float((st.t.w[:, None] * cov).sum()),)
 
 
 # ------------------------------------------------------------------ all layers

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from optimizer.supernode.plan import SupernodePlan
 from optimizer.supernode.schema import Problem
 
 
-@dataclass
+@dataclass(frozen=True)
 class InstanceCheck:
     """Figures of one built option, recomputed (SI units)."""
 
@@ -29,7 +30,7 @@ class InstanceCheck:
     single_user: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class Evaluation:
     instances: list[InstanceCheck]
     cards_used: int
@@ -71,12 +72,13 @@ def _fetch_excess(p: Problem, tables: tuple[str, ...], n: float, base: float) ->
     return worst
 
 
-def evaluate(p: Problem, plan: list[tuple[int, str, tuple[str, ...], str, int, int]]) -> Evaluation:
+def evaluate(p: Problem, plan: SupernodePlan) -> Evaluation:
     """Re-check a plan.
 
     Args:
         p: the resolved problem.
-        plan: ``(size, fabric, table tiers, kv tier, sessions per card, instances)`` per built option.
+        plan: the built options (size, fabric, table tiers, KV tier of each option; sessions per
+            card; instances).
     Returns:
         The recomputed figures and a list of violated limits (empty for a valid plan).
     """
@@ -90,7 +92,9 @@ def evaluate(p: Problem, plan: list[tuple[int, str, tuple[str, ...], str, int, i
     cards = sessions = 0
     tps = 0.0
     pool_used = 0.0
-    for size, fabric, tables, kv, n, count in plan:
+    for built in plan.instances:
+        o, n, count = built.option, built.sessions_per_card, built.count
+        size, fabric, tables, kv = o.size, o.fabric, o.tables, o.kv
         label = f"S={size} {fabric} tables {','.join(tables)} KV {kv}"
         cards += size * count
         sessions += size * n * count
@@ -134,6 +138,6 @@ def evaluate(p: Problem, plan: list[tuple[int, str, tuple[str, ...], str, int, i
         bad.append(f"pool {pool_used / 1e9:.1f} GB over capacity")
     if p.target_sessions is not None and sessions < p.target_sessions:
         bad.append(f"{sessions} sessions < target {p.target_sessions}")
-    if not plan:
+    if not plan.instances:
         bad.append("no instance built")
     return Evaluation(out, cards, sessions, tps, tps / p.cards, bad)

@@ -5,33 +5,52 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
+from dataclasses import dataclass
 from typing import Any
 
 from constraints.supernode import cards as sn_cards
-from constraints.supernode import deploy as sn_deploy
-from constraints.supernode import option_limits as sn_option_limits
 from constraints.supernode import pool as sn_pool
 from constraints.supernode import target as sn_target
-from optimizer.result import Binding, ConstraintKey
-from optimizer.supernode.solve import OBJECTIVE_MODULES
+from optimizer.budget import Budget
+from optimizer.result import Binding, Conflict, ConstraintKey, Status
+from optimizer.supernode.model import family_module
 from optimizer.supernode.perf import SCALE_UP, OptionResult, evaluate_option
 from optimizer.supernode.schema import GB, Problem
+from optimizer.supernode.solve import SupernodeSolution, solve
+
+THRESHOLD_TIME_S = 8.0  # the flip thresholds' re-solves together take at most this long
+MIN_THRESHOLD_S = 0.5   # ... and at least this long, even when the budget is spent
 
 LIMIT_NAMES = {"memory": "HBM capacity", "host_capacity": "host memory capacity",
                "pool_capacity": "memory pool capacity", "slo": "step time (per-token target)", "": "nothing"}
 
 
-def metric(p: Problem, objective: str, r: OptionResult) -> float | None:
-    """The objective's figure for one option used alone (higher is better), None if it cannot be
-    built (each objective module defines its own ``metric``)."""
+@dataclass(frozen=True)
+class SupernodeExplanation:
+    """Why the plan is what it is (or why there is none).
+
+    Attributes:
+        binding: limits that bind (or nearly bind) at the plan, each with its slack.
+        alternatives: the best option of every size and fabric and the other placements at the
+            chosen size, each with why it lost (:func:`alternatives`).
+        thresholds: flip thresholds of tier parameters (:func:`flip_thresholds`).
+        conflict: the conflicting constraints of an infeasible instance, one line per family.
+        achievable: infeasible: the best any option reaches on what failed (:func:`achievable`).
+    """
+
+    binding: tuple[Binding, ...] = ()
+    alternatives: tuple[dict, ...] = ()
+    thresholds: tuple[dict, ...] = ()
+    conflict: Conflict | None = None
+    achievable: dict | None = None
+
+
+def metric(p: Problem, r: OptionResult) -> float | None:
+    """``p.objective``'s figure for one option used alone (higher is better), None if it cannot
+    be built."""
     if not r.feasible:
         return None
-    return OBJECTIVE_MODULES[objective].metric(p, r)
-
-
-def metric_text(p: Problem, objective: str, r: OptionResult) -> str:
-    return OBJECTIVE_MODULES[objective].metric_text(p, r)
+    return p.objective.metric(p, r)
 
 
 def limit_text(p: Problem, r: OptionResult) -> str:
@@ -71,20 +90,21 @@ def step_text(f) -> str:
                                           if f.prefetch_excess else ""))
 
 
-def bindings(p: Problem, res, ev) -> list[Binding]:
+def bindings(p: Problem, res: SupernodeSolution) -> list[Binding]:
     """Limits that bind (or nearly bind) at the plan, each with its slack."""
+    ev = res.evaluation
     out: list[Binding] = []
     out.append(Binding(sn_cards.KEY, p.cards - ev.cards_used, "cards",
                        f"{ev.cards_used} of {p.cards} cards used"))
     if p.target_sessions is not None:
         out.append(Binding(sn_target.KEY, ev.sessions - p.target_sessions, "sessions",
                            f"{ev.sessions:,} sessions for a target of {p.target_sessions:,}"))
-    pool_used = sum(res.results[j].pool_bytes * c for j, c in res.plan.items())
+    pool_used = sum(res.results[j].pool_bytes * c for j, c in res.plan.counts.items())
     if pool_used > 0:
         cap = p.hw.tiers["pool"].capacity_bytes
         out.append(Binding(sn_pool.KEY, round((cap - pool_used) / GB, 6), "GB",
                            f"{pool_used / GB:,.1f} of {cap / GB:,.0f} GB of the memory pool used"))
-    for j in sorted(res.plan):
+    for j in sorted(res.plan.counts):
         r = res.results[j]
         f, lab = r.figures, r.option.label(p)
         if r.limit == "memory":
@@ -120,12 +140,12 @@ def bindings(p: Problem, res, ev) -> list[Binding]:
     return out
 
 
-def alternatives(p: Problem, res, limit: int = 16) -> list[dict[str, Any]]:
+def alternatives(p: Problem, res: SupernodeSolution, limit: int = 16) -> list[dict[str, Any]]:
     """The best option of every size and fabric, and every other placement at the chosen size,
     each with its figures and why it lost (or ``chosen``)."""
     obj = res.objective
-    chosen = set(res.plan)
-    best_chosen = max((metric(p, obj, res.results[j]) for j in chosen), default=None)
+    chosen = set(res.plan.counts)
+    best_chosen = max((metric(p, res.results[j]) for j in chosen), default=None)
     groups: dict[tuple, list[int]] = {}
     for j, r in enumerate(res.results):
         groups.setdefault((r.option.size, r.option.fabric), []).append(j)
@@ -135,7 +155,7 @@ def alternatives(p: Problem, res, limit: int = 16) -> list[dict[str, Any]]:
         if chosen & set(idx):
             picks.append(min(chosen & set(idx)))
         elif feas:
-            picks.append(max(feas, key=lambda j: (metric(p, obj, res.results[j]), -j)))
+            picks.append(max(feas, key=lambda j: (metric(p, res.results[j]), -j)))
         else:
             picks.append(idx[0])
     chosen_sizes = {(res.results[j].option.size, res.results[j].option.fabric) for j in chosen}
@@ -150,17 +170,17 @@ def alternatives(p: Problem, res, limit: int = 16) -> list[dict[str, Any]]:
     for j in picks[:limit]:
         r = res.results[j]
         f = r.figures
-        m = metric(p, obj, r)
+        m = metric(p, r)
         if j in chosen:
             why = short = "chosen"
         elif m is None:
             why = "cannot be built: " + "; ".join(f"{k}: {v}" for k, v in r.violations.items())
             short = "cannot be built: " + ", ".join(r.violations)
         elif best_chosen is not None and m < best_chosen - 1e-9:
-            why = f"{metric_text(p, obj, r)} against {metric_text(p, obj, res.results[min(chosen)])}"
-            short = f"worse {obj}; {LIMIT_NAMES.get(r.limit, r.limit)} limits N"
+            why = f"{obj.metric_text(p, r)} against {obj.metric_text(p, res.results[min(chosen)])}"
+            short = f"worse {obj.name}; {LIMIT_NAMES.get(r.limit, r.limit)} limits N"
         else:
-            why = f"equal {metric_text(p, obj, r)}; lost the secondary objective or the tie-break"
+            why = f"equal {obj.metric_text(p, r)}; lost the secondary objective or the tie-break"
             short = "tie on the objective; lost the secondary or the tie-break"
         out.append({
             "option": r.option.label(p), "size": r.option.size, "fabric": r.option.fabric,
@@ -197,19 +217,18 @@ def _with_tier(p: Problem, tier: str, param: str, value: float) -> Problem:
     return dataclasses.replace(p, hw=dataclasses.replace(p.hw, tiers=dict(p.hw.tiers, **{tier: new})))
 
 
-def _placement(res) -> tuple:
-    return tuple(sorted({(res.results[j].option.tables, res.results[j].option.kv) for j in res.plan}))
+def _placement(res: SupernodeSolution) -> tuple:
+    return tuple(sorted({(b.option.tables, b.option.kv) for b in res.plan.instances}))
 
 
-def flip_thresholds(p: Problem, res, budget_s: float = 8.0, steps: int = 12) -> list[dict[str, Any]]:
+def flip_thresholds(p: Problem, res: SupernodeSolution, budget: Budget, steps: int = 12) -> list[dict[str, Any]]:
     """Parameter values at which the chosen tiers change (e.g. exercise 6-11(f): the ROM per-hop
     latency or the host round trip), by bisection on re-solves with that parameter changed.
 
     A tier the plan uses is made slower (up to 10^4 times the given value) until the placement
     changes; a tier it does not use is made faster (down to 0). Assumes one flip on that range.
+    The bisection stops at ``budget``'s deadline (every re-solve gets at least 0.5 s).
     """
-    from optimizer.supernode.solve import solve
-
     used_tiers = set()
     for tiers in p.table_tiers.values():
         used_tiers |= set(tiers)
@@ -223,7 +242,6 @@ def flip_thresholds(p: Problem, res, budget_s: float = 8.0, steps: int = 12) -> 
         params.append(("rom", "latency_per_hop_us", p.hw.tiers["rom"].detail["latency_per_hop_us"]))
     if not params:
         return []
-    t_end = time.perf_counter() + budget_s
     base = _placement(res)
     out = []
     for tier, param, value in params:
@@ -233,7 +251,7 @@ def flip_thresholds(p: Problem, res, budget_s: float = 8.0, steps: int = 12) -> 
             p2 = _with_tier(p, tier, param, v)
             results = [r if tier not in r.option.tables and r.option.kv != tier else evaluate_option(p2, r.option)
                        for r in res.results]
-            r2 = solve(p2, res.objective, max(0.5, t_end - time.perf_counter()), results=results)
+            r2 = solve(p2, budget.split(1.0, at_least_s=0.5), results=results)
             return None if r2.plan is None else _placement(r2), r2
 
         lo, hi = (value, max(value, 1e-3) * 1e4) if in_plan else (0.0, value)
@@ -246,7 +264,8 @@ def flip_thresholds(p: Problem, res, budget_s: float = 8.0, steps: int = 12) -> 
             continue
         a, b = (lo, hi)  # a keeps the base placement (in_plan) / b keeps it (not in_plan)
         for _ in range(steps):
-            if time.perf_counter() > t_end:
+            if budget.expired():
+                budget.note_cut("supernode flip thresholds")
                 break
             mid = math.sqrt(a * b) if in_plan and a > 0 else (a + b) / 2
             if (decide(mid)[0] == base) == in_plan:
@@ -263,26 +282,68 @@ def flip_thresholds(p: Problem, res, budget_s: float = 8.0, steps: int = 12) -> 
     return out
 
 
-def conflict_details(p: Problem, keys: list[ConstraintKey], results: list[OptionResult]) -> list[str]:
-    """Readable lines for the conflicting keys, grouped per family (options summarised)."""
-    by_label = {r.option.label(p): r for r in results}
+def conflict_details(p: Problem, keys: tuple[ConstraintKey, ...]) -> list[str]:
+    """Readable lines for the conflicting keys, one per family (at most three options shown),
+    each from the owning family's ``describe``."""
     lines = []
     fams: dict[str, list[ConstraintKey]] = {}
     for k in keys:
         fams.setdefault(k.family, []).append(k)
     for fam, ks in sorted(fams.items()):
-        if fam in sn_option_limits.FAMILIES and fam != "pool_capacity" or (fam == "pool_capacity" and ks[0].element != "pool"):
-            shown = [sn_option_limits.describe(k, p, by_label) for k in ks[:3]]
+        if ks[0] == sn_pool.KEY:  # the pool's shared capacity; other pool_capacity keys are per option
+            lines.append(f"{ks[0]}: {sn_pool.describe(ks[0], p)}")
+            continue
+        try:
+            mod = family_module(fam)
+        except KeyError:
+            lines.extend(str(k) for k in ks)
+            continue
+        if len(mod.KEY_FAMILIES) > 1:  # per-option families: the options, summarised
+            shown = [mod.describe(k, p) for k in ks[:3]]
             more = f" (and {len(ks) - 3} more options)" if len(ks) > 3 else ""
             lines.append(f"{fam}: " + " | ".join(shown) + more)
-        elif fam == "deploy":
-            lines.append(f"{ks[0]}: {sn_deploy.describe(ks[0], p)}")
-        elif fam == "cards":
-            lines.append(f"{ks[0]}: {sn_cards.describe(ks[0], p)}")
-        elif fam == "target":
-            lines.append(f"{ks[0]}: {sn_target.describe(ks[0], p)}")
-        elif fam == "pool_capacity":
-            lines.append(f"{ks[0]}: {sn_pool.describe(ks[0], p)}")
         else:
-            lines.extend(str(k) for k in ks)
+            lines.append(f"{ks[0]}: {mod.describe(ks[0], p)}")
     return lines
+
+
+def achievable(p: Problem, res: SupernodeSolution) -> dict | None:
+    """For an infeasible run: the best any option reaches on what failed — the sessions all the
+    cards can hold within the per-token target (with ``target_sessions``), else the fastest batch-1
+    token any option has against the target."""
+    built = [r for r in res.results if r.feasible and r.sessions_per_card > 0]
+    if built and p.target_sessions is not None:
+        most = max(r.sessions_per_card * p.cards for r in built)
+        return {"requirement": "target_sessions", "best": most, "required": p.target_sessions,
+                "detail": f"at most {most:,} sessions fit the {p.cards} cards within the limits; "
+                          f"{p.target_sessions:,} required"}
+    if not res.results:
+        return None
+    # among the options the target alone rules out (an option short of memory is no answer: a
+    # fresh user was pointed to one 21 GB short)
+    buildable = [r for r in res.results if set(r.violations) <= {"slo"}]
+    if not buildable:
+        return {"requirement": "options", "best": None, "required": None,
+                "detail": "no option fits memory and the other limits even with one session per card"}
+    fastest = min(buildable, key=lambda r: r.single.token)
+    t = fastest.single.token * 1e3
+    return {"requirement": "slo_ms_per_token", "best": t, "required": p.slo_s * 1e3,
+            "detail": f"the fastest option that fits ({fastest.option.label(p)}) needs {t:.3f} ms per token even at "
+                      f"batch 1" + (f" > {p.slo_s * 1e3:g} ms target" if t > p.slo_s * 1e3 else
+                                    f"; no option fits memory and the {p.slo_s * 1e3:g} ms target with a session")}
+
+
+def explain(p: Problem, res: SupernodeSolution, budget: Budget, thresholds: bool = True) -> SupernodeExplanation:
+    """The explanation of a solution. A plan: binding limits, alternatives and (``thresholds``)
+    flip thresholds by re-solves within ``budget`` (at most ``THRESHOLD_TIME_S``, at least
+    ``MIN_THRESHOLD_S``). No plan: the conflict (infeasible) and what is achievable."""
+    if res.plan is None:
+        conflict = None
+        if res.status == Status.INFEASIBLE:
+            conflict = Conflict(list(res.conflict), conflict_details(p, res.conflict) or ["the limits cannot all hold"])
+        return SupernodeExplanation(conflict=conflict, achievable=achievable(p, res))
+    flips: list[dict[str, Any]] = []
+    if thresholds:
+        flips = flip_thresholds(p, res, budget.split(1.0, at_least_s=MIN_THRESHOLD_S).within(THRESHOLD_TIME_S))
+    return SupernodeExplanation(binding=tuple(bindings(p, res)), alternatives=tuple(alternatives(p, res)),
+                                thresholds=tuple(flips))

@@ -4,8 +4,9 @@ Variables: ``x_o`` instances built as option o (size S_o, fabric, a tier per tab
 ``0 <= x_o <= cards`` (the cards family, not the domain, limits it, so conflicts name it); for the single-user objective also ``y_o`` (option o is built)
 and ``t`` (ns). Per-option figures (sessions per card N_o, tokens/s, batch-1 token time,
 pool bytes) are precomputed by :mod:`optimizer.supernode.perf`; families live in
-``constraints/supernode/`` and add constraints under :class:`~optimizer.result.ConstraintKey`
-names, objectives in ``objectives/supernode/``.
+``constraints/supernode/``: each ``define(model, problem)`` adds its constraints under
+:class:`~optimizer.result.ConstraintKey` names and ``describe(key, problem)`` explains one in a
+line. :data:`FAMILIES` is the formulation; objectives live in ``objectives/supernode/``.
 """
 from __future__ import annotations
 
@@ -21,18 +22,42 @@ from optimizer.cpsat import NamedModel
 from optimizer.supernode.perf import OptionResult
 from optimizer.supernode.schema import Problem
 
-FAMILIES = [sn_cards, sn_deploy, sn_option_limits, sn_pool, sn_target]
+# the formulation: every constraint family, in the order it is added
+FAMILIES = (sn_cards, sn_deploy, sn_option_limits, sn_pool, sn_target)
+
+
+def family_module(family: str):
+    """The constraints module that owns a key's family.
+
+    Raises:
+        KeyError: no module of :data:`FAMILIES` owns it.
+    """
+    for mod in FAMILIES:
+        if family in mod.KEY_FAMILIES:
+            return mod
+    raise KeyError(family)
 
 
 @dataclass
-class Ctx:
-    """What constraint and objective modules see: the problem, the evaluated options, variables."""
+class SupernodeModel:
+    """The supernode CP-SAT model: the named model, the problem, the evaluated options and the
+    variables; what constraint families (``define``) and objectives (``expr``) work on."""
 
+    named: NamedModel
     problem: Problem
     results: list[OptionResult]
     labels: list[str]
     x: list[Any]
     y: list[Any] = field(default_factory=list)
+
+    @property
+    def cp(self):
+        """The OR-Tools model."""
+        return self.named.model
+
+    def add(self, key, constraint):
+        """Add ``constraint`` under ``key`` (see :meth:`optimizer.cpsat.NamedModel.add`)."""
+        return self.named.add(key, constraint)
 
     @property
     def cards_used(self):
@@ -44,14 +69,19 @@ class Ctx:
 
 
 def build(p: Problem, results: list[OptionResult], explain: bool = False,
-          with_single_user: bool = False) -> tuple[NamedModel, Ctx]:
-    """Build the model (no objective). ``explain`` guards every key with an assumption literal."""
+          with_built_flags: bool = False) -> SupernodeModel:
+    """Build the model (no objective) over the evaluated options ``results``.
+
+    Args:
+        explain: guard every key with an assumption literal (conflict search).
+        with_built_flags: add the Booleans ``y_o`` (option o is built) an objective may need.
+    """
     nm = NamedModel(explain=explain)
     m = nm.model
     labels = [r.option.label(p) for r in results]
     x = [m.new_int_var(0, p.cards, f"x[{lab}]") for r, lab in zip(results, labels)]
-    y = [m.new_bool_var(f"y[{lab}]") for lab in labels] if with_single_user else []
-    ctx = Ctx(p, results, labels, x, y)
-    for fam in FAMILIES:
-        fam.add(nm, ctx)
-    return nm, ctx
+    y = [m.new_bool_var(f"y[{lab}]") for lab in labels] if with_built_flags else []
+    model = SupernodeModel(nm, p, results, labels, x, y)
+    for family in FAMILIES:
+        family.define(model, p)
+    return model

@@ -99,7 +99,7 @@ def supernode_options_data(report) -> Optional[SupernodeOptionsData]:
     """
     from optimizer.supernode.perf import SCALE_UP, table_extra_share
 
-    res, p = report.result, report.problem
+    res, p = report.solution, report.problem
     if res.plan is None or report.evaluation is None:
         return None
     options = []
@@ -107,9 +107,9 @@ def supernode_options_data(report) -> Optional[SupernodeOptionsData]:
         o = r.option
         options.append(OptionPoint(o.label(p), o.size, "NVLink" if o.fabric == SCALE_UP else "NIC", tuple(o.tables),
                                    o.kv, r.feasible, r.sessions_per_card if r.feasible else 0,
-                                   r.figures.tokens_per_s_card if r.feasible else 0.0, res.plan.get(j, 0)))
+                                   r.figures.tokens_per_s_card if r.feasible else 0.0, res.plan.counts.get(j, 0)))
     index = {o.label: j for j, o in enumerate(options)}
-    picks = sorted(res.plan)
+    picks = sorted(res.plan.counts)
     groups = {(res.results[j].option.size, res.results[j].option.fabric) for j in picks}
     for alt in report.alternatives:
         j = index.get(alt["option"])
@@ -134,11 +134,11 @@ def supernode_options_data(report) -> Optional[SupernodeOptionsData]:
         for what, mine, model in (("weights per card", weights, f.weights_per_card), ("HBM used", total, f.hbm_used)):
             if abs(mine - model) > 1e-9 * max(model, 1.0):
                 raise RuntimeError(f"{o.label(p)}: {what} split {mine} B != performance model {model} B")
-        stacks.append(MemoryStack(options[j].label, res.plan.get(j, 0), S, options[j].fabric, n, tuple(o.tables), o.kv,
+        stacks.append(MemoryStack(options[j].label, res.plan.counts.get(j, 0), S, options[j].fabric, n, tuple(o.tables), o.kv,
                                   inv.replicated_resident_bytes / 1e9, experts / 1e9, tables / 1e9, kv / 1e9,
                                   p.reserve_bytes / 1e9))
     stacks.sort(key=lambda s: index[s.label])  # options order: by size, then placement
-    return SupernodeOptionsData(p.name, res.objective, [t.name for t in inv.tables], options, stacks,
+    return SupernodeOptionsData(p.name, res.objective.name, [t.name for t in inv.tables], options, stacks,
                                 p.hw.memory_bytes / 1e9)
 
 

@@ -6,11 +6,10 @@ from typing import Any
 
 from optimizer.result import print_no_plan, Binding, Conflict, Status, envelope, group_conflicts
 from optimizer.supernode.evaluate import Evaluation
-from optimizer.supernode.explain import LIMIT_NAMES, limit_text
+from optimizer.supernode.explain import LIMIT_NAMES, SupernodeExplanation, limit_text
 from optimizer.supernode.perf import SCALE_UP
 from optimizer.supernode.schema import GB, Problem
-from objectives.supernode import registry as objective_registry
-from optimizer.supernode.solve import OBJECTIVE_MODULES, SolveResult
+from optimizer.supernode.solve import SupernodeSolution
 
 DEFINITIONS = {
     "weights_per_card_gb": "bytes each card stores for weights, eq 6-14: replicated resident + (routed experts + "
@@ -43,23 +42,52 @@ def _gb(x: float) -> float:
 
 @dataclass
 class SupernodeReport:
-    """Result of one supernode run (``status``, ``to_dict()``, ``render(console)``)."""
+    """Result of one supernode run (``status``, ``to_dict()``, ``render(console)``), built once
+    from the problem, its solution and the explanation.
+
+    Attributes:
+        problem: the resolved problem (its objective included).
+        solution: the frozen solution.
+        explanation: binding limits, alternatives, flip thresholds, conflict, what is achievable.
+        outputs: files written for ``--output`` (none for the supernode).
+    """
 
     problem: Problem
-    result: SolveResult
-    evaluation: Evaluation | None = None
-    binding: list[Binding] = field(default_factory=list)
-    alternatives: list[dict[str, Any]] = field(default_factory=list)
-    thresholds: list[dict[str, Any]] = field(default_factory=list)
-    conflict: Conflict | None = None
-    achievable: dict | None = None  # infeasible: the best any option reaches on what failed
+    solution: SupernodeSolution
+    explanation: SupernodeExplanation = field(default_factory=SupernodeExplanation)
+    outputs: list = field(default_factory=list)
 
     @property
     def status(self) -> Status:
-        return self.result.status
+        return self.solution.status
+
+    @property
+    def evaluation(self) -> Evaluation | None:
+        return self.solution.evaluation
+
+    @property
+    def binding(self) -> tuple[Binding, ...]:
+        return self.explanation.binding
+
+    @property
+    def alternatives(self) -> tuple[dict[str, Any], ...]:
+        return self.explanation.alternatives
+
+    @property
+    def thresholds(self) -> list[dict[str, Any]]:
+        return list(self.explanation.thresholds)
+
+    @property
+    def conflict(self) -> Conflict | None:
+        return self.explanation.conflict
+
+    @property
+    def achievable(self) -> dict | None:
+        """Infeasible: the best any option reaches on what failed."""
+        return self.explanation.achievable
 
     def _instance(self, j: int, count: int) -> dict[str, Any]:
-        p, r = self.problem, self.result.results[j]
+        p, r = self.problem, self.solution.results[j]
         f = r.figures
         return {
             "option": r.option.label(p), "size": r.option.size, "count": count,
@@ -113,10 +141,10 @@ class SupernodeReport:
         batch-1 prefetch window of the first chosen instance, us."""
         from optimizer.supernode.perf import Option, fetch_times
 
-        p, res = self.problem, self.result
+        p, res = self.problem, self.solution
         if not p.inventory.tables or not res.plan:
             return {}
-        r = res.results[min(res.plan)]
+        r = res.results[min(res.plan.counts)]
         out = {}
         for tier in p.hw.tiers:
             opt = Option(r.option.size, r.option.fabric, tuple(tier for _ in p.inventory.tables), r.option.kv)
@@ -126,7 +154,7 @@ class SupernodeReport:
         return out
 
     def plan_dict(self) -> dict[str, Any] | None:
-        res, ev, p = self.result, self.evaluation, self.problem
+        res, ev, p = self.solution, self.evaluation, self.problem
         if res.plan is None or ev is None:
             return None
         return {
@@ -134,15 +162,15 @@ class SupernodeReport:
             "cards_used": ev.cards_used, "sessions": ev.sessions, "tokens_per_s": ev.tokens_per_s,
             "tokens_per_s_per_card": ev.tokens_per_s_per_card,
             "single_user_ms": max(i.single_user for i in ev.instances) * 1e3,
-            "instances": [self._instance(j, c) for j, c in sorted(res.plan.items())],
+            "instances": [self._instance(j, c) for j, c in sorted(res.plan.counts.items())],
             "tiers": self.tiers(),
             "flip_thresholds": self.thresholds,
         }
 
     def to_dict(self) -> dict[str, Any]:
         """The result envelope (:func:`optimizer.result.envelope`) of this supernode plan."""
-        res, p = self.result, self.problem
-        mod = OBJECTIVE_MODULES[res.objective]
+        res, p = self.solution, self.problem
+        obj = res.objective
         gap = res.stats.gap
         plan = self.plan_dict()
         if plan is not None:
@@ -157,8 +185,8 @@ class SupernodeReport:
                          "detail": a["why"]} for a in self.alternatives]
         return envelope(
             "supernode", p.name, res.status,
-            {"name": res.objective, "sense": mod.SENSE, "value": res.value, "unit": mod.UNIT,
-             "bound": res.bound, "gap": gap, "definition": objective_registry()[res.objective].definition},
+            {"name": obj.name, "sense": obj.sense, "value": res.value, "unit": obj.unit,
+             "bound": res.bound, "gap": gap, "definition": obj.definition},
             plan,
             {"name": res.stats.name, "status": res.status.value, "time_s": res.stats.time_s, "gap": gap,
              "solves": res.stats.solves,

@@ -12,12 +12,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, Optional, Union
 
 from pydantic import Field, ValidationError
 
 from optimizer.catalog import lookup
 from optimizer.errors import InputError
+
+if TYPE_CHECKING:
+    from objectives.supernode import SupernodeObjective
 from optimizer.model.decode import DecodeInventory
 from optimizer.schema_base import StrictModel, existing_file, read_yaml, validate, validation_error_to_input_error
 
@@ -26,8 +29,6 @@ NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
 PosInt = Annotated[int, Field(strict=True, ge=1)]
 Name = Annotated[str, Field(strict=True, min_length=1)]
 
-OBJECTIVES = ("throughput", "sessions", "cards", "single_user")
-DEFAULT_OBJECTIVE = "throughput"
 TIER_NAMES = ("hbm", "host", "pool", "rom", "sram")
 KV_TIER_NAMES = ("hbm", "host", "pool")
 SYSTEMS_FILE = Path(__file__).resolve().parents[2] / "instances" / "hardware" / "supernode.yaml"
@@ -185,7 +186,7 @@ class Problem:
     table_tiers: dict[str, tuple[str, ...]]
     kv_tiers: tuple[str, ...]
     target_sessions: int | None
-    objective: str
+    objective: "SupernodeObjective"  # resolved by load (objectives/supernode/)
 
 
 def pool_bandwidth(path_bandwidth: float, in_flight: int, transaction_bytes: float, round_trip_s: float) -> float:
@@ -299,7 +300,7 @@ def parse(raw: dict[str, Any], path: str | Path) -> InstanceIn:
     return validate(InstanceIn, raw, path)
 
 
-def resolve(inst: InstanceIn, path: str | Path, objective: str) -> Problem:
+def resolve(inst: InstanceIn, path: str | Path, objective: "SupernodeObjective") -> Problem:
     """Read the model, fill hardware figures, check cross-field rules; build the :class:`Problem`.
 
     Raises:
@@ -379,10 +380,8 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str) -> Problem:
             listed = ", ".join(f"{t} {c / GB:,.1f} GB" for t, c in caps.items())
             raise InputError(path, where_of[tab.name], f"table '{tab.name}' ({need / GB:,.1f} GB) is larger than every "
                                                        f"tier it may use at the largest size ({listed})")
-    from objectives.supernode import registry
-
-    if getattr(registry()[objective].module, "NEEDS_TARGET", False) and s.target_sessions is None:
-        raise InputError(path, "supernode.target_sessions", "the cards objective needs a target_sessions")
+    if objective.needs_target and s.target_sessions is None:
+        raise InputError(path, "supernode.target_sessions", f"the {objective.name} objective needs a target_sessions")
     return Problem(
         name=inst.name or path.stem, file=str(path), inventory=inv, hw=hw, cards=s.cards, sizes=sizes,
         allow_cross_server=s.allow_cross_server, context_tokens=s.context_tokens,
@@ -393,12 +392,17 @@ def resolve(inst: InstanceIn, path: str | Path, objective: str) -> Problem:
 
 
 def load(raw: dict[str, Any], path: str | Path, objective: str | None) -> Problem:
-    """Parse and resolve an instance.
+    """Parse and resolve an instance; the problem's ``objective`` is the named objective object
+    (default: the registry's default) from ``objectives/supernode/``.
 
     Raises:
         InputError: bad input, including an unknown objective name.
     """
-    obj = objective or DEFAULT_OBJECTIVE
-    if obj not in OBJECTIVES:
-        raise InputError(path, "--objective", f"unknown objective '{obj}' for supernode (use one of: {', '.join(OBJECTIVES)})")
-    return resolve(parse(raw, path), path, obj)
+    from objectives.base import default_of
+    from objectives.supernode import registry
+
+    objectives = registry()
+    name = objective or default_of(objectives)
+    if name not in objectives:
+        raise InputError(path, "--objective", f"unknown objective '{name}' for supernode (use one of: {', '.join(objectives)})")
+    return resolve(parse(raw, path), path, objectives[name])

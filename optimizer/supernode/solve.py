@@ -12,75 +12,84 @@ The status is ``optimal`` only when every stage is proven; bound and gap are tho
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from objectives.supernode import registry as objective_registry
+from objectives.supernode import SupernodeObjective, registry as objective_registry
+from optimizer.budget import Budget
 from optimizer.cpsat import solve_cp
 from optimizer.result import ConstraintKey, SolverStats, Status, relative_gap
-from optimizer.supernode.model import Ctx, build
+from optimizer.supernode.evaluate import Evaluation
+from optimizer.supernode.model import build
 from optimizer.supernode.perf import OptionResult, evaluate_all
+from optimizer.supernode.plan import BuiltOption, SupernodePlan
 from optimizer.supernode.schema import Problem
 
-
-# {name: module}, one module per objective in objectives/supernode/ (found, not listed here)
-OBJECTIVE_MODULES = {name: o.module for name, o in objective_registry().items()}
-DEFAULT_TIME_LIMIT_S = 30.0
+DEFAULT_TIME_LIMIT_S = 30.0  # without --time-limit: all stages together
+CONFLICT_TIME_S = 10.0       # at most this long for the minimal conflict of an infeasible instance
 
 
-@dataclass
-class SolveResult:
-    """Outcome of :func:`solve`: ``plan`` maps option index -> instances (None without a plan);
-    ``value``/``bound`` are in the objective's unit; ``conflict`` holds keys when infeasible."""
+@dataclass(frozen=True)
+class SupernodeSolution:
+    """The outcome of a supernode solve, never changed afterwards.
+
+    Attributes:
+        status: optimal only when every stage is proven.
+        objective: the primary objective.
+        plan: the instances built, None without a plan.
+        value, bound: the primary stage's value and proven bound, in the objective's unit.
+        stats: CP-SAT statistics of all stages.
+        results: every option evaluated (:func:`optimizer.supernode.perf.evaluate_all`).
+        stages: ``(name, status, seconds)`` of each stage solved.
+        conflict: the conflicting constraint keys when infeasible (empty otherwise).
+        evaluation: the independent re-check of ``plan`` (None without a plan).
+    """
 
     status: Status
-    objective: str
-    plan: dict[int, int] | None
+    objective: SupernodeObjective
+    plan: SupernodePlan | None
     value: float | None
     bound: float | None
     stats: SolverStats
-    results: list[OptionResult]
-    stages: list[tuple[str, Status, float]] = field(default_factory=list)
-    conflict: list[ConstraintKey] | None = None
+    results: tuple[OptionResult, ...]
+    stages: tuple[tuple[str, Status, float], ...] = ()
+    conflict: tuple[ConstraintKey, ...] = ()
+    evaluation: Evaluation | None = None
 
 
-def _objective(nm, ctx: Ctx, name: str):
-    mod = OBJECTIVE_MODULES[name]
-    return mod.add(nm, ctx) if hasattr(mod, "add") else mod.expr(ctx)
-
-
-def solve(p: Problem, objective: str, time_limit_s: float | None = None,
-          results: list[OptionResult] | None = None) -> SolveResult:
-    """Evaluate every option, then solve the stages (see the module docstring).
+def solve(p: Problem, budget: Budget, results: list[OptionResult] | None = None) -> SupernodeSolution:
+    """Evaluate every option, then solve the stages for ``p.objective`` (module docstring).
 
     Args:
         p: the resolved problem.
-        objective: one of :data:`OBJECTIVE_MODULES`.
-        time_limit_s: wall-clock limit for all stages (default 30 s).
+        budget: every stage ends by its deadline (without a limit: ``DEFAULT_TIME_LIMIT_S``).
         results: pre-evaluated options (what-if sweeps reuse them), else evaluated here.
+    Returns:
+        The solution (``evaluation`` not yet filled); when infeasible, ``conflict`` names a
+        minimal set of conflicting constraints.
     """
-    t0 = time.perf_counter()
-    results = evaluate_all(p) if results is None else results
-    limit = DEFAULT_TIME_LIMIT_S if time_limit_s is None else time_limit_s
-    nm, ctx = build(p, results,
-                    with_single_user=getattr(OBJECTIVE_MODULES[objective], "NEEDS_SINGLE_USER_VARS", False))
-    m = nm.model
+    if not budget.limited:
+        budget = budget.within(DEFAULT_TIME_LIMIT_S)
+    results = evaluate_all(p) if results is None else list(results)
+    obj = p.objective
+    model = build(p, results, with_built_flags=obj.needs_built_flags())
+    m = model.cp
     stages: list[tuple[str, Status, float]] = []
-    sequence = [(objective, OBJECTIVE_MODULES[objective].SENSE), (OBJECTIVE_MODULES[objective].SECONDARY, "max"), ("tie-break", "min")]
+    secondary = objective_registry()[obj.secondary]
+    sequence = [(obj.name, obj, obj.sense), (secondary.name, secondary, "max"), ("tie-break", None, "min")]
     primary = None
     solver_time = 0.0
     values = None
-    for i, (name, sense) in enumerate(sequence):
-        if name == "tie-break":
-            expr = sum(j * x for j, x in enumerate(ctx.x))
+    for i, (name, stage_obj, sense) in enumerate(sequence):
+        if stage_obj is None:
+            expr = sum(j * x for j, x in enumerate(model.x))
         else:
-            expr = _objective(nm, ctx, name)
+            expr = stage_obj.expr(model)
         m.minimize(expr) if sense == "min" else m.maximize(expr)
-        left = max(0.05, limit - (time.perf_counter() - t0))
+        left = max(0.05, budget.remaining_s())
         hint = values
         if hint is not None:
             m.clear_hints()
-            for x, v in zip(ctx.x, hint):
+            for x, v in zip(model.x, hint):
                 m.add_hint(x, v)
         out = solve_cp(m, left)
         solver_time += out.time_s
@@ -88,13 +97,14 @@ def solve(p: Problem, objective: str, time_limit_s: float | None = None,
         if out.status in (Status.INFEASIBLE, Status.TIME_LIMIT):
             if i == 0:
                 stats = SolverStats("cp-sat", out.status, solver_time, solves=1)
-                conflict = None
+                conflict: list[ConstraintKey] = []
                 if out.status == Status.INFEASIBLE:
-                    enm, _ = build(p, results, explain=True)
-                    conflict = enm.minimal_conflict(min(10.0, limit)) or []
-                return SolveResult(out.status, objective, None, None, None, stats, results, stages, conflict)
+                    conflict = build(p, results, explain=True).named.minimal_conflict(
+                        min(CONFLICT_TIME_S, max(budget.remaining_s(), 0.05))) or []
+                return SupernodeSolution(out.status, obj, None, None, None, stats, tuple(results), tuple(stages),
+                                         tuple(conflict))
             break
-        values = [int(out.solver.value(x)) for x in ctx.x]
+        values = [int(out.solver.value(x)) for x in model.x]
         if i == 0:
             primary = out
         obj_val = int(round(out.objective))
@@ -102,10 +112,10 @@ def solve(p: Problem, objective: str, time_limit_s: float | None = None,
             m.add(expr == obj_val)
         else:
             m.add(expr >= obj_val) if sense == "max" else m.add(expr <= obj_val)
-    mod = OBJECTIVE_MODULES[objective]
-    value = mod.to_unit(primary.objective, ctx)
-    bound = mod.to_unit(primary.bound, ctx)
+    value = obj.to_unit(primary.objective, model)
+    bound = obj.to_unit(primary.bound, model)
     status = Status.OPTIMAL if all(s == Status.OPTIMAL for _, s, _ in stages) else Status.FEASIBLE
     stats = SolverStats("cp-sat", status, solver_time, value, bound, relative_gap(value, bound), solves=len(stages))
-    plan = {j: v for j, v in enumerate(values) if v}
-    return SolveResult(status, objective, plan, value, bound, stats, results, stages)
+    plan = SupernodePlan(tuple(BuiltOption(results[j].option, results[j].sessions_per_card, v, j)
+                               for j, v in enumerate(values) if v))
+    return SupernodeSolution(status, obj, plan, value, bound, stats, tuple(results), tuple(stages))
