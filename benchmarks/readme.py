@@ -10,7 +10,7 @@ Each NAME in :data:`BLOCKS` is either an *example* (a shell command, run as a us
 ``optimize ...`` in a fresh process from a folder where ``instances/`` is the repo's) or a
 *benchmark* (a function of ``benchmarks/bench_*.py``). Each NAME appears in exactly one file.
 The script rewrites the text between each pair of markers with a fresh run; prose outside the
-markers is never touched. An example may show only the first lines of its output (``head``),
+markers is never touched. An example may show only the first lines of its output (``until``),
 so the README can show each problem's headline while docs/ holds the whole output.
 
 Options: ``--only NAME`` (repeatable), ``--skip-benchmarks`` (examples only; the benchmarks
@@ -54,15 +54,16 @@ class Block:
         bench: for benchmarks, a function returning the block's text (None: cannot run here,
             e.g. shared data absent; the documented block is then kept).
         volatile: for examples, the kind of run-dependent figures :func:`normalise` masks.
-        head: for examples, show only the first ``head`` lines of the output, then ``…``
-            (None: the whole output).
+        until: for examples, show the output only up to the first line containing this text,
+            then ``…`` (None, or text not printed: the whole output). A marker text, not a
+            line count, so a wrapped line above it does not move the cut.
     """
 
     name: str
     command: Optional[str] = None
     bench: Optional[Callable[[], Optional[str]]] = None
     volatile: str = "times"
-    head: Optional[int] = None
+    until: Optional[str] = None
 
     @property
     def is_example(self) -> bool:
@@ -88,11 +89,11 @@ def run_example(command: str) -> tuple[str, int]:
 ELLIPSIS = "…"
 
 
-def example_text(command: str, head: Optional[int] = None,
+def example_text(command: str, until: Optional[str] = None,
                  runs: Optional[dict[str, tuple[str, int]]] = None) -> str:
-    """The block of an example: a fenced block with ``$ command`` and its output (its first
-    ``head`` lines and a line ``…`` when ``head`` is given). ``runs`` caches outputs by
-    command, so blocks showing the same command share one run."""
+    """The block of an example: a fenced block with ``$ command`` and its output (up to the
+    first line containing ``until``, then a line ``…``, when ``until`` is given). ``runs``
+    caches outputs by command, so blocks showing the same command share one run."""
     if runs is not None and command in runs:
         out, code = runs[command]
     else:
@@ -100,8 +101,9 @@ def example_text(command: str, head: Optional[int] = None,
         if runs is not None:
             runs[command] = (out, code)
     lines = out.rstrip("\n").splitlines()
-    if head is not None and len(lines) > head:
-        lines = lines[:head] + [ELLIPSIS]
+    cut = next((i for i, line in enumerate(lines) if until is not None and until in line), None)
+    if cut is not None:
+        lines = lines[:cut] + [ELLIPSIS]
     first = f"$ {command}" + (f"      # exit code {code}" if code else "")
     return "```\n" + first + "\n" + "\n".join(lines) + "\n```"
 
@@ -191,12 +193,12 @@ def bench_cli_text() -> str:
 
 BLOCKS: list[Block] = [
     # README.md: each problem's headline (the docs/ page holds the whole output)
-    Block("deployment-brief", command="optimize instances/qwen32b_128k.yaml --objective cost", head=14),
+    Block("deployment-brief", command="optimize instances/qwen32b_128k.yaml --objective cost", until="Schedule"),
     Block("experts-brief", command="optimize instances/deepseek_v3_ep32.yaml --output out/", volatile="experts",
-          head=15),
-    Block("buildout-brief", command="optimize instances/hgx_h100_120kw.yaml", head=10),
-    Block("supernode-brief", command="optimize instances/supernode_v41_flash.yaml", head=11),
-    Block("serving-brief", command="optimize instances/serving_llama70b_h100.yaml", head=18),
+          until="Held out:"),
+    Block("buildout-brief", command="optimize instances/hgx_h100_120kw.yaml", until="Racks:"),
+    Block("supernode-brief", command="optimize instances/supernode_v41_flash.yaml", until="Sizes and placements compared"),
+    Block("serving-brief", command="optimize instances/serving_llama70b_h100.yaml", until="Workers of the best plan"),
     # docs/
     Block("deployment-example", command="optimize instances/qwen32b_128k.yaml --objective cost"),
     Block("experts-example", command="optimize instances/deepseek_v3_ep32.yaml --output out/", volatile="experts"),
@@ -398,7 +400,7 @@ def replace_block(text: str, name: str, content: str) -> str:
 
 def fresh(block: Block, runs: Optional[dict[str, tuple[str, int]]] = None) -> Optional[str]:
     if block.is_example:
-        return example_text(block.command, block.head, runs)
+        return example_text(block.command, block.until, runs)
     return block.bench()
 
 
