@@ -109,11 +109,28 @@ def test_documented_command(cli, doc, parts, code, tmp_path, monkeypatch):
     assert "Traceback" not in r.output
 
 
-LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)")
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings (outside fenced blocks)."""
+    out, fenced = set(), False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return out
 
 
 @pytest.mark.parametrize("doc", documents(), ids=lambda p: str(p.relative_to(REPO)))
 def test_relative_links_resolve(doc: Path):
-    missing = [t for t in LINK.findall(doc.read_text())
-               if "://" not in t and not (doc.parent / t).exists()]
-    assert not missing, f"{doc.relative_to(REPO)} links to missing files: {missing}"
+    broken = []
+    for target, anchor in LINK.findall(doc.read_text()):
+        if "://" in target:
+            continue
+        path = doc.parent / target if target else doc
+        if not path.exists() or (anchor and path.suffix == ".md" and anchor not in _anchors(path)):
+            broken.append(f"{target}#{anchor}" if anchor else target)
+    assert not broken, f"{doc.relative_to(REPO)} has broken links: {broken}"
