@@ -1,11 +1,11 @@
 """Build-out run times (run by hand: ``python benchmarks/bench_buildout.py``).
 
-Two tables, both machine-dependent (the README quotes one run):
+Two tables, both machine-dependent (docs/benchmarks.md quotes one run):
 
 1. ``--in-process``: for each hall size and objective, the median wall time (of ``--repeats``
    runs) of the lexicographic solve (all stages) and of the explanation what-if solves, plus
    the model size (rack patterns, leaf splits).
-2. whole commands (default): every README build-out command and every hall size x objective
+2. whole commands (default): every documented build-out command and every hall size x objective
    as a fresh process, ``python -m optimizer.cli ... --format json``, each run paired with a
    bare ``python -c 'import ortools.sat.python.cp_model'`` started right before it (same
    machine load). Reported: median and minimum of the command and of the bare import, the
@@ -59,9 +59,12 @@ def cases() -> list[tuple[str, dict]]:
 
 
 def readme_commands() -> list[list[str]]:
-    """The README's ``optimize instances/...`` lines whose instance has a ``buildout:`` section."""
+    """The documented ``optimize instances/...`` lines (README.md, then docs/) whose instance
+    has a ``buildout:`` section."""
+    from benchmarks.readme import documents
+
     out = []
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in (ln for doc in documents() for ln in doc.read_text().splitlines()):
         line = line.split(" #")[0].strip().removeprefix("$ ")
         if line.startswith("optimize instances/"):
             parts = shlex.split(line)[1:]
@@ -114,7 +117,7 @@ def whole_commands(repeats: int) -> bool:
     bare = [py, "-c", "import ortools.sat.python.cp_model"]
     runs: list[tuple[str, list[str]]] = []
     for parts in readme_commands():
-        runs.append(("README: optimize " + " ".join(parts),
+        runs.append(("documented: optimize " + " ".join(parts),
                      parts + ([] if "--format" in parts else ["--format", "json"])))
     tmp = Path(tempfile.mkdtemp(prefix="bench_buildout_"))
     for i, (label, raw) in enumerate(cases()):

@@ -1,6 +1,6 @@
-"""Regenerate the README's example outputs and benchmark tables: ``python -m benchmarks.readme``.
+"""Regenerate the documentation's example outputs and benchmark tables: ``python -m benchmarks.readme``.
 
-The README holds generated text between markers::
+README.md and every Markdown file under docs/ may hold generated text between markers::
 
     <!-- BEGIN generated: NAME -->
     ...
@@ -8,8 +8,10 @@ The README holds generated text between markers::
 
 Each NAME in :data:`BLOCKS` is either an *example* (a shell command, run as a user runs it:
 ``optimize ...`` in a fresh process from a folder where ``instances/`` is the repo's) or a
-*benchmark* (a function of ``benchmarks/bench_*.py``). The script rewrites the text between
-each pair of markers with a fresh run; prose outside the markers is never touched.
+*benchmark* (a function of ``benchmarks/bench_*.py``). Each NAME appears in exactly one file.
+The script rewrites the text between each pair of markers with a fresh run; prose outside the
+markers is never touched. An example may show only the first lines of its output (``until``),
+so the README can show each problem's headline while docs/ holds the whole output.
 
 Options: ``--only NAME`` (repeatable), ``--skip-benchmarks`` (examples only; the benchmarks
 take several minutes), ``--check`` (write nothing; print a diff and exit 1 when a block's
@@ -34,6 +36,7 @@ from typing import Callable, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+DOCS = REPO / "docs"
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 BEGIN = "<!-- BEGIN generated: {} -->"
@@ -43,20 +46,24 @@ MARKER = re.compile(r"^<!-- (BEGIN|END) generated: ([\w-]+) -->$", re.M)
 
 @dataclass(frozen=True)
 class Block:
-    """One generated README block.
+    """One generated block.
 
     Attributes:
         name: marker name.
-        command: for examples, the ``optimize ...`` command line as shown in the README.
+        command: for examples, the ``optimize ...`` command line as shown in the block.
         bench: for benchmarks, a function returning the block's text (None: cannot run here,
-            e.g. shared data absent; the README block is then kept).
+            e.g. shared data absent; the documented block is then kept).
         volatile: for examples, the kind of run-dependent figures :func:`normalise` masks.
+        until: for examples, show the output only up to the first line containing this text,
+            then ``…`` (None, or text not printed: the whole output). A marker text, not a
+            line count, so a wrapped line above it does not move the cut.
     """
 
     name: str
     command: Optional[str] = None
     bench: Optional[Callable[[], Optional[str]]] = None
     volatile: str = "times"
+    until: Optional[str] = None
 
     @property
     def is_example(self) -> bool:
@@ -79,11 +86,26 @@ def run_example(command: str) -> tuple[str, int]:
     return out, r.returncode
 
 
-def example_text(command: str) -> str:
-    """The README block of an example: a fenced block with ``$ command`` and its output."""
-    out, code = run_example(command)
-    head = f"$ {command}" + (f"      # exit code {code}" if code else "")
-    return "```\n" + head + "\n" + out.rstrip("\n") + "\n```"
+ELLIPSIS = "…"
+
+
+def example_text(command: str, until: Optional[str] = None,
+                 runs: Optional[dict[str, tuple[str, int]]] = None) -> str:
+    """The block of an example: a fenced block with ``$ command`` and its output (up to the
+    first line containing ``until``, then a line ``…``, when ``until`` is given). ``runs``
+    caches outputs by command, so blocks showing the same command share one run."""
+    if runs is not None and command in runs:
+        out, code = runs[command]
+    else:
+        out, code = run_example(command)
+        if runs is not None:
+            runs[command] = (out, code)
+    lines = out.rstrip("\n").splitlines()
+    cut = next((i for i, line in enumerate(lines) if until is not None and until in line), None)
+    if cut is not None:
+        lines = lines[:cut] + [ELLIPSIS]
+    first = f"$ {command}" + (f"      # exit code {code}" if code else "")
+    return "```\n" + first + "\n" + "\n".join(lines) + "\n```"
 
 
 # ----------------------------------------------------------------------------- benchmarks
@@ -170,6 +192,14 @@ def bench_cli_text() -> str:
 
 
 BLOCKS: list[Block] = [
+    # README.md: each problem's headline (the docs/ page holds the whole output)
+    Block("deployment-brief", command="optimize instances/qwen32b_128k.yaml --objective cost", until="Schedule"),
+    Block("experts-brief", command="optimize instances/deepseek_v3_ep32.yaml --output out/", volatile="experts",
+          until="Held out:"),
+    Block("buildout-brief", command="optimize instances/hgx_h100_120kw.yaml", until="Racks:"),
+    Block("supernode-brief", command="optimize instances/supernode_v41_flash.yaml", until="Sizes and placements compared"),
+    Block("serving-brief", command="optimize instances/serving_llama70b_h100.yaml", until="Workers of the best plan"),
+    # docs/
     Block("deployment-example", command="optimize instances/qwen32b_128k.yaml --objective cost"),
     Block("experts-example", command="optimize instances/deepseek_v3_ep32.yaml --output out/", volatile="experts"),
     Block("buildout-example", command="optimize instances/hgx_h100_120kw.yaml"),
@@ -298,7 +328,12 @@ def signature(block: Block, text: str) -> str:
     return re.sub(r"\s+", " ", t).strip()
 
 
-# ----------------------------------------------------------------------------- README
+# ----------------------------------------------------------------------------- documents
+def documents() -> list[Path]:
+    """README.md and every Markdown file under docs/, in a fixed order."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
 def blocks_in(text: str) -> dict[str, str]:
     """Contents between each pair of markers, by name.
 
@@ -311,18 +346,50 @@ def blocks_in(text: str) -> dict[str, str]:
         kind, name = m.group(1), m.group(2)
         if kind == "BEGIN":
             if open_name is not None:
-                raise ValueError(f"README: BEGIN {name} inside {open_name}")
+                raise ValueError(f"BEGIN {name} inside {open_name}")
             if name in out:
-                raise ValueError(f"README: block {name} appears twice")
+                raise ValueError(f"block {name} appears twice")
             open_name, start = name, m.end()
         else:
             if name != open_name:
-                raise ValueError(f"README: END {name} without its BEGIN")
+                raise ValueError(f"END {name} without its BEGIN")
             out[name] = text[start:m.start()].strip("\n")
             open_name = None
     if open_name is not None:
-        raise ValueError(f"README: BEGIN {open_name} without its END")
+        raise ValueError(f"BEGIN {open_name} without its END")
     return out
+
+
+def blocks_of(texts: dict[Path, str]) -> dict[str, tuple[Path, str]]:
+    """``{name: (file, contents)}`` over several documents.
+
+    Raises:
+        ValueError: a file's markers are malformed (the message names the file), or one name
+            appears in two files.
+    """
+    out: dict[str, tuple[Path, str]] = {}
+    for path, text in texts.items():
+        try:
+            found = blocks_in(text)
+        except ValueError as e:
+            raise ValueError(f"{_shown(path)}: {e}") from None
+        for name, content in found.items():
+            if name in out:
+                raise ValueError(f"block {name} appears in {_shown(out[name][0])} and {_shown(path)}")
+            out[name] = (path, content)
+    return out
+
+
+def all_blocks() -> dict[str, tuple[Path, str]]:
+    """Every generated block of README.md and docs/, by name."""
+    return blocks_of({p: p.read_text() for p in documents()})
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 def replace_block(text: str, name: str, content: str) -> str:
@@ -331,9 +398,9 @@ def replace_block(text: str, name: str, content: str) -> str:
     return text[:i] + "\n" + content.strip("\n") + "\n" + text[j:]
 
 
-def fresh(block: Block) -> Optional[str]:
+def fresh(block: Block, runs: Optional[dict[str, tuple[str, int]]] = None) -> Optional[str]:
     if block.is_example:
-        return example_text(block.command)
+        return example_text(block.command, block.until, runs)
     return block.bench()
 
 
@@ -344,38 +411,51 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--skip-benchmarks", action="store_true", help="examples only (benchmarks take minutes)")
     ap.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 with a diff when a block differs from a fresh run (times masked)")
-    ap.add_argument("--readme", type=Path, default=README, help=argparse.SUPPRESS)
+    # documents to use instead of README.md and docs/ (repeatable; tests point it at copies)
+    ap.add_argument("--doc", "--readme", dest="docs", action="append", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    text = a.readme.read_text()
-    current = blocks_in(text)
+    paths = a.docs or documents()
+    texts = {p: p.read_text() for p in paths}
+    try:
+        current = blocks_of(texts)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    unknown = sorted(set(current) - set(BY_NAME))
+    if unknown:
+        print(f"error: markers without a generator: {', '.join(unknown)}", file=sys.stderr)
+        return 2
     names = a.only or [b.name for b in BLOCKS if not (a.skip_benchmarks and not b.is_example)]
     missing = [n for n in names if n not in current]
     if missing:
-        print(f"error: {a.readme}: no markers for {', '.join(missing)}", file=sys.stderr)
+        print(f"error: {', '.join(map(_shown, paths))}: no markers for {', '.join(missing)}", file=sys.stderr)
         return 2
-    new_text, differs = text, []
+    new_texts, differs = dict(texts), []
+    runs: dict[str, tuple[str, int]] = {}
     for n in names:
         block = BY_NAME[n]
-        print(f"{n}: running ...", file=sys.stderr, flush=True)
-        content = fresh(block)
+        path, documented = current[n]
+        print(f"{n} ({_shown(path)}): running ...", file=sys.stderr, flush=True)
+        content = fresh(block, runs)
         if content is None:
-            print(f"{n}: skipped (needs {SHARED_DATA}), README block kept", file=sys.stderr)
+            print(f"{n}: skipped (needs {SHARED_DATA}), block kept", file=sys.stderr)
             continue
-        if signature(block, current[n]) != signature(block, content):
+        if signature(block, documented) != signature(block, content):
             differs.append(n)
-            diff = difflib.unified_diff(current[n].splitlines(), content.splitlines(),
-                                        f"README.md [{n}]", f"fresh run [{n}]", lineterm="")
+            diff = difflib.unified_diff(documented.splitlines(), content.splitlines(),
+                                        f"{_shown(path)} [{n}]", f"fresh run [{n}]", lineterm="")
             if a.check:
                 print("\n".join(diff))
-        new_text = replace_block(new_text, n, content)
+        new_texts[path] = replace_block(new_texts[path], n, content)
     if a.check:
         print(f"{len(differs)} of {len(names)} blocks differ" + (f": {', '.join(differs)}" if differs else ""),
               file=sys.stderr)
         return 1 if differs else 0
-    if new_text != text:
-        a.readme.write_text(new_text)
-    print(f"rewrote {len(names)} block(s) in {a.readme}; content changed in: {', '.join(differs) or 'none'}",
-          file=sys.stderr)
+    changed = [p for p in paths if new_texts[p] != texts[p]]
+    for p in changed:
+        p.write_text(new_texts[p])
+    print(f"rewrote {len(names)} block(s) in {', '.join(map(_shown, changed)) or 'no file'}; "
+          f"content changed in: {', '.join(differs) or 'none'}", file=sys.stderr)
     return 0
 
 

@@ -1,24 +1,30 @@
-"""The README's generated blocks (``python -m benchmarks.readme``) match a fresh run.
+"""The generated blocks of README.md and docs/ (``python -m benchmarks.readme``) match a fresh run.
 
 Each example block is rerun exactly as the generator runs it; every printed figure must agree
-with the README except wall-clock times and, for the time-limited expert search, the optimised
-plan's run-dependent figures (see ``benchmarks.readme.normalise``). Benchmarks are not rerun
-here (minutes; run by hand), only their markers are checked.
+with the documented block except wall-clock times and, for the time-limited expert search, the
+optimised plan's run-dependent figures (see ``benchmarks.readme.normalise``). Benchmarks are not
+rerun here (minutes; run by hand), only their markers are checked.
 """
 from __future__ import annotations
 
 import pytest
 
 from benchmarks import readme as gen
-from tests.conftest import REPO
+from tests.conftest import REPO, SHARED_DATA
 
-README = (REPO / "README.md").read_text()
+BLOCKS = gen.all_blocks()
 EXAMPLES = [b for b in gen.BLOCKS if b.is_example]
+RUNS: dict[str, tuple[str, int]] = {}  # one fresh run per command for this test session
 
 
 def test_markers_pair_up_and_match_the_generators():
-    blocks = gen.blocks_in(README)
-    assert set(blocks) == set(gen.BY_NAME)
+    assert set(BLOCKS) == set(gen.BY_NAME)
+
+
+def test_every_problem_page_and_the_readme_hold_generated_examples():
+    files = {BLOCKS[b.name][0].relative_to(REPO).as_posix() for b in EXAMPLES}
+    assert files == {"README.md", "docs/deployment.md", "docs/experts.md", "docs/buildout.md",
+                     "docs/supernode.md", "docs/serving.md"}
 
 
 def test_unpaired_markers_are_refused():
@@ -28,22 +34,54 @@ def test_unpaired_markers_are_refused():
         gen.blocks_in("<!-- END generated: x -->\n")
 
 
+def test_a_block_in_two_files_is_refused(tmp_path):
+    text = "<!-- BEGIN generated: x -->\ntext\n<!-- END generated: x -->\n"
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    with pytest.raises(ValueError, match="appears in .*a.md and .*b.md"):
+        gen.blocks_of({a: text, b: text})
+    a.write_text(text)
+    b.write_text(text)
+    assert gen.main(["--check", "--doc", str(a), "--doc", str(b)]) == 2
+
+
 @pytest.mark.parametrize("block", EXAMPLES, ids=lambda b: b.name)
 def test_example_block_matches_a_fresh_run(block):
     instance = REPO / block.command.split()[1]
-    if "shared/data" in instance.read_text() and not (REPO.parent / "shared" / "data").exists():
+    if "shared/data" in instance.read_text() and not SHARED_DATA.exists():
         pytest.skip(f"{instance.name} needs ../shared/data")
-    documented = gen.blocks_in(README)[block.name]
+    path, documented = BLOCKS[block.name]
     assert documented.splitlines()[1].startswith(f"$ {block.command}")
-    fresh = gen.example_text(block.command)
+    fresh = gen.example_text(block.command, block.until, RUNS)
     want, got = gen.comparable_numbers(block, documented), gen.comparable_numbers(block, fresh)
-    assert got == want, (f"README block {block.name} is stale: rerun `python -m benchmarks.readme --only "
-                         f"{block.name}`\n--- README\n{documented}\n--- fresh run\n{fresh}")
+    assert got == want, (f"{path.relative_to(REPO)} block {block.name} is stale: rerun `python -m "
+                         f"benchmarks.readme --only {block.name}`\n--- documented\n{documented}\n--- fresh run\n{fresh}")
+
+
+# ------------------------------------------------------------------ excerpts
+def test_an_excerpt_stops_before_its_marker_line():
+    runs = {"optimize x.yaml": ("title\ntable\nSecond table\nrow\n", 0)}
+    assert gen.example_text("optimize x.yaml", "Second", runs) == "```\n$ optimize x.yaml\ntitle\ntable\n…\n```"
+    assert gen.example_text("optimize x.yaml", "absent", runs).endswith("table\nSecond table\nrow\n```")
+    runs = {"optimize y.yaml": ("out\n", 3)}
+    assert gen.example_text("optimize y.yaml", None, runs).startswith("```\n$ optimize y.yaml      # exit code 3\n")
+
+
+@pytest.mark.parametrize("block", [b for b in EXAMPLES if b.until], ids=lambda b: b.name)
+def test_readme_excerpt_is_the_start_of_the_full_output_in_docs(block):
+    """The README shows the first lines of an output whose whole text a docs/ page holds."""
+    full = next(b for b in EXAMPLES if b.command == block.command and b.until is None)
+    assert BLOCKS[block.name][0] == gen.README
+    assert BLOCKS[full.name][0].parent == gen.DOCS
+    excerpt = BLOCKS[block.name][1]
+    assert excerpt.splitlines()[-2] == gen.ELLIPSIS
+    head = gen.comparable_numbers(block, excerpt)
+    whole = gen.comparable_numbers(full, BLOCKS[full.name][1])
+    assert head and len(head) < len(whole) and whole[:len(head)] == head
 
 
 # ------------------------------------------------------------------ the comparison itself
 def _example(name: str) -> tuple[gen.Block, str]:
-    return gen.BY_NAME[name], gen.blocks_in(README)[name]
+    return gen.BY_NAME[name], BLOCKS[name][1]
 
 
 def test_a_changed_figure_is_caught_but_a_changed_time_is_not():
@@ -69,21 +107,26 @@ def test_expert_example_masks_only_the_search_dependent_figures():
 
 
 def test_check_and_rewrite_touch_only_the_block(tmp_path):
-    """--check exits 1 on a tampered block and writes nothing; a rewrite restores the block's
-    figures and leaves every byte outside the markers as it was."""
+    """Over two documents, --check exits 1 on a tampered block in the second and writes nothing;
+    a rewrite restores the block's figures, leaves every byte outside the markers as it was and
+    leaves the other document untouched."""
     name = "buildout-infeasible-example"
     block = gen.BY_NAME[name]
-    original = gen.blocks_in(README)[name]
-    tampered = README.replace(original, original.replace("122.4 kW", "133.3 kW"))
-    assert tampered != README
-    path = tmp_path / "README.md"
-    path.write_text(tampered)
-    assert gen.main(["--check", "--only", name, "--readme", str(path)]) == 1
-    assert path.read_text() == tampered
-    assert gen.main(["--only", name, "--readme", str(path)]) == 0
-    rewritten = path.read_text()
+    source, original = BLOCKS[name]
+    text = source.read_text()
+    tampered = text.replace(original, original.replace("122.4 kW", "133.3 kW"))
+    assert tampered != text
+    readme, page = tmp_path / "README.md", tmp_path / source.name
+    readme.write_text(gen.README.read_text())
+    page.write_text(tampered)
+    docs = ["--doc", str(readme), "--doc", str(page)]
+    assert gen.main(["--check", "--only", name, *docs]) == 1
+    assert page.read_text() == tampered
+    assert gen.main(["--only", name, *docs]) == 0
+    rewritten = page.read_text()
     new_block = gen.blocks_in(rewritten)[name]
     assert gen.comparable_numbers(block, new_block) == gen.comparable_numbers(block, original)
     outside = lambda t: t.replace(gen.blocks_in(t)[name], "")  # noqa: E731
     assert outside(rewritten) == outside(tampered)
-    assert gen.main(["--check", "--only", name, "--readme", str(path)]) == 0
+    assert readme.read_text() == gen.README.read_text()
+    assert gen.main(["--check", "--only", name, *docs]) == 0
