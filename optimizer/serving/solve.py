@@ -197,12 +197,12 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
         second = _run(model, head - 1e-6 * model.gpus, "max", limit_s - first.time_s)
     solution = second.solution if second.solution is not None else first.solution  # else stage 1's plan
     counts = {}
-    for j, v in zip(data.index, solution[:len(data.index)]):
-        n = int(round(v))
+    for j, v in zip(data.index, model.x):
+        n = int(round(solution[v.index]))
         if n:
             counts[j] = n
     goodput = objective.sense == "max"
-    value_out = float(solution[len(data.index)]) if goodput else value
+    value_out = float(solution[model.rate.index]) if goodput else value
     bound = first.bound if first.bound is not None else value_out
     proven = first.proven and second.proven
     return ModeResult(mode, Status.OPTIMAL if proven else Status.FEASIBLE, counts, value_out, bound,
