@@ -145,12 +145,12 @@ def solve_problem(p: Problem, budget: Budget, progress: ProgressSink = no_progre
             if budget.expired() and results:  # not begun: not solved (the first rate always is)
                 plans[m] = ModePlan(m, ModeResult(m, Status.TIME_LIMIT, None, None, None, 0.0, rate,
                                                   details=(f"not solved: {NOT_BEGUN}",)))
-                budget.note_cut(f"(rate, mode) solves not begun before the time limit (from {rate:g} req/s {m})")
+                budget.note_cut("serving (rate, mode) solves not begun")  # once; the report counts them
             else:
                 plan = plan_mode(p, list(workers), m, objective, rate, budget.split(1.0 / todo), do_sim)
                 plans[m] = plan
                 if plan.sim_cut:
-                    budget.note_cut(f"simulation of {m} at {rate:g} req/s")
+                    budget.note_cut(f"serving simulation of {m} at {rate:g} req/s")
                 res = plan.result
                 gap = (abs(res.value - res.bound) / max(abs(res.value), 1e-12)
                        if res.value is not None and res.bound is not None else None)
