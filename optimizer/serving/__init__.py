@@ -90,7 +90,7 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
             raise SimulationCut(ModePlan(mode, _with_margin(res, first, margin), rate=served, margin=margin),
                                 str(cut)) from None
 
-    last = None
+    failed = None
     for margin in MARGINS:
         res = solve_mode(p, workers, mode, objective, rate * margin, _solve_limit_s(budget))
         if first is None:
@@ -107,7 +107,7 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
         res, sim = checked(res, served, margin)
         if sim.attainment >= p.attainment:
             return ModePlan(mode, _with_margin(res, first, margin), sim, served, margin)
-        last = (res, sim, served, margin)
+        failed = ModePlan(mode, res, sim, served, margin, sim_failed=True)  # unless a later margin passes
         if goodput:  # same plan, lower rate
             for m2 in MARGINS[1:]:
                 served = res.rate / m2
@@ -115,8 +115,7 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
                 if sim.attainment >= p.attainment:
                     return ModePlan(mode, _with_margin(replace(res2, value=served), first, m2), sim, served, m2)
             break
-    res, sim, served, margin = last
-    return ModePlan(mode, res, sim, served, margin, sim_failed=True)
+    return failed
 
 
 def solve_problem(p: Problem, budget: Budget, progress: ProgressSink = no_progress,
