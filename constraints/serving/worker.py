@@ -17,11 +17,12 @@ def unusable(workers, role: str) -> list:
     return [w for w in workers if w.role == role and w.rate <= 0]
 
 
-def describe(k: ConstraintKey, workers, problem) -> str:
-    """``"<label>: <why it has no rate>"`` for the configuration ``k`` names.
+def describe(k: ConstraintKey, data) -> str:
+    """``"<label>: <why it has no rate>"`` for the unusable configuration ``k`` names
+    (``data.unusable``).
 
     Raises:
-        StopIteration: ``k`` names no configuration of ``workers``.
+        StopIteration: ``k`` names no unusable configuration of ``data``.
     """
-    w = next(w for w in workers if key(w, problem) == k)
-    return f"{w.label(problem)}: {w.detail}"
+    w = next(w for w in data.unusable if key(w, data.problem) == k)
+    return f"{w.label(data.problem)}: {w.detail}"

@@ -44,6 +44,8 @@ class ModeData:
         workers: the usable configurations of those roles (rate > 0), one variable each.
         index: each usable configuration's index in the full worker list (``counts`` keys).
         rate: the target rate R (req/s); ``goodput`` makes R a variable and uses it for nothing.
+        unusable: the configurations of those roles with no rate (no variable; their keys make up
+            the conflict of a role without a usable one).
     """
 
     problem: Problem
@@ -52,13 +54,15 @@ class ModeData:
     workers: tuple[Worker, ...]
     index: tuple[int, ...]
     rate: float
+    unusable: tuple[Worker, ...] = ()
 
 
 def mode_data(p: Problem, workers: list[Worker], mode: str, rate: float) -> ModeData:
     """The :class:`ModeData` of ``mode`` at ``rate`` req/s over the configurations ``workers``."""
     roles = MODE_ROLES[mode]
     idx = tuple(j for j, w in enumerate(workers) if w.role in roles and w.rate > 0)
-    return ModeData(p, mode, roles, tuple(workers[j] for j in idx), idx, rate)
+    unusable = tuple(w for role in roles for w in c_worker.unusable(workers, role))
+    return ModeData(p, mode, roles, tuple(workers[j] for j in idx), idx, rate, unusable)
 
 
 class ServingMilp:
@@ -171,9 +175,8 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
     t0 = time.perf_counter()
     for role in data.roles:
         if not any(w.role == role for w in data.workers):
-            bad = c_worker.unusable(workers, role)
-            keys = tuple(c_worker.key(w, p) for w in bad)
-            details = tuple(c_worker.describe(k, bad, p) for k in keys) or (_no_layout_reason(p, role),)
+            keys = tuple(c_worker.key(w, p) for w in data.unusable if w.role == role)
+            details = tuple(c_worker.describe(k, data) for k in keys) or (_no_layout_reason(p, role),)
             return ModeResult(mode, Status.INFEASIBLE, None, None, None, time.perf_counter() - t0, rate, keys, details)
     model = build(data, objective)
     expr = objective.expr(model)
