@@ -189,6 +189,9 @@ def run_point(base: dict, base_path: str, point: dict[str, Any], time_limit_s: O
     Returns the result columns (:data:`RESULT_COLUMNS`)."""
     row: dict[str, Any] = {c: None for c in RESULT_COLUMNS}
     try:
+        import time
+
+        from optimizer.budget import Budget
         from optimizer.serving import load_problem, solve_instance
 
         raw = apply_point(base, point)
@@ -196,12 +199,12 @@ def run_point(base: dict, base_path: str, point: dict[str, Any], time_limit_s: O
         if len(p.rates) != 1:
             raise InputError(base_path, "serving.traffic.rate_rps",
                              f"a sweep point takes one rate (got {len(p.rates)}): put the rates in the grid")
-        rep = solve_instance(p, time_limit_s)
+        rep = solve_instance(p, Budget.for_command(time_limit_s, started=time.perf_counter()))  # --time-limit is per point
         row["status"] = rep.status.value
         rr = rep.results[0]
         best = rep.best(rr)
         if best is None:
-            groups = rep.conflict_groups()
+            groups = rep.explanation.conflicts
             row["reason"] = "; ".join(f"{g['family']}: {g['details'][0]}" for g in groups)[:500] or "no plan"
             return row
         md = rep.mode_dict(best)

@@ -208,10 +208,14 @@ def test_a_rate_sweep_the_time_limit_cuts_keeps_the_solved_rates(cli, tmp_path):
 
 
 def serving_solve(raw, budget_limit: float) -> dict:
+    import time
+
     import optimizer.serving as serving
+    from optimizer.budget import Budget
     from tests.serving_helpers import problem
 
-    return serving.solve_instance(problem(raw), time_limit_s=budget_limit).to_dict()
+    budget = Budget.for_command(budget_limit, started=time.perf_counter())
+    return serving.solve_instance(problem(raw), budget).to_dict()
 
 
 def test_launch_commands_follow_the_weight_dtype(cli):

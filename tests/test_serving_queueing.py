@@ -90,9 +90,11 @@ def test_the_time_limit_cuts_a_long_simulation_and_says_so():
     result; the whole call stays within the limit."""
     import time
 
+    from optimizer.budget import Budget
+
     raw = llama70b_raw(mode="both", simulation={"requests": 200_000})
     t = time.perf_counter()
-    d = serving.solve_instance(problem(raw), time_limit_s=3.0).to_dict()
+    d = serving.solve_instance(problem(raw), Budget.for_command(3.0, started=t)).to_dict()
     wall = time.perf_counter() - t
     assert wall <= 3.0 * 1.1, wall
     modes = d["plan"]["rates"][0]["modes"]

@@ -124,12 +124,21 @@ def test_python_api_runs_any_problem():
         load_instance(ROOT / "instances" / "hgx_h100_120kw.yaml")
 
 
-def test_a_serving_solve_does_not_spoil_a_later_deployment_solve():
-    """HiGHS keeps one thread scheduler per process: PuLP's HiGHS (serving) sizes it first, and
-    the deployment search, which runs HiGHS on one thread, must still solve to optimality after it."""
+def test_a_serving_then_a_deployment_solve_in_one_process_share_the_highs_scheduler():
+    """HiGHS keeps one thread scheduler per process, sized by the first solve, and fails a later
+    solve asking for another size: the serving MILPs size it first here, and the deployment
+    search after them must still reach its optimum (every instance comes from
+    ``optimizer.highs.new_highs``, none resets the scheduler)."""
     from optimizer import run_instance
+    from optimizer.highs import THREADS
+    from optimizer.schema_base import read_yaml
+    from optimizer.serving import PIPELINE
 
-    run_instance(ROOT / "instances" / "serving_llama70b_h100.yaml")
+    path = ROOT / "instances" / "serving_llama70b_h100.yaml"
+    milps = PIPELINE.build(PIPELINE.load(read_yaml(path), path))
+    assert {m.h.getOptionValue("threads")[1] for m in milps.values()} == {THREADS}
+
+    run_instance(path)
     d = run_instance(ROOT / "instances" / "qwen3_30b_a3b_batched.yaml").to_dict()
     assert d["status"] == "optimal" and abs(d["objective"]["value"] - 0.30443) < 1e-4
 

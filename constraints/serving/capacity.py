@@ -1,10 +1,10 @@
 """Serving family ``capacity``: the workers of each role carry the request rate.
 
-    Σ_{j in role} r_j·n_j >= R        (role: aggregated; or prefill and decode)
-    Σ_{j in role} n_j >= 1            (``deploy[role]``: every role has a worker, whatever the rate)
+    Σ_{j in role} r_j·n_j >= R        for each role of the mode (aggregated; or prefill and decode)
 
-with ``r_j`` the largest rate one worker of configuration j sustains within the SLOs
-(:mod:`optimizer.serving.perf`) and ``R`` the target rate (a variable for ``goodput``).
+with ``n_j`` the workers of configuration j (integer >= 0), ``r_j`` the largest rate one worker of
+configuration j sustains within the SLOs (req/s, :mod:`optimizer.serving.perf`) and ``R`` the
+target rate (req/s; a variable for ``goodput``).
 """
 from __future__ import annotations
 
@@ -17,13 +17,11 @@ def key(role: str) -> ConstraintKey:
     return ConstraintKey(FAMILY, role)
 
 
-def add(prob, ctx) -> None:
-    for role in ctx.roles:
-        terms = [w.rate * x for w, x in zip(ctx.workers, ctx.x) if w.role == role]
-        prob += (sum(terms) >= ctx.rate, ctx.name(key(role)))
-        prob += (sum(x for w, x in zip(ctx.workers, ctx.x) if w.role == role) >= 1,
-                 ctx.name(ConstraintKey("deploy", role)))
+def define(model, data) -> None:
+    for role in data.roles:
+        carried = sum(w.rate * x for w, x in zip(data.workers, model.x) if w.role == role)
+        model.add(carried >= model.rate, key(role))
 
 
-def describe(k: ConstraintKey, ctx) -> str:
-    return f"{k.element} workers must carry {ctx.rate_value:g} requests/s within the SLOs"
+def describe(k: ConstraintKey, data) -> str:
+    return f"{k.element} workers must carry {data.rate:g} requests/s within the SLOs"

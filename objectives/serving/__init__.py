@@ -1,6 +1,7 @@
 """Serving objectives: one module per objective, each exposing ``OBJECTIVE`` (a
-:class:`ServingObjective`, found by :func:`objectives.base.discover`) whose ``expr(ctx)`` is the
-PuLP expression over the worker counts ``ctx.x`` (and ``ctx.rate`` for goodput)."""
+:class:`ServingObjective`, found by :func:`objectives.base.discover`) whose ``expr(model)`` is the
+HiGHS (highspy) linear expression over one mode's MILP (:class:`optimizer.serving.solve.ServingMilp`):
+its worker counts ``model.x``, and ``model.rate`` for goodput."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from objectives.base import Objective
 
 @dataclass(frozen=True)
 class ServingObjective(Objective):
-    """An objective with its PuLP expression builder ``expr(ctx)``."""
+    """An objective with its expression builder ``expr(model) -> highspy linear expression``."""
 
     expr: Callable = None  # type: ignore[assignment]
 

@@ -2,8 +2,8 @@
 from objectives.serving import ServingObjective
 
 
-def _expr(ctx):
-    return ctx.dollars_expr
+def _expr(model):
+    return model.dollars
 
 
 OBJECTIVE = ServingObjective("dollars", "$/hour", "price of the plan's GPUs for one hour at each pool's "

@@ -3,8 +3,8 @@
 from objectives.serving import ServingObjective
 
 
-def _expr(ctx):
-    return ctx.rate
+def _expr(model):
+    return model.rate
 
 
 OBJECTIVE = ServingObjective("goodput", "requests/s", "highest request rate (requests/s) whose requests meet the "

@@ -2,8 +2,8 @@
 from objectives.serving import ServingObjective
 
 
-def _expr(ctx):
-    return ctx.gpus_expr
+def _expr(model):
+    return model.gpus
 
 
 OBJECTIVE = ServingObjective("gpus", "GPUs", "GPUs of all prefill, decode and aggregated workers of the plan, GPUs",

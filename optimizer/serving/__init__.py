@@ -2,78 +2,97 @@
 percentile and an attainment; the cheapest set of workers, aggregated (continuous batching with
 chunked prefill) or disaggregated (prefill and decode pools with the KV moved between them).
 
-Pipeline: :mod:`.schema` (strict input, traffic, units) -> :mod:`.perf` (every worker
-configuration's largest rate within the SLOs, on the shared model :mod:`optimizer.model`) ->
-:mod:`.solve` (one MILP per mode, PuLP + HiGHS, families in ``constraints/serving/``,
-objectives in ``objectives/serving/``) -> :mod:`.simulate` (independent SimPy evaluator; a plan
-below the attainment target is re-solved with more capacity, never returned) -> :mod:`.report`
-(result envelope, tables, launch commands from :mod:`.launch`).
+Pipeline (:data:`PIPELINE`, the protocol of :mod:`optimizer.problems`): ``load`` (:mod:`.schema`:
+strict input, traffic, units) -> ``build`` (:mod:`.perf`: every worker configuration's largest
+rate within the SLOs, on the shared model :mod:`optimizer.model`; :mod:`.solve`: one MILP per
+mode on HiGHS through highspy, rows named by the families of ``constraints/serving/``, objectives
+in ``objectives/serving/``) -> ``solve`` (every (rate, mode) within the budget; :mod:`.simulate`,
+the independent SimPy evaluator, checks each plan: one below the attainment target is re-solved
+with more capacity, never returned) -> ``explain`` (:mod:`.explain`: binding limits, why the
+other mode lost, conflicts, the best achievable when infeasible) -> ``report`` (:mod:`.report`:
+result envelope, tables, launch scripts from :mod:`.launch`).
 """
 from __future__ import annotations
 
-import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from objectives.serving import registry as objective_registry
-from optimizer.budget import Budget, ProgressSink
+from optimizer.budget import Budget, ProgressSink, no_progress
 from optimizer.result import Status
+from optimizer.serving.explain import ServingExplanation, best_achievable_slo, explain
 from optimizer.serving.perf import ServingModel
-from optimizer.serving.report import NOT_BEGUN, ModePlan, RateResult, ServingReport
+from optimizer.serving.report import ServingReport
 from optimizer.serving.schema import Problem, load
-from optimizer.serving.simulate import SimulationCut, simulate
-from optimizer.serving.solve import MODE_ROLES, ModeResult, solve_mode
+from optimizer.serving.simulate import SimResult, SimulationCut, simulate
+from optimizer.serving.solution import NOT_BEGUN, ModePlan, RateResult, ServingSolution
+from optimizer.serving.solve import MODE_ROLES, ModeResult, ServingMilp, build, mode_data, solve_mode
 
-__all__ = ["run", "load_problem", "solve_instance", "ServingReport"]
+__all__ = ["PIPELINE", "ServingPipeline", "load_problem", "solve_instance", "solve_problem", "best_achievable_slo",
+           "ServingReport", "ServingSolution", "ServingExplanation", "plan_mode"]
 
-MARGINS = (1.0, 1.1, 1.25, 1.5, 2.0)
+MARGINS = (1.0, 1.1, 1.25, 1.5, 2.0)  # capacity factors tried after a simulation below the attainment target
+SOLVE_LIMIT_S = 20.0  # one MILP's HiGHS time limit without --time-limit (s)
+MIN_SOLVE_S = 0.05  # the least time a solve is given once the budget is nearly spent (s)
 
 
 def load_problem(raw: dict[str, Any], path: str | Path, objective: str | None = None) -> Problem:
+    """The validated problem of a raw instance (units converted).
+
+    Raises:
+        InputError: bad input (one line naming file, field and problem).
+    """
     return load(raw, path, objective, objective_registry())
 
 
-def _with_margin(res, first, margin: float):
+def _solve_limit_s(budget: Budget) -> float:
+    """One MILP's HiGHS time limit (s): the command's limit (else :data:`SOLVE_LIMIT_S`), never
+    past the budget's deadline (at least :data:`MIN_SOLVE_S`)."""
+    limit = SOLVE_LIMIT_S if budget.limit_s is None else budget.limit_s
+    return max(MIN_SOLVE_S, min(limit, budget.remaining_s()))
+
+
+def _with_margin(res: ModeResult, first: Optional[ModeResult], margin: float) -> ModeResult:
     """A plan accepted only with extra capacity is no longer proven optimal for the rate asked:
     status feasible, bound = the analytic optimum at margin 1 (a bound under the analytic model)."""
-    if margin > 1.0:
-        res.status = Status.FEASIBLE
-        res.bound = first.bound if first is not None and first.bound is not None else res.bound
-    return res
+    if margin <= 1.0:
+        return res
+    bound = first.bound if first is not None and first.bound is not None else res.bound
+    return replace(res, status=Status.FEASIBLE, bound=bound)
 
 
-def _plan_mode(p: Problem, sm: ServingModel, workers, mode: str, objective, rate: float, limit_s: float,
-               do_sim: bool, deadline: float | None = None) -> ModePlan:
-    """Solve one mode, then check it in simulation; on a miss re-solve with ``MARGINS`` more capacity
-    (goodput: report a lower rate for the same plan) until the simulated attainment meets the target.
+def plan_mode(p: Problem, workers, mode: str, objective, rate: float, budget: Budget, do_sim: bool) -> ModePlan:
+    """Solve one mode at ``rate`` req/s, then check it in simulation; on a miss re-solve with
+    ``MARGINS`` more capacity (goodput: report a lower rate for the same plan) until the simulated
+    attainment meets the target.
 
-    ``deadline`` (a ``time.perf_counter()`` value, from ``--time-limit``): a simulation still
-    running then is abandoned and the plan returned on the analytic model's checks alone, with
-    ``sim_cut`` set (the report says so); later solves get the time left as their limit."""
+    ``budget``: each solve's HiGHS limit is :func:`_solve_limit_s`; a simulation still running at
+    its deadline is abandoned and the plan returned on the analytic model's checks alone, with
+    ``sim_cut`` set (the report says so)."""
     try:
-        return _plan_mode_checked(p, sm, workers, mode, objective, rate, limit_s, do_sim, deadline)
+        return _plan_mode_checked(p, workers, mode, objective, rate, budget, do_sim)
     except SimulationCut as cut:
         plan, why = cut.args
-        plan.sim_cut = why
-        return plan
+        return replace(plan, sim_cut=why)
 
 
-def _plan_mode_checked(p, sm, workers, mode, objective, rate, limit_s, do_sim, deadline) -> ModePlan:
+def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim: bool) -> ModePlan:
     goodput = objective.sense == "max"
     first = None
 
-    def sim_(res, counts, served, margin):
+    def checked(res: ModeResult, served: float, margin: float) -> tuple[ModeResult, SimResult]:
+        """``res`` at ``served`` req/s (goodput: its value is the rate served) and its simulation."""
+        res = replace(res, value=served) if goodput and margin > 1.0 else res
         try:
-            return simulate(p, workers, counts, mode, served, deadline=deadline)
+            return res, simulate(p, workers, res.counts, mode, served, deadline=budget.deadline)
         except SimulationCut as cut:
-            if goodput and margin > 1.0:
-                res.value = served
             raise SimulationCut(ModePlan(mode, _with_margin(res, first, margin), rate=served, margin=margin),
                                 str(cut)) from None
 
+    failed = None
     for margin in MARGINS:
-        limit = limit_s if deadline is None else max(0.05, min(limit_s, deadline - time.perf_counter()))
-        res = solve_mode(p, workers, mode, objective, rate * margin, limit)
+        res = solve_mode(p, workers, mode, objective, rate * margin, _solve_limit_s(budget))
         if first is None:
             first = res
         if res.counts is None:
@@ -82,115 +101,106 @@ def _plan_mode_checked(p, sm, workers, mode, objective, rate, limit_s, do_sim, d
             break
         served = res.rate / margin if goodput else rate
         if goodput:
-            res.value = served
+            res = replace(res, value=served)
         if not do_sim:
             return ModePlan(mode, res, rate=served, margin=margin)
-        sim = sim_(res, res.counts, served, margin)
+        res, sim = checked(res, served, margin)
         if sim.attainment >= p.attainment:
             return ModePlan(mode, _with_margin(res, first, margin), sim, served, margin)
-        last = (res, sim, served, margin)
+        failed = ModePlan(mode, res, sim, served, margin, sim_failed=True)  # unless a later margin passes
         if goodput:  # same plan, lower rate
             for m2 in MARGINS[1:]:
                 served = res.rate / m2
-                sim = sim_(res, res.counts, served, m2)
+                res2, sim = checked(res, served, m2)
                 if sim.attainment >= p.attainment:
-                    res.value = served
-                    return ModePlan(mode, _with_margin(res, first, m2), sim, served, m2)
+                    return ModePlan(mode, _with_margin(replace(res2, value=served), first, m2), sim, served, m2)
             break
-    res, sim, served, margin = last
-    failed = ModePlan(mode, res, sim, served, margin)
-    failed.sim_failed = True
     return failed
 
 
-def solve_instance(p: Problem, time_limit_s: float | None = None, simulate_plans: bool | None = None,
-                   model: ServingModel | None = None, deadline: float | None = None) -> ServingReport:
-    """Every rate of the sweep, every mode asked; best plan per rate. Never returns a plan whose
-    simulated attainment is below the target (such a mode is reported infeasible).
+def solve_problem(p: Problem, budget: Budget, progress: ProgressSink = no_progress,
+                  simulate_plans: Optional[bool] = None, model: Optional[ServingModel] = None) -> ServingSolution:
+    """Every rate of the sweep, every mode asked; the best plan per rate is chosen by the solution.
+    Never returns a plan whose simulated attainment is below the target (such a mode is infeasible).
 
-    ``model``: a :class:`ServingModel` to reuse (its step-time caches), e.g. one
+    ``budget``: each (rate, mode) gets an equal share of the time left; a (rate, mode) not begun by
+    the deadline is a time_limit plan (the first rate is always solved). ``progress`` gets one row
+    ``{elapsed_s, method, value, bound, gap}`` after each (rate, mode). ``model``: a
+    :class:`ServingModel` to reuse (its step-time caches), e.g. one
     :meth:`~ServingModel.retarget`-ed to other SLO targets; its problem replaces ``p``."""
-    t0 = time.perf_counter()
-    if deadline is None and time_limit_s is not None:
-        deadline = Budget.for_command(time_limit_s, started=t0).deadline
     objectives = objective_registry()
     sm = ServingModel(p) if model is None else model
     p = sm.p
     objective = objectives[p.objective]
     modes = ("aggregated", "disaggregated") if p.mode == "both" else (p.mode,)
-    roles = tuple(r for m in modes for r in MODE_ROLES[m])
-    workers = sm.workers(roles)
+    workers = tuple(sm.workers(tuple(r for m in modes for r in MODE_ROLES[m])))
     do_sim = p.simulation.enabled if simulate_plans is None else simulate_plans
-    limit = 20.0 if time_limit_s is None else time_limit_s
     rates = (p.rates[0],) if objective.sense == "max" else p.rates
     results = []
     todo = len(rates) * len(modes)
     for rate in rates:
         plans = {}
-        for m in modes:  # each (rate, mode) gets an equal share of the time left
-            if deadline is not None and time.perf_counter() >= deadline and results:  # not begun: not solved
-                # (the first rate is always solved: a plan, on the analytic checks if need be)
+        for m in modes:
+            if budget.expired() and results:  # not begun: not solved (the first rate always is)
                 plans[m] = ModePlan(m, ModeResult(m, Status.TIME_LIMIT, None, None, None, 0.0, rate,
-                                                  details=[f"not solved: {NOT_BEGUN}"]))
+                                                  details=(f"not solved: {NOT_BEGUN}",)))
+                budget.note_cut("serving (rate, mode) solves not begun")  # once; the report counts them
             else:
-                share = None if deadline is None else time.perf_counter() + (deadline - time.perf_counter()) / todo
-                plans[m] = _plan_mode(p, sm, workers, m, objective, rate, limit, do_sim, share)
+                plan = plan_mode(p, list(workers), m, objective, rate, budget.split(1.0 / todo), do_sim)
+                plans[m] = plan
+                if plan.sim_cut:
+                    budget.note_cut(f"serving simulation of {m} at {rate:g} req/s")
+                res = plan.result
+                gap = (abs(res.value - res.bound) / max(abs(res.value), 1e-12)
+                       if res.value is not None and res.bound is not None else None)
+                progress({"elapsed_s": budget.elapsed_s(), "method": f"highs {m} at {rate:g} req/s",
+                          "value": res.value, "bound": res.bound, "gap": gap})
             todo -= 1
         results.append(RateResult(rate, plans))
-    rep = ServingReport(p, sm, workers, objective, results, time.perf_counter() - t0)
-    if rep.status == Status.INFEASIBLE and objective.sense == "min" and "goodput" in objectives:
-        rep.achievable = _most_rate(p, sm, workers, objectives["goodput"], modes, limit)
-        rep.time_s = time.perf_counter() - t0
-    if rep.status == Status.INFEASIBLE and rep.achievable is None:
-        rep.achievable = best_achievable_slo(p, workers)
-    return rep
+    return ServingSolution(p, sm, workers, objective, tuple(results), budget.elapsed_s())
 
 
-def best_achievable_slo(p: Problem, workers) -> dict | None:
-    """For an SLO no worker meets even without load: the lowest TTFT (else TPOT) any worker
-    configuration reaches at zero load (the analytic model), against the target; when no worker
-    holds the model at all, the widest one's memory shortfall."""
-    for key, target in (("ttft_s", p.ttft_s), ("tpot_s", p.tpot_s)):
-        vals = [w.zero_load[key] for w in workers if key in (w.zero_load or {})]
-        if vals and min(vals) > target:
-            best = min(vals) * 1e3
-            name = key[:4].upper()
-            return {"requirement": f"{key[:4]}_ms", "best": best, "required": target * 1e3,
-                    "detail": f"the lowest {name} any worker reaches even without load is {best:.4g} ms; "
-                              f"{target * 1e3:g} ms required"}
-    mem = [w for w in workers if w.limit in ("weights", "kv_memory")]
-    if mem and len(mem) == len(workers):  # no layout holds the model and a request: the widest says by how much
-        w = max(mem, key=lambda w: w.gpus)
-        return {"requirement": "memory", "best": None, "required": None,
-                "detail": f"no worker holds the weights and a request's KV; the widest, {w.label(p)}: {w.detail}"}
-    return None
+def solve_instance(p: Problem, budget: Optional[Budget] = None, simulate_plans: Optional[bool] = None,
+                   model: Optional[ServingModel] = None, progress: ProgressSink = no_progress) -> ServingReport:
+    """solve -> explain -> report of one problem (library calls, ``--pareto``, ``optimize sweep``);
+    ``budget`` None: no time limit."""
+    budget = Budget.unlimited() if budget is None else budget
+    solution = solve_problem(p, budget, progress, simulate_plans, model)
+    return ServingReport(solution, explain(solution, budget))
 
 
-def _most_rate(p: Problem, sm, workers, goodput, modes, limit: float) -> dict | None:
-    """For an infeasible rate: the highest rate any mode serves within the SLOs on the GPUs given
-    (the goodput objective, analytic model), or None when not even a small rate fits."""
-    best = None
-    for m in modes:
-        plan = _plan_mode(p, sm, workers, m, goodput, p.rates[0], limit, False)
-        if plan.result.counts is not None and plan.result.value and (best is None or plan.result.value > best[1]):
-            best = (m, float(plan.result.value))
-    if best is None:
-        return None
-    asked = max(p.rates)
-    return {"requirement": "rate_rps", "best": best[1], "required": asked,
-            "detail": f"at most {best[1]:.3g} req/s within the SLOs on the GPUs given ({best[0]}, analytic model); "
-                      f"{asked:g} req/s asked"}
+class ServingPipeline:
+    """The serving problem's :class:`~optimizer.problems.Pipeline`; holds no state."""
+
+    def load(self, raw: dict[str, Any], path: Path, objective: Optional[str] = None) -> Problem:
+        return load_problem(raw, path, objective)
+
+    def build(self, data: Problem) -> dict[str, ServingMilp]:
+        """Stage 1's MILP of each mode asked at the first rate, ``{mode: ServingMilp}`` (rows named
+        by their keys: ``model.rows``)."""
+        objective = objective_registry()[data.objective]
+        modes = ("aggregated", "disaggregated") if data.mode == "both" else (data.mode,)
+        workers = ServingModel(data).workers(tuple(r for m in modes for r in MODE_ROLES[m]))
+        return {m: build(mode_data(data, workers, m, data.rates[0]), objective) for m in modes}
+
+    def solve(self, data: Problem, budget: Budget, progress: ProgressSink = no_progress) -> ServingSolution:
+        return solve_problem(data, budget, progress)
+
+    def evaluate(self, data: Problem, plan: ServingSolution) -> tuple[Optional[SimResult], ...]:
+        """The simulation (:func:`~optimizer.serving.simulate.simulate`) of each rate's best plan,
+        None for a rate without one."""
+        out = []
+        for rr in plan.results:
+            best = plan.best(rr)
+            out.append(None if best is None else
+                       simulate(data, list(plan.workers), best.result.counts, best.mode, best.rate))
+        return tuple(out)
+
+    def explain(self, data: Problem, solution: ServingSolution, budget: Budget) -> ServingExplanation:
+        return explain(solution, budget)
+
+    def report(self, data: Problem, solution: ServingSolution, explanation: ServingExplanation) -> ServingReport:
+        return ServingReport(solution, explanation)
 
 
-def run(raw: dict[str, Any], path: Path, objective: str | None, budget: Budget,
-        output_dir: Path | None, progress: ProgressSink | None = None) -> ServingReport:
-    """CLI entry point (see optimizer/problems.py); ``--output DIR`` also gets the launch scripts.
-
-    Raises:
-        InputError: bad input (one line naming file, field and problem).
-    """
-    p = load_problem(raw, path, objective)
-    rep = solve_instance(p, budget.limit_s, deadline=budget.deadline)
-    if output_dir is not None:
-        rep.write_scripts(Path(output_dir))
-    return rep
+PIPELINE = ServingPipeline()

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from optimizer.budget import Budget
 from optimizer.result import Status
 from optimizer.serving.perf import ServingModel
 from optimizer.serving.solve import MODE_ROLES
@@ -101,7 +102,7 @@ class ParetoResult:
         return envelope("serving-pareto", p.name, status,
                         {"name": obj.name, "value": None, "unit": obj.unit, "bound": None, "gap": None,
                          "definition": "one value per point (each point's objective)", "sense": obj.sense},
-                        plan, {"name": "highs (pulp)", "status": status.value, "time_s": self.time_s, "gap": None,
+                        plan, {"name": "highs", "status": status.value, "time_s": self.time_s, "gap": None,
                                "solves": self.solves, "cut_short": cut},
                         reason=reason or None, achievable=self.achievable)
 
@@ -138,13 +139,14 @@ def plan_label(rep, m) -> str:
     return " + ".join(parts)
 
 
-def solve_point(sm: ServingModel, mode: str, tpot_ms: float, ttft_ms: float, time_limit_s: float = 20.0) -> Point:
-    """Solve ``mode`` at the given targets on ``sm`` (retargeted in place) and return the point."""
+def solve_point(sm: ServingModel, mode: str, tpot_ms: float, ttft_ms: float, budget: Budget) -> Point:
+    """Solve ``mode`` at the given targets (ms) on ``sm`` (retargeted in place) within ``budget``
+    and return the point."""
     from optimizer.serving import solve_instance
 
     sm.retarget(ttft_s=ttft_ms * 1e-3, tpot_s=tpot_ms * 1e-3)
     sm.p = replace(sm.p, mode=mode)
-    rep = solve_instance(sm.p, time_limit_s, simulate_plans=False, model=sm)
+    rep = solve_instance(sm.p, budget, simulate_plans=False, model=sm)
     m = rep.results[0].plans[mode]
     d = rep.mode_dict(m)
     pt = Point(mode, tpot_ms, ttft_ms, d["status"])
@@ -169,9 +171,9 @@ def pareto(p: Problem, sweep: str = "tpot", tpot_ms: list[float] | None = None, 
            deadline: float | None = None) -> ParetoResult:
     """Sweep TPOT targets (``sweep='tpot'``), or TPOT x TTFT targets (``'ttft'``: one curve per TTFT
     target, default :data:`TTFT_FACTORS` times the instance's), for both modes (or ``modes``) at the
-    instance's first rate; mark each curve's front. ``time_limit_s``: each solve's limit;
-    ``deadline`` (a ``time.perf_counter()`` value): after it only each curve's loosest target is
-    solved, the others are counted in ``not_solved``.
+    instance's first rate; mark each curve's front. ``time_limit_s``: each solve's limit (s);
+    ``deadline`` (a ``time.perf_counter()`` value, the command's budget's): after it only each
+    curve's loosest target is solved, the others are counted in ``not_solved``.
 
     Raises:
         ValueError: ``sweep`` not ``tpot``/``ttft``, or no targets.
@@ -179,6 +181,7 @@ def pareto(p: Problem, sweep: str = "tpot", tpot_ms: list[float] | None = None, 
     if sweep not in ("tpot", "ttft"):
         raise ValueError(f"sweep must be tpot or ttft (got {sweep!r})")
     t0 = time.perf_counter()
+    budget = Budget(t0, time_limit_s, deadline)
     tp = sorted(tpot_ms or default_tpot_targets_ms(p, points), reverse=True)  # loosest first
     if sweep == "ttft":
         tt = list(ttft_ms or [p.ttft_s * 1e3 * f for f in TTFT_FACTORS])
@@ -194,11 +197,10 @@ def pareto(p: Problem, sweep: str = "tpot", tpot_ms: list[float] | None = None, 
         for mode in modes:
             c = Curve(mode, ttft)
             for n, tpot in enumerate(tp):
-                if n and deadline is not None and time.perf_counter() >= deadline:
+                if n and budget.expired():
                     not_solved += 1
                     continue
-                limit = time_limit_s if deadline is None else max(0.05, min(time_limit_s, deadline - time.perf_counter()))
-                c.points.append(solve_point(sm, mode, tpot, ttft, limit))
+                c.points.append(solve_point(sm, mode, tpot, ttft, budget.within(time_limit_s)))
                 solves += 1
             c.points.sort(key=lambda q: q.tpot_ms)
             mark_front(c.points)

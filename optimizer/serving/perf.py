@@ -144,6 +144,9 @@ class ServingModel:
         self.decode_steps = self.mean_osl - 1.0
         # a decode token at position s reads s+1 tokens; positions isl .. isl+osl-2
         self.decode_ctx = self.mean_isl + self.mean_osl / 2.0
+        # this model's own caches (a cache on the class would keep every model of the process alive)
+        self._prefill_s = lru_cache(maxsize=None)(self._prefill_s_uncached)
+        self._table = lru_cache(maxsize=None)(self._table_uncached)
 
     def retarget(self, ttft_s: float | None = None, tpot_s: float | None = None) -> "ServingModel":
         """The same model at other TTFT/TPOT targets (s), keeping the step-time and prefill caches
@@ -202,12 +205,10 @@ class ServingModel:
     def _perf(self, w: Worker):
         return self.p.pools[w.pool].perf
 
-    @lru_cache(maxsize=None)
-    def _prefill_s(self, pool: int, lay: Layout, n: float) -> float:
+    def _prefill_s_uncached(self, pool: int, lay: Layout, n: float) -> float:
         return prefill_s(self.p.pools[pool].perf, lay, int(n), self.p.eff)
 
-    @lru_cache(maxsize=None)
-    def _table(self, pool: int, lay: Layout, chunk: float, c0: float, ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    def _table_uncached(self, pool: int, lay: Layout, chunk: float, c0: float, ranks: int) -> tuple[np.ndarray, np.ndarray]:
         """Step time over a grid of decode batch sizes: every integer to 16, then 64 geometric points (about 10%
         apart) to well past the memory cap; between grid points the time is interpolated linearly."""
         perf = self.p.pools[pool].perf

@@ -1,16 +1,15 @@
 """The serving report: result envelope (``to_dict``), tables (``render``) and launch scripts."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from optimizer.result import Binding, ConstraintKey, Conflict, Status, envelope, group_conflicts
+from optimizer.result import Status, envelope
+from optimizer.serving.explain import ServingExplanation, plan_conflict
 from optimizer.serving.launch import commands
-from optimizer.serving.perf import LIMITS, ServingModel, Worker
-from optimizer.serving.schema import HF_ID_PLACEHOLDER, Problem
-from optimizer.serving.simulate import SimResult
-from optimizer.serving.solve import ModeResult
+from optimizer.serving.schema import HF_ID_PLACEHOLDER
+from optimizer.serving.solution import NOT_BEGUN, ModePlan, RateResult, ServingSolution
 
 DEFINITIONS = {
     "ttft_ms": "time to first token: queue wait + prefill (+ KV transfer when disaggregated), ms; analytic at the "
@@ -30,78 +29,40 @@ DEFINITIONS = {
 }
 
 
-NOT_BEGUN = "the time limit had passed before this rate and mode began"
-
-
-@dataclass
-class ModePlan:
-    mode: str
-    result: ModeResult
-    sim: SimResult | None = None
-    rate: float = 0.0
-    margin: float = 1.0
-    sim_failed: bool = False
-    sim_cut: str | None = None  # the time limit ended its simulation (what it had simulated): analytic checks only
-
-    @property
-    def ok(self) -> bool:
-        return self.result.counts is not None and not self.sim_failed
-
-
-@dataclass
-class RateResult:
-    rate: float
-    plans: dict[str, ModePlan]
-
-
-@dataclass
 class ServingReport:
-    problem: Problem
-    model: ServingModel
-    workers: list[Worker]
-    objective: Any
-    results: list[RateResult]
-    time_s: float
-    _cache: dict = field(default_factory=dict)
-    achievable: dict | None = None  # infeasible: the highest rate the GPUs serve within the SLOs
+    """The report of a serving solve, built once from the frozen solution and its explanation:
+    ``status``, ``to_dict()`` (the result envelope), ``render(console)`` (tables) and
+    ``write(folder)`` (the launch scripts)."""
 
-    # ------------------------------------------------------------------ selection
-    def best(self, rr: RateResult) -> ModePlan | None:
-        ok = [m for m in rr.plans.values() if m.ok]
-        if not ok:
-            return None
-        sign = -1 if self.objective.sense == "max" else 1
-        return min(ok, key=lambda m: (sign * m.result.value, self.gpus(m), m.mode))
+    def __init__(self, solution: ServingSolution, explanation: ServingExplanation):
+        self.solution = solution
+        self.explanation = explanation
+
+    # the solution's parts, as the report's readers (sweep, pareto, tests) name them
+    problem = property(lambda self: self.solution.problem)
+    model = property(lambda self: self.solution.model)
+    workers = property(lambda self: self.solution.workers)
+    objective = property(lambda self: self.solution.objective)
+    results = property(lambda self: self.solution.results)
+    achievable = property(lambda self: self.explanation.achievable)
+    status = property(lambda self: self.solution.status)
 
     @property
-    def status(self) -> Status:
-        """Optimal when every rate's best plan is proven; infeasible when a rate has no plan
-        (time_limit when a solve ran out of time without one)."""
-        bests = [self.best(rr) for rr in self.results]
-        if any(b is None for b in bests):
-            short = [rr for rr, b in zip(self.results, bests) if b is None]
-            timed_out = [rr for rr in short if any(m.result.status == Status.TIME_LIMIT for m in rr.plans.values())]
-            if len(timed_out) < len(short):
-                return Status.INFEASIBLE  # a rate no mode serves (proven)
-            # rates the time limit left without a plan: the sweep is not answered (exit 4); the
-            # solved rates' plans stand in the result and cut_short names the rest
-            return Status.TIME_LIMIT
-        return Status.OPTIMAL if all(b.result.status == Status.OPTIMAL for b in bests) else Status.FEASIBLE
+    def time_s(self) -> float:
+        """Wall time of the solve and of the explanation's solves, s."""
+        return self.solution.time_s + self.explanation.time_s
 
-    # ------------------------------------------------------------------ figures
+    def best(self, rr: RateResult) -> ModePlan | None:
+        return self.solution.best(rr)
+
     def gpus(self, m: ModePlan) -> int:
-        return sum(self.workers[j].gpus * n for j, n in (m.result.counts or {}).items())
+        return self.solution.gpus(m)
 
     def dollars(self, m: ModePlan) -> float | None:
-        p = self.problem
-        tot = 0.0
-        for j, n in (m.result.counts or {}).items():
-            w = self.workers[j]
-            price = p.pools[w.pool].price
-            if price is None:
-                return None
-            tot += price * w.gpus * n
-        return tot
+        return self.solution.dollars(m)
+
+    def conflict_groups(self) -> list[dict[str, Any]]:
+        return list(self.explanation.conflicts)
 
     def _groups(self, m: ModePlan) -> list[dict[str, Any]]:
         p, sm = self.problem, self.model
@@ -145,41 +106,9 @@ class ServingReport:
                 "tokens_per_s_per_gpu": tps / max(self.gpus(m), 1),
                 "tokens_per_s_per_user": 1e3 / mean_tpot if mean_tpot else None}
 
-    def _conflict(self, m: ModePlan) -> Conflict | None:
-        if m.result.counts is None:
-            return Conflict(m.result.conflict, m.result.details)
-        if m.sim_failed:
-            return Conflict([ConstraintKey("simulation", f"{m.mode} at {m.rate:g} req/s")],
-                            [f"the plan's simulated attainment {m.sim.attainment:.1%} stays below {self.problem.attainment:.0%} "
-                             f"even with {m.margin:g}x the capacity"])
-        return None
-
-    def conflict_groups(self) -> list[dict[str, Any]]:
-        """Conflicting keys of every rate without a plan, grouped by family (envelope ``conflicts``),
-        each group with its first detail and all of them."""
-        keys, details = [], {}
-        for rr in self.results:
-            if self.best(rr) is not None:
-                continue
-            for m in rr.plans.values():
-                c = self._conflict(m)
-                if c is None:
-                    continue
-                if not c.keys and c.details:  # no worker configuration at all for a role
-                    c = Conflict([ConstraintKey("layouts", m.mode)], ["; ".join(c.details)])
-                for i, k in enumerate(c.keys):
-                    line = c.details[i] if i < len(c.details) else "; ".join(c.details)
-                    if k not in details:
-                        keys.append(k)
-                        details[k] = f"{m.mode} at {rr.rate:g} req/s: {line}"
-        groups = group_conflicts(keys, details)
-        for g in groups:
-            g["details"] = [details[k] for k in keys if k.family == g["family"]]
-        return groups
-
     def mode_dict(self, m: ModePlan) -> dict[str, Any]:
         d: dict[str, Any] = {"mode": m.mode, "status": "ok" if m.ok else m.result.status.value}
-        c = self._conflict(m)
+        c = plan_conflict(self.solution, m)
         if c is not None:
             d["conflict"] = c.to_dict()
             d["status"] = Status.INFEASIBLE.value if m.result.status != Status.TIME_LIMIT else m.result.status.value
@@ -194,67 +123,30 @@ class ServingReport:
                   "solver": {"status": m.result.status.value, "time_s": m.result.time_s, "solves": m.result.solves}})
         return d
 
-    def why_lost(self, rr: RateResult, best: ModePlan | None) -> list[dict[str, Any]]:
-        """The other modes at this rate: ``{option, reason, detail}`` (envelope ``alternatives``)."""
-        out = []
-        for m in rr.plans.values():
-            if best is not None and m is best:
-                continue
-            c = self._conflict(m)
-            option = f"{m.mode} at {rr.rate:g} req/s"
-            if c is not None:
-                fams = sorted({k.family for k in c.keys})
-                reason = f"infeasible ({', '.join(fams)})"
-                why = f"{m.mode}: no plan ({', '.join(fams)}): " + "; ".join(c.details[:3])
-            elif best is not None:
-                gp = "" if self.objective.name == "gpus" else f" ({self.gpus(m)} GPUs vs {self.gpus(best)})"
-                reason = f"worse {self.objective.name}"
-                why = (f"{m.mode}: {self.objective.name} {m.result.value:.4g} {self.objective.unit} vs "
-                       f"{best.result.value:.4g} for {best.mode}{gp}")
-            else:
-                reason, why = "no plan", f"{m.mode}: no plan"
-            out.append({"option": option, "reason": reason, "detail": why, "mode": m.mode, "rate_rps": rr.rate})
-        return out
-
-    def bindings(self, m: ModePlan) -> list[Binding]:
-        if m is None or m.result.counts is None:
-            return []
-        p = self.problem
-        out = []
-        cap: dict[str, float] = {}
-        for j, n in sorted(m.result.counts.items()):
-            w = self.workers[j]
-            cap[w.role] = cap.get(w.role, 0.0) + w.rate * n
-            out.append(Binding(ConstraintKey(w.limit, w.label(p)), 0.0, "", f"{LIMITS.get(w.limit, w.limit)}: {w.detail}"))
-        for role, c in cap.items():
-            out.append(Binding(ConstraintKey("capacity", role), c - m.rate, "requests/s",
-                               f"{role} workers carry up to {c:.4g} req/s for {m.rate:g} req/s"))
-        for i, pool in enumerate(p.pools):
-            used = sum(self.workers[j].gpus * n for j, n in m.result.counts.items() if self.workers[j].pool == i)
-            out.append(Binding(ConstraintKey("gpus", f"pool {pool.name}"), pool.count - used, "GPUs",
-                               f"{used} of {pool.count} {pool.gpu} GPUs used"))
-        return sorted(out, key=lambda b: b.slack)
-
     # ------------------------------------------------------------------ envelope
     def rates(self) -> list[dict[str, Any]]:
         """Per rate: best mode, every mode's plan (or conflict) and why the other mode lost."""
-        if "rates" not in self._cache:
-            out = []
-            for rr in self.results:
-                b = self.best(rr)
-                out.append({"rate_rps": rr.rate, "best_mode": b.mode if b else None,
-                            "modes": {k: self.mode_dict(m) for k, m in rr.plans.items()},
-                            "why_other_mode_lost": self.why_lost(rr, b)})
-            self._cache["rates"] = out
-        return self._cache["rates"]
+        return self._rates
+
+    @cached_property
+    def _rates(self) -> list[dict[str, Any]]:
+        out = []
+        for rr, lost in zip(self.results, self.explanation.alternatives):
+            b = self.best(rr)
+            out.append({"rate_rps": rr.rate, "best_mode": b.mode if b else None,
+                        "modes": {k: self.mode_dict(m) for k, m in rr.plans.items()},
+                        "why_other_mode_lost": [dict(a) for a in lost]})
+        return out
 
     def to_dict(self) -> dict[str, Any]:
-        if "dict" in self._cache:
-            return self._cache["dict"]
+        """The result envelope (:func:`optimizer.result.envelope`, problem ``serving``)."""
+        return self._dict
+
+    @cached_property
+    def _dict(self) -> dict[str, Any]:
         p, obj = self.problem, self.objective
         rates = self.rates()
-        # the largest rate with a plan (a time limit may leave the sweep's last rates unsolved)
-        last = next((rr for rr in reversed(self.results) if self.best(rr) is not None), self.results[-1])
+        last = self.solution.headline()
         best = self.best(last)
         status = self.status
         objective = {**obj.describe(), "value": None, "bound": None, "gap": None}
@@ -287,14 +179,13 @@ class ServingReport:
         if cut:
             notes.append("cut short by the time limit: " + "; ".join(cut))
         out = envelope("serving", p.name, status, objective, plan,
-                       {"name": "highs (pulp)", "status": status.value, "time_s": self.time_s,
+                       {"name": "highs", "status": status.value, "time_s": self.time_s,
                         "gap": objective["gap"] if objective else None, "solves": solves, "cut_short": cut},
-                       binding=[b.to_dict() for b in self.bindings(best)] if best else [],
+                       binding=[b.to_dict() for b in self.explanation.binding] if best else [],
                        alternatives=alternatives,
-                       conflicts=self.conflict_groups() if status in (Status.INFEASIBLE, Status.TIME_LIMIT) else [],
+                       conflicts=list(self.explanation.conflicts) if status in (Status.INFEASIBLE, Status.TIME_LIMIT) else [],
                        achievable=self.achievable,
                        definitions=DEFINITIONS, notes=notes or None)
-        self._cache["dict"] = out
         return out
 
     def cut_short(self) -> list[str]:
@@ -320,7 +211,7 @@ class ServingReport:
                 "attainment": p.attainment, "checked_quantile": p.quantile}
 
     # ------------------------------------------------------------------ scripts
-    def write_scripts(self, out: Path) -> list[Path]:
+    def write(self, out: Path) -> list[Path]:
         """``launch_<mode>_<role>_<layout>_<pool>_<engine>.sh`` for each worker group of each
         rate's best plan. A script is run once per worker with its slot on the server
         (``./launch_….sh 0``, ``1``, …): the slot picks the worker's own GPUs
@@ -438,7 +329,7 @@ class ServingReport:
 
 
 def _slot_script(name: str, cmd: str, g: dict, weight_dtype: str = "bf16") -> str:
-    """A launch script taking the worker's slot on its server (see ``write_scripts``); ``cmd``
+    """A launch script taking the worker's slot on its server (see :meth:`ServingReport.write`); ``cmd``
     ends with ``--port N`` (:mod:`optimizer.serving.launch`), the first slot's port. ``GPUS``
     and ``PORT`` in the environment override the slot's (workers of other layouts on the same
     server: the plan counts workers, it does not place them on servers)."""

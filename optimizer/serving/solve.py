@@ -1,149 +1,215 @@
-"""One MILP per mode (PuLP + HiGHS) choosing how many workers of each configuration.
+"""One MILP per mode (HiGHS through highspy) choosing how many workers of each configuration.
 
-Variables ``n_j >= 0`` integer per usable configuration j (rate r_j > 0); families in
-``constraints/serving/`` (``capacity`` per role, ``gpus`` per pool); objective from
-``objectives/serving/``. Two stages: (1) the objective; (2) with it fixed, the most spare
-capacity ``Σ r_j·n_j / R`` over roles (ties go to the plan with the most headroom), or for
-``goodput`` the fewest GPUs. The status is optimal only when both stages are proven; bound and
-gap are stage 1's (HiGHS ``mip_dual_bound``). ``prob.sol_status`` is checked after each solve.
+Variables ``n_j >= 0`` integer per usable configuration j (rate r_j > 0; the others get none,
+:mod:`constraints.serving.worker`), and for ``goodput`` the rate ``R >= 0`` (req/s). Rows come
+from the families of ``constraints/serving/`` (``capacity`` and ``deploy`` per role, ``gpus`` per
+pool), each named by its :class:`~optimizer.result.ConstraintKey` (``capacity[aggregated]``);
+the objective's expression from ``objectives/serving/``. Two stages: (1) the objective; (2) with
+it held (``objective[<name>]``), the most spare capacity ``Σ r_j·n_j / R`` over roles (ties go to
+the plan with the most headroom), or for ``goodput`` the fewest GPUs. The status is optimal only
+when both stages are proven; bound and gap are stage 1's (HiGHS ``mip_dual_bound``).
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any, Optional
 
-import pulp
+import highspy
 
 from constraints.serving import capacity as c_capacity
+from constraints.serving import deploy as c_deploy
 from constraints.serving import gpus as c_gpus
-from constraints.serving.worker import key as worker_key
+from constraints.serving import objective as c_objective
+from constraints.serving import worker as c_worker
+from optimizer.highs import new_highs
 from optimizer.result import ConstraintKey, Status
 from optimizer.serving.perf import Worker
 from optimizer.serving.schema import Problem
 
 MODE_ROLES = {"aggregated": ("aggregated",), "disaggregated": ("prefill", "decode")}
+ROW_FAMILIES = (c_capacity, c_deploy, c_gpus)  # the rows of stage 1, in this order
+MIN_LIMIT_S = 0.1  # the shortest time limit a stage is given (s): HiGHS needs some to presolve
 
 
-@dataclass
-class Ctx:
+@dataclass(frozen=True)
+class ModeData:
+    """The input of one mode's MILP.
+
+    Attributes:
+        problem: the serving problem (pools, prices).
+        mode: ``aggregated`` or ``disaggregated``.
+        roles: the mode's roles (:data:`MODE_ROLES`).
+        workers: the usable configurations of those roles (rate > 0), one variable each.
+        index: each usable configuration's index in the full worker list (``counts`` keys).
+        rate: the target rate R (req/s); ``goodput`` makes R a variable and uses it for nothing.
+        unusable: the configurations of those roles with no rate (no variable; their keys make up
+            the conflict of a role without a usable one).
+    """
+
     problem: Problem
-    workers: list[Worker]
-    x: list
-    roles: tuple
-    rate: object  # float or LpVariable
-    rate_value: float
-    gpus_expr: object = None
-    dollars_expr: object = None
-    names: dict = field(default_factory=dict)
-
-    def name(self, key: ConstraintKey) -> str:
-        n = f"c{len(self.names)}"
-        self.names[n] = key
-        return n
+    mode: str
+    roles: tuple[str, ...]
+    workers: tuple[Worker, ...]
+    index: tuple[int, ...]
+    rate: float
+    unusable: tuple[Worker, ...] = ()
 
 
-@dataclass
+def mode_data(p: Problem, workers: list[Worker], mode: str, rate: float) -> ModeData:
+    """The :class:`ModeData` of ``mode`` at ``rate`` req/s over the configurations ``workers``."""
+    roles = MODE_ROLES[mode]
+    idx = tuple(j for j, w in enumerate(workers) if w.role in roles and w.rate > 0)
+    unusable = tuple(w for role in roles for w in c_worker.unusable(workers, role))
+    return ModeData(p, mode, roles, tuple(workers[j] for j in idx), idx, rate, unusable)
+
+
+class ServingMilp:
+    """One mode's MILP on a ``highspy.Highs`` instance.
+
+    Attributes:
+        h: the HiGHS instance (one thread, silent: :func:`optimizer.highs.new_highs`).
+        x: the worker counts ``n_j`` (integer columns named ``n[<configuration>]``).
+        rate: R, req/s: a column for ``goodput``, else the target rate (a float).
+        gpus: ``Σ g_j·n_j`` (GPUs); dollars: ``Σ price_pool·g_j·n_j`` ($/hour).
+        rows: ``{row name: ConstraintKey}`` of every row added.
+    """
+
+    def __init__(self, data: ModeData, goodput: bool):
+        self.h = h = new_highs()
+        p = data.problem
+        self.x = [h.addIntegral(lb=0, name=f"n[{w.label(p)}]") for w in data.workers]
+        self.rate: Any = h.addVariable(lb=0, name="rate") if goodput else data.rate
+        self.gpus = sum(w.gpus * v for w, v in zip(data.workers, self.x))
+        self.dollars = sum((p.pools[w.pool].price or 0.0) * w.gpus * v for w, v in zip(data.workers, self.x))
+        self.rows: dict[str, ConstraintKey] = {}
+
+    def add(self, expr, key: ConstraintKey):
+        """Add the row ``expr`` (a highspy comparison) named ``str(key)``."""
+        self.rows[str(key)] = key
+        return self.h.addConstr(expr, name=str(key))
+
+    def value(self, expr) -> float:
+        """``expr`` (a column, an expression or a number) at the last solution."""
+        return float(expr) if isinstance(expr, (int, float)) else float(self.h.val(expr))
+
+
+def build(data: ModeData, objective) -> ServingMilp:
+    """Stage 1's model: the columns, every family's rows, no objective set yet."""
+    model = ServingMilp(data, objective.sense == "max")
+    for family in ROW_FAMILIES:
+        family.define(model, data)
+    return model
+
+
+@dataclass(frozen=True)
 class ModeResult:
-    """Plan of one mode: ``counts`` {worker index: n}; value/bound in the objective's unit."""
+    """Plan of one mode at one rate.
+
+    Attributes:
+        mode: ``aggregated`` or ``disaggregated``.
+        status: optimal (both stages proven), feasible, infeasible or time_limit.
+        counts: ``{worker index: n}`` (indices into the full worker list), None without a plan.
+        value: the objective's value in its unit (goodput: the rate served, req/s), None without a plan.
+        bound: stage 1's proven bound in the same unit (the value itself when HiGHS gives none).
+        time_s: wall time of the HiGHS solves, s.
+        rate: the rate planned for (req/s; goodput: the rate found).
+        conflict: the conflicting constraints' keys when infeasible.
+        details: one line per conflicting key (or why no layout exists).
+        solves: HiGHS solves made (0: not begun).
+    """
 
     mode: str
     status: Status
-    counts: dict[int, int] | None
-    value: float | None
-    bound: float | None
+    counts: Optional[dict[int, int]]
+    value: Optional[float]
+    bound: Optional[float]
     time_s: float
     rate: float
-    conflict: list[ConstraintKey] = field(default_factory=list)
-    details: list[str] = field(default_factory=list)
+    conflict: tuple[ConstraintKey, ...] = ()
+    details: tuple[str, ...] = ()
     solves: int = 0
 
 
-def _solve(prob: pulp.LpProblem, limit_s: float):
-    from optimizer.highs import new_highs
+@dataclass(frozen=True)
+class _Run:
+    """One HiGHS solve: ``proven`` optimal, ``solution`` present (column values), ``infeasible``
+    proven, stage's ``bound`` (None when HiGHS gives none) and wall time ``time_s``."""
 
-    new_highs()  # HiGHS prints its banner on the first instance of a process: taken silently here
-    solver = pulp.HiGHS(msg=False, timeLimit=max(0.1, limit_s))
+    proven: bool
+    solution: Optional[list[float]]
+    infeasible: bool
+    bound: Optional[float]
+    time_s: float
+
+
+def _run(model: ServingMilp, expr, sense: str, limit_s: float) -> _Run:
+    h = model.h
+    h.setOptionValue("time_limit", max(MIN_LIMIT_S, limit_s))
     t0 = time.perf_counter()
-    prob.solve(solver)
+    if sense == "max":
+        h.maximize(expr)
+    else:
+        h.minimize(expr)
     dt = time.perf_counter() - t0
-    bound = None
-    try:
-        bound = float(prob.solverModel.getInfo().mip_dual_bound)
-    except Exception:  # pragma: no cover - older highspy
-        bound = None
-    return prob.sol_status, bound, dt
+    st = h.getModelStatus()
+    info = h.getInfo()
+    has = info.primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible
+    bound = float(info.mip_dual_bound) if math.isfinite(info.mip_dual_bound) else None
+    infeasible = st in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible)
+    return _Run(st == highspy.HighsModelStatus.kOptimal, list(h.getSolution().col_value) if has else None,
+                infeasible, bound, dt)
 
 
-def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: float, limit_s: float = 20.0) -> ModeResult:
-    """Solve one mode at request rate ``rate`` (ignored by ``goodput``).
+def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: float,
+               limit_s: float = 20.0) -> ModeResult:
+    """Solve one mode at request rate ``rate`` (req/s; ignored by ``goodput``) within ``limit_s``
+    seconds of HiGHS time (stage 2 gets what stage 1 left, at least :data:`MIN_LIMIT_S`).
 
     Returns an infeasible :class:`ModeResult` with the conflicting keys when a role has no usable
     configuration (their per-configuration limits), or when the pools cannot hold the workers
-    (``gpus[pool ...]`` with ``capacity[role]``).
+    (``gpus[pool ...]`` with ``capacity[role]``); a time_limit one when HiGHS found no plan in time.
     """
-    roles = MODE_ROLES[mode]
-    idx = [j for j, w in enumerate(workers) if w.role in roles and w.rate > 0]
+    data = mode_data(p, workers, mode, rate)
     t0 = time.perf_counter()
-    for role in roles:
-        if not any(workers[j].role == role for j in idx):
-            bad = [w for w in workers if w.role == role]
-            keys = [worker_key(w, p) for w in bad]
-            details = [f"{w.label(p)}: {w.detail}" for w in bad] or [_no_layout_reason(p, role)]
+    for role in data.roles:
+        if not any(w.role == role for w in data.workers):
+            keys = tuple(c_worker.key(w, p) for w in data.unusable if w.role == role)
+            details = tuple(c_worker.describe(k, data) for k in keys) or (_no_layout_reason(p, role),)
             return ModeResult(mode, Status.INFEASIBLE, None, None, None, time.perf_counter() - t0, rate, keys, details)
-    goodput = objective.sense == "max"
-    sense = pulp.LpMaximize if goodput else pulp.LpMinimize
-    prob = pulp.LpProblem(f"serving_{mode}", sense)
-    x = [prob.add_variable(f"n{j}", lowBound=0, cat="Integer") for j in idx]
-    sub = [workers[j] for j in idx]
-    r = prob.add_variable("rate", lowBound=0) if goodput else rate
-    ctx = Ctx(p, sub, x, roles, r, rate)
-    ctx.gpus_expr = pulp.lpSum(w.gpus * v for w, v in zip(sub, x))
-    ctx.dollars_expr = pulp.lpSum((p.pools[w.pool].price or 0.0) * w.gpus * v for w, v in zip(sub, x))
-    c_capacity.add(prob, ctx)
-    c_gpus.add(prob, ctx)
-    expr = objective.expr(ctx)
-    prob += expr
-    status, bound, dt = _solve(prob, limit_s)
-    solves = 1
-    if status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        if status == pulp.LpSolutionNoSolutionFound and prob.status != pulp.LpStatusInfeasible:
-            return ModeResult(mode, Status.TIME_LIMIT, None, None, None, dt, rate, solves=solves)
-        keys = [c_gpus.key(pl.name) for pl in p.pools] + [c_capacity.key(role) for role in roles]
-        details = [f"{c_gpus.describe(c_gpus.key(pl.name), ctx)}" for pl in p.pools]
-        details += [f"{role} capacity needed {rate:g} req/s; the best configuration on a whole pool carries at most "
-                    f"{max((p.pools[w.pool].count // w.gpus) * w.rate for w in sub if w.role == role):.3g} req/s"
-                    for role in roles]
-        return ModeResult(mode, Status.INFEASIBLE, None, None, None, dt, rate, keys, details, solves)
-    proven = status == pulp.LpSolutionOptimal
-    value = float(pulp.value(expr))
+    model = build(data, objective)
+    expr = objective.expr(model)
+    first = _run(model, expr, objective.sense, limit_s)
+    if first.solution is None:
+        if not first.infeasible:
+            return ModeResult(mode, Status.TIME_LIMIT, None, None, None, first.time_s, rate, solves=1)
+        keys = tuple(c_gpus.key(pl.name) for pl in p.pools) + tuple(c_capacity.key(role) for role in data.roles)
+        details = tuple(c_gpus.describe(c_gpus.key(pl.name), data) for pl in p.pools)
+        details += tuple(f"{role} capacity needed {rate:g} req/s; the best configuration on a whole pool carries at "
+                         f"most {max((p.pools[w.pool].count // w.gpus) * w.rate for w in data.workers if w.role == role):.3g}"
+                         f" req/s" for role in data.roles)
+        return ModeResult(mode, Status.INFEASIBLE, None, None, None, first.time_s, rate, keys, details, 1)
+    value = model.value(expr)
     # stage 2: keep the objective, take the most headroom (or, for goodput, the fewest GPUs)
-    if goodput:
-        prob += (expr >= value * (1 - 1e-9) - 1e-9, "stage1")
-        prob.sense = pulp.LpMinimize
-        prob.setObjective(ctx.gpus_expr)
+    c_objective.define(model, data, objective, value)
+    if objective.sense == "max":
+        second = _run(model, model.gpus, "min", limit_s - first.time_s)
     else:
-        prob += (expr <= value * (1 + 1e-9) + 1e-9, "stage1")
-        prob.sense = pulp.LpMaximize
-        head = pulp.lpSum(w.rate * v for w, v in zip(sub, x)) / max(rate, 1e-12)
-        prob.setObjective(head - 1e-6 * ctx.gpus_expr)
-    st2, _, dt2 = _solve(prob, max(0.1, limit_s - dt))
-    solves += 1
-    if st2 not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):  # keep stage 1's plan
-        st2 = pulp.LpSolutionIntegerFeasible
-    proven = proven and st2 == pulp.LpSolutionOptimal
+        head = sum(w.rate * v for w, v in zip(data.workers, model.x)) * (1.0 / max(rate, 1e-12))
+        second = _run(model, head - 1e-6 * model.gpus, "max", limit_s - first.time_s)
+    solution = second.solution if second.solution is not None else first.solution  # else stage 1's plan
     counts = {}
-    for j, v in zip(idx, x):
-        n = int(round(v.value() or 0))
+    for j, v in zip(data.index, model.x):
+        n = int(round(solution[v.index]))
         if n:
             counts[j] = n
-    value_out = float(r.value()) if goodput else value
-    if goodput and bound is not None and bound < 0:
-        bound = -bound  # PuLP hands HiGHS the negated objective of a maximisation
-    if bound is None or not math.isfinite(bound):
-        bound = value_out
+    goodput = objective.sense == "max"
+    value_out = float(solution[model.rate.index]) if goodput else value
+    bound = first.bound if first.bound is not None else value_out
+    proven = first.proven and second.proven
     return ModeResult(mode, Status.OPTIMAL if proven else Status.FEASIBLE, counts, value_out, bound,
-                      dt + dt2, value_out if goodput else rate, solves=solves)
+                      first.time_s + second.time_s, value_out if goodput else rate, solves=2)
 
 
 def _no_layout_reason(p, role: str) -> str:

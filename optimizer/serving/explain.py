@@ -1,0 +1,176 @@
+"""The explanation of a serving solution: binding limits, why the other mode lost, conflicts and,
+when no plan exists, the best achievable (the highest rate the GPUs serve, else the lowest TTFT or
+TPOT any worker reaches, else the widest worker's memory shortfall).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from optimizer.budget import Budget
+from optimizer.result import Binding, ConstraintKey, Conflict, Status, group_conflicts
+from optimizer.serving.perf import LIMITS
+from optimizer.serving.schema import Problem
+from optimizer.serving.solution import ModePlan, RateResult, ServingSolution
+
+
+@dataclass(frozen=True)
+class ServingExplanation:
+    """What the report explains.
+
+    Attributes:
+        binding: the limits of the headline plan (:meth:`ServingSolution.headline`), least slack first.
+        alternatives: per rate (in ``solution.results`` order), why each other mode lost:
+            ``{option, reason, detail, mode, rate_rps}``.
+        conflicts: the conflicting keys of every rate without a plan, grouped by family
+            (:func:`~optimizer.result.group_conflicts`, each group with all its details).
+        achievable: infeasible only: the best the instance reaches (``requirement``, ``best``,
+            ``required``, ``detail``), None otherwise or when nothing fits at all.
+        time_s: wall time of the explanation's own solves (the best achievable rate), s.
+    """
+
+    binding: tuple[Binding, ...]
+    alternatives: tuple[tuple[dict[str, Any], ...], ...]
+    conflicts: tuple[dict[str, Any], ...]
+    achievable: Optional[dict]
+    time_s: float
+
+
+def plan_conflict(solution: ServingSolution, m: ModePlan) -> Optional[Conflict]:
+    """Why ``m`` is no plan (the MILP's conflict, or a simulation below target); None for a plan."""
+    if m.result.counts is None:
+        return Conflict(list(m.result.conflict), list(m.result.details))
+    if m.sim_failed:
+        return Conflict([ConstraintKey("simulation", f"{m.mode} at {m.rate:g} req/s")],
+                        [f"the plan's simulated attainment {m.sim.attainment:.1%} stays below "
+                         f"{solution.problem.attainment:.0%} even with {m.margin:g}x the capacity"])
+    return None
+
+
+def conflict_groups(solution: ServingSolution) -> list[dict[str, Any]]:
+    """Conflicting keys of every rate without a plan, grouped by family (envelope ``conflicts``),
+    each group with its first detail and all of them."""
+    keys, details = [], {}
+    for rr in solution.results:
+        if solution.best(rr) is not None:
+            continue
+        for m in rr.plans.values():
+            c = plan_conflict(solution, m)
+            if c is None:
+                continue
+            if not c.keys and c.details:  # no worker configuration at all for a role
+                c = Conflict([ConstraintKey("layouts", m.mode)], ["; ".join(c.details)])
+            for i, k in enumerate(c.keys):
+                line = c.details[i] if i < len(c.details) else "; ".join(c.details)
+                if k not in details:
+                    keys.append(k)
+                    details[k] = f"{m.mode} at {rr.rate:g} req/s: {line}"
+    groups = group_conflicts(keys, details)
+    for g in groups:
+        g["details"] = [details[k] for k in keys if k.family == g["family"]]
+    return groups
+
+
+def why_lost(solution: ServingSolution, rr: RateResult) -> tuple[dict[str, Any], ...]:
+    """The other modes at this rate: ``{option, reason, detail, mode, rate_rps}``."""
+    best = solution.best(rr)
+    obj = solution.objective
+    out = []
+    for m in rr.plans.values():
+        if best is not None and m is best:
+            continue
+        c = plan_conflict(solution, m)
+        option = f"{m.mode} at {rr.rate:g} req/s"
+        if c is not None:
+            fams = sorted({k.family for k in c.keys})
+            reason = f"infeasible ({', '.join(fams)})"
+            why = f"{m.mode}: no plan ({', '.join(fams)}): " + "; ".join(c.details[:3])
+        elif best is not None:
+            gp = "" if obj.name == "gpus" else f" ({solution.gpus(m)} GPUs vs {solution.gpus(best)})"
+            reason = f"worse {obj.name}"
+            why = (f"{m.mode}: {obj.name} {m.result.value:.4g} {obj.unit} vs "
+                   f"{best.result.value:.4g} for {best.mode}{gp}")
+        else:
+            reason, why = "no plan", f"{m.mode}: no plan"
+        out.append({"option": option, "reason": reason, "detail": why, "mode": m.mode, "rate_rps": rr.rate})
+    return tuple(out)
+
+
+def bindings(solution: ServingSolution, m: Optional[ModePlan]) -> tuple[Binding, ...]:
+    """What limits plan ``m``: each chosen configuration's own limit (slack 0), each role's
+    capacity (slack in req/s) and each pool's GPUs (slack in GPUs), least slack first."""
+    if m is None or m.result.counts is None:
+        return ()
+    p, workers = solution.problem, solution.workers
+    out = []
+    cap: dict[str, float] = {}
+    for j, n in sorted(m.result.counts.items()):
+        w = workers[j]
+        cap[w.role] = cap.get(w.role, 0.0) + w.rate * n
+        out.append(Binding(ConstraintKey(w.limit, w.label(p)), 0.0, "", f"{LIMITS.get(w.limit, w.limit)}: {w.detail}"))
+    for role, c in cap.items():
+        out.append(Binding(ConstraintKey("capacity", role), c - m.rate, "requests/s",
+                           f"{role} workers carry up to {c:.4g} req/s for {m.rate:g} req/s"))
+    for i, pool in enumerate(p.pools):
+        used = sum(workers[j].gpus * n for j, n in m.result.counts.items() if workers[j].pool == i)
+        out.append(Binding(ConstraintKey("gpus", f"pool {pool.name}"), pool.count - used, "GPUs",
+                           f"{used} of {pool.count} {pool.gpu} GPUs used"))
+    return tuple(sorted(out, key=lambda b: b.slack))
+
+
+def best_achievable_slo(p: Problem, workers) -> dict | None:
+    """For an SLO no worker meets even without load: the lowest TTFT (else TPOT) any worker
+    configuration reaches at zero load (the analytic model), against the target; when no worker
+    holds the model at all, the widest one's memory shortfall."""
+    for key, target in (("ttft_s", p.ttft_s), ("tpot_s", p.tpot_s)):
+        vals = [w.zero_load[key] for w in workers if key in (w.zero_load or {})]
+        if vals and min(vals) > target:
+            best = min(vals) * 1e3
+            name = key[:4].upper()
+            return {"requirement": f"{key[:4]}_ms", "best": best, "required": target * 1e3,
+                    "detail": f"the lowest {name} any worker reaches even without load is {best:.4g} ms; "
+                              f"{target * 1e3:g} ms required"}
+    mem = [w for w in workers if w.limit in ("weights", "kv_memory")]
+    if mem and len(mem) == len(workers):  # no layout holds the model and a request: the widest says by how much
+        w = max(mem, key=lambda w: w.gpus)
+        return {"requirement": "memory", "best": None, "required": None,
+                "detail": f"no worker holds the weights and a request's KV; the widest, {w.label(p)}: {w.detail}"}
+    return None
+
+
+def most_rate(solution: ServingSolution, goodput, budget: Budget) -> dict | None:
+    """For an infeasible rate: the highest rate any mode serves within the SLOs on the GPUs given
+    (the ``goodput`` objective, analytic model), or None when not even a small rate fits."""
+    from optimizer.serving import plan_mode
+
+    p = solution.problem
+    best = None
+    for m in solution.results[0].plans:
+        plan = plan_mode(p, list(solution.workers), m, goodput, p.rates[0], budget, False)
+        if plan.result.counts is not None and plan.result.value and (best is None or plan.result.value > best[1]):
+            best = (m, float(plan.result.value))
+    if best is None:
+        return None
+    asked = max(p.rates)
+    return {"requirement": "rate_rps", "best": best[1], "required": asked,
+            "detail": f"at most {best[1]:.3g} req/s within the SLOs on the GPUs given ({best[0]}, analytic model); "
+                      f"{asked:g} req/s asked"}
+
+
+def explain(solution: ServingSolution, budget: Budget) -> ServingExplanation:
+    """The explanation of ``solution``; the best achievable rate's goodput solves run within ``budget``."""
+    import time
+
+    from objectives.serving import registry
+
+    t0 = time.perf_counter()
+    achievable = None
+    if solution.status == Status.INFEASIBLE:
+        objectives = registry()
+        if solution.objective.sense == "min" and "goodput" in objectives:
+            achievable = most_rate(solution, objectives["goodput"], budget)
+        if achievable is None:
+            achievable = best_achievable_slo(solution.problem, solution.workers)
+    headline = solution.best(solution.headline())
+    return ServingExplanation(bindings(solution, headline), tuple(why_lost(solution, rr) for rr in solution.results),
+                              tuple(conflict_groups(solution)), achievable, time.perf_counter() - t0)
