@@ -64,7 +64,7 @@ def _objective_help() -> str:
 @click.option("--pareto-points", "pareto_points", type=click.IntRange(2, 200), default=None,
               help="TPOT targets of --pareto (geometric, 1/4 to 4x the instance's target; default 20).")
 @click.option("--progress", is_flag=True, default=False,
-              help="Deployment: show the incumbent, the proven bound and the gap as the solve goes on (stderr).")
+              help="Show the incumbent, the proven bound and the gap as the solve goes on, one row per method (stderr; deployment and serving).")
 def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
          overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None,
          pareto: str | None = None, pareto_points: int | None = None, progress: bool = False) -> None:
@@ -169,7 +169,7 @@ def _progress_display():
     from rich.live import Live
     from rich.table import Table
 
-    table = Table(title="deployment solve: incumbent, bound and gap", title_justify="left")
+    table = Table(title="solve: incumbent, bound and gap", title_justify="left")
     for col in ("time s", "method", "incumbent", "bound", "gap"):
         table.add_column(col, justify="right" if col != "method" else "left")
     live = Live(table, console=Console(stderr=True), refresh_per_second=4, transient=False)

@@ -38,7 +38,7 @@ class ProblemSpec:
 
     Attributes:
         section: the instance's top-level key that selects it (e.g. ``buildout``).
-        package: the package with ``run(...)`` (e.g. ``optimizer.buildout``).
+        package: the package whose ``PIPELINE`` solves it (e.g. ``optimizer.buildout``).
         summary: one line for help texts.
         objectives: the package of its objectives (``objectives/<problem>/``).
         also_selected_by: other top-level keys that select it when no section key is given
@@ -177,10 +177,5 @@ def run_pipeline(pipeline: Pipeline, raw: dict[str, Any], path: Path, objective:
 
 def run_problem(spec: ProblemSpec, raw: dict[str, Any], path: Path, objective: Optional[str], budget: Budget,
                 output_dir: Optional[Path] = None, progress: Optional[ProgressSink] = None):
-    """Run an instance's problem: its ``PIPELINE`` through :func:`run_pipeline`, or (a package
-    not yet on the pipeline) its ``run(raw, path, objective, budget, output_dir, progress)``."""
-    module = spec.module()
-    pipeline = getattr(module, "PIPELINE", None)
-    if pipeline is not None:
-        return run_pipeline(pipeline, raw, path, objective, budget, output_dir, progress)
-    return module.run(raw, path, objective, budget, output_dir, progress=progress)
+    """Run an instance's problem: its package's ``PIPELINE`` through :func:`run_pipeline`."""
+    return run_pipeline(spec.module().PIPELINE, raw, path, objective, budget, output_dir, progress)

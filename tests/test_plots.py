@@ -415,11 +415,10 @@ def test_serving_plan_figure_data_match_the_result():
     """The serving figure's GPUs per role and SLO figures are the result's own numbers."""
     from optimizer.serving.plots import serving_plan_data
 
-    from optimizer.schema_base import read_yaml
-    from optimizer.serving import run
+    from optimizer import run_instance
 
     path = INSTANCES / "serving_llama70b_h100.yaml"
-    rep = run(read_yaml(path), path, None, None, None)
+    rep = run_instance(path)
     d = serving_plan_data(rep)
     env = rep.to_dict()
     rate = env["plan"]["rates"][0]

@@ -71,7 +71,15 @@ def test_a_new_problem_plugs_in_without_editing_the_dispatcher(tmp_path, monkeyp
 
     pkg = tmp_path / "toyproblem"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("def run(raw, path, objective, time_limit_s, output_dir):\n    return 'ran'\n")
+    (pkg / "__init__.py").write_text(
+        "class _Toy:\n"
+        "    def load(self, raw, path, objective=None): return {'raw': raw, 'steps': ['load']}\n"
+        "    def build(self, data): return None\n"
+        "    def solve(self, data, budget, progress): data['steps'].append('solve'); return data\n"
+        "    def evaluate(self, data, plan): return None\n"
+        "    def explain(self, data, solution, budget): data['steps'].append('explain'); return 'why'\n"
+        "    def report(self, data, solution, explanation): return (solution['steps'] + ['report'], explanation)\n"
+        "PIPELINE = _Toy()\n")
     (pkg / "spec.py").write_text("from optimizer.problems import ProblemSpec\n"
                                  "SPEC = ProblemSpec(section='toy', package='optimizer.toyproblem', summary='a toy')\n")
     monkeypatch.setattr(optimizer, "__path__", list(optimizer.__path__) + [str(tmp_path)])
@@ -79,7 +87,11 @@ def test_a_new_problem_plugs_in_without_editing_the_dispatcher(tmp_path, monkeyp
     try:
         spec = problems.problem_spec_for({"toy": {}}, Path("x.yaml"))
         assert spec.section == "toy"
-        assert spec.module().run(None, None, None, None, None) == "ran"
+        from optimizer.budget import Budget
+
+        assert isinstance(spec.module().PIPELINE, problems.Pipeline)
+        got = problems.run_problem(spec, {"toy": {}}, Path("x.yaml"), None, Budget.unlimited())
+        assert got == (["load", "solve", "explain", "report"], "why")
         assert problems.problem_spec_for({"model": {}}, Path("x.yaml")).section == "deployment"
     finally:
         problems.registry.cache_clear()
