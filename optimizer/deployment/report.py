@@ -209,7 +209,9 @@ class DeploymentReport:
         s = o.stats
         console.print(f"solver {s.name}: {s.status.value}, {s.solves} solve(s), {s.time_s:.3f} s solving, "
                       f"{self.total_time_s:.3f} s in all, formulation {o.mode}")
-        if o.method or o.bound_method:
+        if o.method and o.method == o.bound_method:
+            console.print(f"plan and bound from: {escape(o.method)}")
+        elif o.method or o.bound_method:
             console.print(f"plan from: {escape(o.method or 'none')}; bound from: {escape(o.bound_method or 'none')}")
         if self.cut_short:
             console.print(f"[yellow]cut short by the time limit: {', '.join(self.cut_short)}[/yellow]")
