@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 import optimizer.buildout as buildout
+from optimizer.budget import Budget
 from optimizer.buildout.model import installed_racks
 from optimizer.buildout.patterns import RackPattern
 from optimizer.buildout.schema import load
@@ -75,7 +76,7 @@ def _printed_times(report) -> tuple[float, float]:
 @pytest.mark.parametrize("path,changes", [(EXAMPLE, {}), (SECOND_TIER, {}), (MIXED, {}),
                                           (EXAMPLE, {"buildout__target_gpus": 96})])
 def test_printed_time_is_the_json_whole_run_time(path, changes):
-    report = buildout.run(raw_of(path, **changes), path, None, None, None)
+    report = buildout.run(raw_of(path, **changes), path, None, Budget.unlimited(), None)
     d = report.to_dict()["solver"]
     printed, cp_sat = _printed_times(report)
     assert printed == pytest.approx(round(d["time_s"], 3), abs=1e-9)
@@ -94,7 +95,7 @@ def test_whole_run_time_includes_the_explanation(monkeypatch):
 
     monkeypatch.setattr(buildout, "bindings", slow)
     t0 = time.perf_counter()
-    report = buildout.run(raw_of(EXAMPLE), EXAMPLE, None, None, None)
+    report = buildout.run(raw_of(EXAMPLE), EXAMPLE, None, Budget.unlimited(), None)
     outer = time.perf_counter() - t0
     d = report.to_dict()["solver"]
     assert d["time_s"] >= 0.2 + d["cp_sat_time_s"]
@@ -168,9 +169,9 @@ def test_unsettled_one_worker_stage_is_resolved_with_two_workers(monkeypatch):
             return cp_model.UNKNOWN, solver  # pretend the one-worker try ran out of time
         return code, solver
 
-    want = buildout.run(raw_of(SECOND_TIER), SECOND_TIER, None, None, None).to_dict()["plan"]
+    want = buildout.run(raw_of(SECOND_TIER), SECOND_TIER, None, Budget.unlimited(), None).to_dict()["plan"]
     monkeypatch.setattr(solve_mod, "_solve_once", fake)
-    got = buildout.run(raw_of(SECOND_TIER), SECOND_TIER, None, None, None)
+    got = buildout.run(raw_of(SECOND_TIER), SECOND_TIER, None, Budget.unlimited(), None)
     assert got.status.value == "optimal" and got.to_dict()["plan"] == want
     assert calls.count(1) == calls.count(solve_mod.SEARCH_WORKERS) > 0
 

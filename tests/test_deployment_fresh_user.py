@@ -296,7 +296,7 @@ def test_large_infeasible_instance_keeps_its_time_limit(tmp_path):
     10 %. The explanation used to look for the fewest servers that fit, building models for up
     to servers + N·p_max/G servers: 16 s on a 5 s limit here, 12 GB and 11 minutes for 2,000
     sessions on 32 servers."""
-    from benchmarks.gen_deployment import generate_mixed
+    from tests.scale_helpers import generate_mixed
 
     p = tmp_path / "mixed.yaml"
     p.write_text(yaml.safe_dump(generate_mixed(300, 2, seed=0), sort_keys=False))
@@ -313,7 +313,7 @@ def test_exact_search_on_a_large_rounded_instance_keeps_its_deadline(tmp_path):
     alone, 0.54 s under a full test run (the bound below is 1 s)."""
     import time
 
-    from benchmarks.gen_deployment import generate_mixed
+    from tests.scale_helpers import generate_mixed
     from objectives.deployment import get
     from optimizer.deployment.anytime import rounded_problem
     from optimizer.deployment.perf import PerfModel
@@ -350,7 +350,7 @@ def test_latency_up_to_sixty_sessions_still_gets_a_plan(tmp_path):
     objective, --time-limit 10: the sequence model finds no plan in its 60 % share, so the
     anytime path gives one (feasible, no bound, said in the notes); it used to exit 4 even with
     30 s, while above 60 sessions latency got a plan at once. The limit holds."""
-    from benchmarks.gen_deployment import generate
+    from tests.scale_helpers import generate
 
     p = tmp_path / "g48.yaml"
     p.write_text(yaml.safe_dump(generate(48, 4, seed=1), sort_keys=False))
@@ -445,7 +445,7 @@ def test_faults_at_traffic_scale_keep_the_limit_and_get_a_plan(tmp_path):
     counts them first, and when the exact formulations find no plan in their share the run
     without faults' anytime plan, re-evaluated with the fault, is returned with the nominal
     bound (a fault only delays)."""
-    from benchmarks.gen_deployment import generate_mixed
+    from tests.scale_helpers import generate_mixed
     from optimizer.deployment.evaluate import Plan, PlannedInstance, evaluate
     from optimizer.deployment.schema import build_problem
 
@@ -469,7 +469,7 @@ def test_faults_at_traffic_scale_keep_the_limit_and_get_a_plan(tmp_path):
 def test_fault_columns_refuse_an_enumeration_beyond_their_limit_at_once():
     import time
 
-    from benchmarks.gen_deployment import generate_mixed
+    from tests.scale_helpers import generate_mixed
     from optimizer.deployment.fault_columns import enumerate_columns
     from optimizer.deployment.formulation import Formulation
     from optimizer.deployment.perf import PerfModel
@@ -501,7 +501,7 @@ def test_fault_instance_whose_run_without_faults_is_infeasible_is_infeasible_at_
     after the whole limit (no conflicts) for a fresh user; now the LP relaxation of the run
     without faults decides it (a fault only delays), exit 3 with the on-time conflict, long
     before the limit."""
-    from benchmarks.gen_deployment import generate_mixed
+    from tests.scale_helpers import generate_mixed
 
     raw = generate_mixed(300, 8, seed=1, fraction=0.9, max_batch=1)
     raw["faults"] = [{"at_ms": 100, "stall_ms": 10}]
@@ -524,7 +524,7 @@ def test_the_chosen_plan_is_never_worse_than_a_comparison_row(cli, tmp_path, obj
     command said "no plan" (exit 4) while two rows had plans meeting the on-time requirement.
     Whatever the main search finds in its time, the plan printed is at least as good as every
     row's, and a row's plan is a plan of the command."""
-    from benchmarks.gen_deployment import generate_mixed
+    from tests.scale_helpers import generate_mixed
 
     raw = generate_mixed(40, 4, seed=3)
     raw["faults"] = [{"gpu": 3, "at_ms": 100, "stall_ms": 200}, {"gpu": 20, "at_ms": 50, "stall_ms": 100}]
@@ -572,7 +572,7 @@ def test_twenty_sessions_with_a_fault_get_the_nominal_plan_when_the_exact_search
     """20 generated sessions on 2 servers with one fault: the exact formulations found no plan in
     10 s and the command said "no plan" (exit 4), while the run without faults' plan, evaluated
     with the fault, met the on-time requirement. The fallback now applies at any size."""
-    from benchmarks.gen_deployment import generate_mixed
+    from tests.scale_helpers import generate_mixed
 
     raw = generate_mixed(20, 2, seed=1)
     raw["faults"] = [{"gpu": 3, "at_ms": 100, "stall_ms": 200}]

@@ -4,8 +4,7 @@ import json
 
 import numpy as np
 
-from benchmarks.bench_experts import v3_loads
-from tests.experts_helpers import run_json, write_instance
+from tests.experts_helpers import run_json, v3_loads, write_instance
 
 TIMING = {"time_s", "solve_time_s"}
 
