@@ -168,15 +168,18 @@ def test_migration_keeps_a_previous_placement_that_meets_the_cap(tmp_path):
     from tests.conftest import INSTANCES, REPO
 
     inst = INSTANCES / "deepseek_v3_ep32.yaml"
+    work = ["--set", "experts.work_units_per_layer=0.05"]  # still LNS on every layer; 10 s instead of 50 s
     first = subprocess.run([sys.executable, "-m", "optimizer.cli", str(inst), "--output", str(tmp_path),
-                            "--format", "json"], capture_output=True, text=True, cwd=REPO)
+                            "--format", "json", *work], capture_output=True, text=True, cwd=REPO)
     assert first.returncode == 0, first.stderr
     again = subprocess.run([sys.executable, "-m", "optimizer.cli", str(inst), "--objective", "migration",
-                            "--set", f"experts.previous_placement={tmp_path / 'placement.json'}", "--format", "json"],
+                            "--set", f"experts.previous_placement={tmp_path / 'placement.json'}", "--format", "json",
+                            *work],
                            capture_output=True, text=True, cwd=REPO)
     assert again.returncode == 0, again.stderr
     d = json.loads(again.stdout)
     layers = d["plan"]["layers"]
+    assert all(lay["optimized"]["method"] == "lns" for lay in layers)  # the large-layer path
     assert d["objective"]["value"] == 0 and all(lay["optimized"]["moves"] == 0 for lay in layers)
     before = json.loads(first.stdout)["plan"]["layers"]
     assert [lay["optimized"]["max_load"] for lay in layers] == [lay["optimized"]["max_load"] for lay in before]
