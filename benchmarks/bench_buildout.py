@@ -175,5 +175,32 @@ def main() -> None:
     sys.exit(0 if ok else 1)
 
 
+def limits() -> bool:
+    """``--limits``: a fresh user's 40 inline server types in a 50 MW hall with ``--time-limit 2``
+    (4.1 s once; the wall-clock check moved here from tests/test_buildout_runtime.py), the
+    whole command against its limit + 10 %."""
+    types = [{"name": f"t{i}", "gpus": 4 if i % 2 == 0 else 8, "power_kw": round(3.1 + 0.37 * i, 2),
+              "rack_units": 2 + i % 5, "cost": 50000 + 1234 * i} for i in range(40)]
+    raw = {"name": "40 server types", "buildout": {
+        "power_budget_kw": 50000, "fixed_power_kw": 100, "install_unit_servers": 2, "target_gpus": 20000,
+        "server_types": types,
+        "racks": {"air_cooled_kw": 40, "liquid_cooled_kw": 130, "rack_units": 48, "feed_kw": 21.6,
+                  "redundant_feeds": True, "max_utilization": 0.8},
+        "fabric": {"gpu_links": 1, "port_bandwidth_gb_s": 50, "switch_radix": 64, "max_oversubscription": 3.0,
+                   "one_tier_max_gpus": 64, "second_tier_power_kw": 25, "switch_power_kw": 0.7,
+                   "switch_rack_units": 1}}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "big.yaml"
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        wall, r = _timed([sys.executable, "-m", "optimizer.cli", str(path), "--time-limit", "2", "--format", "json"])
+    ok = wall <= 2 * 1.1
+    status = json.loads(r.stdout).get("status", "-") if r.stdout.strip().startswith("{") else "-"
+    print(f"optimize (40 server types, 50 MW) --time-limit 2: {wall:.2f} s, exit {r.returncode}, {status}, "
+          f"within +10 %: {'yes' if ok else 'NO'}")
+    return ok
+
+
 if __name__ == "__main__":
+    if "--limits" in sys.argv:
+        sys.exit(0 if limits() else 1)
     main()

@@ -15,6 +15,12 @@ the first 5,000 requests of the Azure conversation trace on 64 servers (80 % on 
 skipped when /work/shared/data is absent). Columns: time to the first plan (from the progress
 table), final status, value, bound, gap, the command's wall time.
 
+``--acceptance``: the issue's targets at 60 s (gap <= 5 % on 200 distinct sessions, <= 2 % on
+1,000 in 12 types, a plan within 10 s), printed with whether each is met (exit 1 if not).
+
+``--limits``: the command's wall time against ``--time-limit`` (+10 %) on the large cases the
+tests run for their status and plan only.
+
 ``--batched``: layouts and batched decode (cost objective, default layouts, no batch limit):
 24 sessions of mixed lengths on 2 HGX H100 (benchmarks/gen_deployment.generate_batched,
 seeds 0-2) and the MoE instance instances/qwen3_30b_a3b_batched.yaml (16 sessions, 1 server).
@@ -146,8 +152,118 @@ def scale() -> None:
                   f"{gap:>7} {r['wall_s']:>7.1f}")
 
 
+def _timed_cli(args: list, limit: float) -> tuple[float, int, dict]:
+    """(wall s, exit code, JSON) of ``optimize ARGS --time-limit LIMIT --format json`` in a fresh process."""
+    import json
+
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "optimizer.cli", *map(str, args), "--time-limit", str(limit),
+                          "--format", "json"], capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    return wall, res.returncode, (json.loads(res.stdout) if res.stdout.strip().startswith("{") else {})
+
+
+def acceptance() -> bool:
+    """The issue's acceptance targets at 60 s (moved here from the tests: they measure the
+    machine as much as the code). Each case as a user runs it (a fresh process, ``--progress``):
+    200 distinct sessions one at a time: a plan within 10 s, gap <= 5 % at 60 s; 1,000 sessions
+    in 12 types one at a time: gap <= 2 % at 60 s; 1,000 in 12 types, one at a time and batched,
+    with ``--time-limit 10``: a plan with its bound within 10 s. Every command within its limit
+    + 10 %. Prints the figures and whether each target is met; returns True when all are."""
+    import tempfile
+
+    from benchmarks.gen_deployment import generate_mixed
+
+    cases = [("200 distinct, 1 at a time", generate_mixed(200, 16, seed=0, max_batch=1), 60, 0.05),
+             ("1000 in 12 types, 1 at a time", generate_mixed(1000, 64, seed=0, types=12, fraction=0.6, max_batch=1),
+              60, 0.02),
+             ("1000 in 12 types, 1 at a time", generate_mixed(1000, 64, seed=0, types=12, fraction=0.6, max_batch=1),
+              10, None),
+             ("1000 in 12 types, batching", generate_mixed(1000, 64, seed=0, types=12, fraction=0.6, max_batch=None),
+              10, None)]
+    ok_all = True
+    print(f"{'case':>32} {'limit':>5} {'status':>8} {'1st plan s':>10} {'gap':>7} {'target':>7} {'wall s':>7}  met")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, raw, limit, target in cases:
+            r = run_scale_case(raw, limit, Path(tmp))
+            ok = (r["status"] in ("feasible", "optimal") and r["bound"] is not None and r["first_s"] is not None
+                  and r["first_s"] <= 10.0 and r["wall_s"] <= limit * 1.1
+                  and (target is None or (r["gap"] is not None and r["gap"] <= target)))
+            ok_all &= ok
+            gap = "-" if r["gap"] is None else f"{r['gap'] * 100:.2f}%"
+            tgt = "plan" if target is None else f"{target * 100:.0f}%"
+            first = "-" if r["first_s"] is None else f"{r['first_s']:.2f}"
+            print(f"{name:>32} {limit:>5} {r['status']:>8} {first:>10} {gap:>7} {tgt:>7} {r['wall_s']:>7.1f}  "
+                  f"{'yes' if ok else 'NO'}")
+    return ok_all
+
+
+def limits() -> bool:
+    """Does the command keep ``--time-limit`` (start-up included, +10 %)? The wall-clock checks
+    moved here from the tests (tests/test_deployment_anytime.py, tests/test_deployment_fresh_user.py
+    keep the functional part: status, plan, notes). Prints wall time against limit per case."""
+    import tempfile
+
+    import yaml
+
+    from benchmarks.gen_deployment import generate, generate_mixed
+
+    def write(folder, name, raw):
+        path = Path(folder) / name
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        return path
+
+    ok_all = True
+    print(f"{'case':>58} {'limit':>5} {'exit':>4} {'status':>10} {'wall s':>7}  within +10 %")
+    with tempfile.TemporaryDirectory() as tmp:
+        book = ROOT / "instances" / "qwen32b_128k.yaml"
+        cases = [
+            ("200 distinct, 1 at a time", [write(tmp, "a.yaml", generate_mixed(200, 16, seed=0, max_batch=1))], 5),
+            ("200 distinct, batching", [write(tmp, "b.yaml", generate_mixed(200, 16, seed=0, max_batch=None))], 5),
+            ("200 distinct, latency objective",
+             [write(tmp, "a.yaml", generate_mixed(200, 16, seed=0, max_batch=1)), "--objective", "latency"], 5),
+            ("100,000 identical sessions on 64 servers",
+             [book, "--set", "workload.sessions.0.context_tokens=1000", "--set", "workload.sessions.0.count=100000",
+              "--set", "workload.min_on_time_fraction=0", "--set", "hardware.servers=64"], 5),
+            ("200 distinct on 1 server (memory: infeasible)",
+             [write(tmp, "m.yaml", generate_mixed(200, 1, seed=1, max_batch=1))], 10),
+            ("200 distinct, all on time (infeasible)",
+             [write(tmp, "o.yaml", generate_mixed(200, 16, seed=1, fraction=1.0, max_batch=1))], 10),
+            ("300 distinct on 2 servers (infeasible)", [write(tmp, "i.yaml", generate_mixed(300, 2, seed=0))], 5),
+            ("48 sessions in 6 types, latency objective",
+             [write(tmp, "l.yaml", generate(48, 4, seed=1)), "--objective", "latency"], 10),
+            ("200 distinct with a fault", [write(tmp, "f.yaml", {**generate_mixed(200, 16, seed=0),
+                                                                 "faults": [{"at_ms": 20, "stall_ms": 40}]})], 10),
+            ("deepseek_v3_ep32.yaml (expert placement)", [ROOT / "instances" / "deepseek_v3_ep32.yaml"], 3),
+        ]
+        for name, args, limit in cases:
+            wall, code, d = _timed_cli(args, limit)
+            ok = wall <= limit * 1.1
+            ok_all &= ok
+            print(f"{name:>58} {limit:>5} {code:>4} {d.get('status', '-'):>10} {wall:>7.2f}  {'yes' if ok else 'NO'}")
+    # tests/test_deployment_fresh_user.py::test_deadline_equal_to_a_finish_time_ends_at_once: LNS
+    # used to run out the default 60 s looking for the last 1e-7 (target: well under 10 s)
+    raw = yaml.safe_load(book.read_text())
+    raw["model"]["config"] = str(ROOT / "instances" / "models" / "qwen3-32b.json")
+    first = solve_deployment(build_problem(raw, book), "cost")
+    raw["workload"]["sessions"][0]["deadline_ms"] = max(s.finish_s for s in first.evaluation.nominal.sessions) * 1e3
+    raw["workload"]["min_on_time_fraction"] = 1.0
+    t0 = time.perf_counter()
+    out = solve_deployment(build_problem(raw, book), "cost")
+    wall = time.perf_counter() - t0
+    ok = wall < 10.0
+    ok_all &= ok
+    print(f"{'deadline equal to a finish time (API, no limit)':>58} {'-':>5} {'-':>4} {out.status.value:>10} "
+          f"{wall:>7.2f}  {'yes (< 10 s)' if ok else 'NO (>= 10 s)'}")
+    return ok_all
+
+
 if __name__ == "__main__":
-    if "--scale" in sys.argv:
+    if "--acceptance" in sys.argv:
+        sys.exit(0 if acceptance() else 1)
+    elif "--limits" in sys.argv:
+        sys.exit(0 if limits() else 1)
+    elif "--scale" in sys.argv:
         scale()
     elif "--batched" in sys.argv:
         batched()

@@ -95,5 +95,32 @@ def main() -> None:
             print(f"| {r['case']} | {r['rows']} | {r['seconds']:.1f} | {r.get('same_rows', '')} |")
 
 
+def _wall_of_command(args: list, limit: float) -> tuple[float, int, str]:
+    """(wall s, exit code, status) of ``optimize ARGS --time-limit LIMIT --format json`` in a fresh process."""
+    import json
+    import subprocess
+
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "optimizer.cli", *map(str, args), "--time-limit", str(limit),
+                        "--format", "json"], capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    status = json.loads(r.stdout).get("status", "-") if r.stdout.strip().startswith("{") else "-"
+    return wall, r.returncode, status
+
+
+def limits() -> bool:
+    """``--limits``: ``--pareto ttft --pareto-points 200 --time-limit 3`` (22.7 s once; the
+    wall-clock check moved here from tests/test_pareto.py) against its limit + 10 %."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wall, code, status = _wall_of_command([LLAMA, "--pareto", "ttft", "--pareto-points", "200", "--output",
+                                               Path(tmp) / "par"], 3)
+    ok = wall <= 3 * 1.1
+    print(f"optimize serving_llama70b_h100.yaml --pareto ttft --pareto-points 200 --time-limit 3: {wall:.2f} s, "
+          f"exit {code}, {status}, within +10 %: {'yes' if ok else 'NO'}")
+    return ok
+
+
 if __name__ == "__main__":
+    if "--limits" in sys.argv:
+        sys.exit(0 if limits() else 1)
     main()

@@ -86,5 +86,46 @@ def main() -> None:
               f"{best['gpus']} | {best['simulated']['attainment']:.1%} |")
 
 
+def _wall_of_command(args: list, limit: float) -> tuple[float, int, str]:
+    """(wall s, exit code, status) of ``optimize ARGS --time-limit LIMIT --format json`` in a fresh process."""
+    import json
+
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "optimizer.cli", *map(str, args), "--time-limit", str(limit),
+                        "--format", "json"], capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    status = json.loads(r.stdout).get("status", "-") if r.stdout.strip().startswith("{") else "-"
+    return wall, r.returncode, status
+
+
+def limits() -> bool:
+    """``--limits``: 200,000 simulated requests under a time limit (the wall-clock checks moved
+    here from tests/test_serving_queueing.py and tests/test_deployment_fresh_user.py): the
+    planner call with ``time_limit_s=3`` and the command with ``--time-limit 5``, each against
+    its limit + 10 %. Prints the figures; True when both hold."""
+    raw = yaml.safe_load((INSTANCES / "serving_llama70b_h100.yaml").read_text())
+    raw["serving"]["simulation"] = {"requests": 200_000}
+    raw["model"]["config"] = str(INSTANCES / "models" / "llama-3.1-70b.json")
+    ok_all = True
+    t0 = time.perf_counter()
+    d = solve_instance(load_problem(raw, INSTANCES / "serving_llama70b_h100.yaml"), time_limit_s=3.0).to_dict()
+    wall = time.perf_counter() - t0
+    ok = wall <= 3.0 * 1.1
+    ok_all &= ok
+    print(f"solve_instance, 200,000 requests, time_limit_s=3: {wall:.2f} s, {d['status']}, "
+          f"cut short {len(d['solver']['cut_short'])}, within +10 %: {'yes' if ok else 'NO'}")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sv.yaml"
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        wall, code, status = _wall_of_command([path], 5)
+    ok = wall <= 5 * 1.1
+    ok_all &= ok
+    print(f"optimize (200,000 requests) --time-limit 5: {wall:.2f} s, exit {code}, {status}, "
+          f"within +10 %: {'yes' if ok else 'NO'}")
+    return ok_all
+
+
 if __name__ == "__main__":
+    if "--limits" in sys.argv:
+        sys.exit(0 if limits() else 1)
     main()

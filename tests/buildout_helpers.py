@@ -57,3 +57,32 @@ def conflict_constraints(d: dict) -> set[str]:
 def conflict_texts(d: dict) -> list[str]:
     """The detail sentence of each conflict group."""
     return [g["detail"] for g in d["conflicts"]]
+
+
+def hall_cases() -> list[tuple[str, dict]]:
+    """Hall sizes from 120 kW to 50 MW (the cases ``benchmarks/bench_buildout.py`` times, kept
+    here so that tests do not import benchmark code): (label, raw instance)."""
+    import copy
+
+    import yaml
+
+    fabric = {"switch_radix": 64, "port_bandwidth_gb_s": 50, "gpu_links": 1, "max_oversubscription": 3.0,
+              "second_tier_power_kw": 25, "one_tier_max_gpus": 64}
+    all4 = [{"name": "hgx-h100"}, {"name": "hgx-h200"}, {"name": "dgx-b200"}, {"name": "dgx-a100", "max_count": 64}]
+    base = yaml.safe_load((REPO / "instances" / "hgx_h100_120kw.yaml").read_text())
+
+    def mk(budget_kw, types, unit, with_fabric, target, fixed=0.0):
+        raw = copy.deepcopy(base)
+        b = raw["buildout"]
+        b.update(power_budget_kw=float(budget_kw), server_types=types, install_unit_servers=unit,
+                 target_gpus=target, fixed_power_kw=fixed)
+        if with_fabric:
+            b["fabric"] = dict(fabric)
+        return raw
+
+    return [
+        ("120 kW, 1 type", mk(120, [{"name": "hgx-h100"}], 1, False, 64)),
+        ("1 MW, 3 types, fabric", mk(1000, all4[1:], 2, True, 512, 60)),
+        ("10 MW, 4 types, fabric", mk(10_000, all4, 4, True, 5_000, 400)),
+        ("50 MW, 4 types, fabric", mk(50_000, all4, 4, True, 25_000, 2_000)),
+    ]

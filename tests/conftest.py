@@ -1,4 +1,18 @@
-"""Shared fixtures: repo paths, the shared data folder (skipped when absent), CLI runner."""
+"""Shared fixtures: repo paths, the shared data folder (skipped when absent), CLI runner; the
+test tiers.
+
+Tiers (markers registered in pyproject.toml): every test gets exactly one of ``unit``,
+``integration`` and ``slow``, by this rule, applied in :func:`pytest_collection_modifyitems`:
+
+1. an explicit tier marker on the test (or its module's ``pytestmark``) wins; two explicit
+   tiers on one test are a collection error;
+2. else a test in one of :data:`UNIT_MODULES` (pure functions and models: no solver run end to
+   end, no CLI, no subprocess) is ``unit``;
+3. else it is ``integration`` (the CLI in-process or in a subprocess, a solver run end to end).
+
+``slow`` is given explicitly to the tests that take over ~20 s alone on the 2-core machine
+(measured with ``pytest --durations=0``). ``pytest -m unit`` is the quick loop,
+``pytest -m "not slow" -n 2`` the check before a commit, and ``.ci/run`` runs every tier."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +22,29 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 INSTANCES = REPO / "instances"
+
+TIERS = ("unit", "integration", "slow")
+UNIT_MODULES = frozenset({
+    "test_experts_eplb", "test_model_inventory", "test_model_layout", "test_perf_golden", "test_perf_layouts",
+    "test_perf_memory_property", "test_serving_model", "test_serving_properties", "test_supernode_inventory",
+})
+
+
+def tier_of(item) -> str:
+    """The one tier of a collected test (the rule in the module docstring)."""
+    explicit = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
+    if len(explicit) > 1:
+        raise pytest.UsageError(f"{item.nodeid}: more than one tier marker {explicit}")
+    if explicit:
+        return explicit[0]
+    return "unit" if item.module.__name__.rsplit(".", 1)[-1] in UNIT_MODULES else "integration"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tier = tier_of(item)
+        if not item.get_closest_marker(tier):
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 def shared(*parts: str) -> Path:

@@ -45,7 +45,7 @@ def test_readme_has_install_and_test_commands():
                for l in lines)
     assert "bash .ci/run" in lines, "the README's test command is the CI script"
     ci = (REPO / ".ci" / "run").read_text()
-    assert re.search(r"pip install .*-e '\.\[test\]'", ci) and "python -m pytest" in ci
+    assert re.search(r"pip install .*-e '\.\[test\]'", ci) and "python -m pytest -n" in ci  # every tier, in parallel
 
 
 def test_quick_start_main_job(cli):

@@ -87,7 +87,11 @@ def test_infeasible_slo_names_conflict(tmp_path):
     assert fams == {"deploy", "slo"}
     assert any("over the 0.5 ms per token target" in g["detail"] for g in d["conflicts"])
     code, out, _ = run_cli(p)
-    assert code == 3 and "deploy[at least one instance]" not in out or "slo" in out
+    assert code == 3
+    # the text lists the same two conflicting families as the JSON, and the target missed
+    conflicts = out.split("Conflicting constraints:", 1)[1]
+    assert "- deploy[at least one instance]:" in conflicts and "- slo:" in conflicts, out
+    assert "over the 0.5 ms per token" in " ".join(conflicts.split()), out
 
 
 def test_infeasible_target_names_cards_and_target(tmp_path):
