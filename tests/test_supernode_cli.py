@@ -122,12 +122,13 @@ def test_every_objective_runs(tmp_path, objective):
 
 
 def _readme_supernode_commands():
+    """The supernode commands of the documentation (docs/supernode.md; the README links there)."""
     import shlex
 
     from tests.supernode_helpers import REPO
 
     out = []
-    for line in (REPO / "README.md").read_text().splitlines():
+    for line in (REPO / "docs" / "supernode.md").read_text().splitlines():
         line = line.split(" #")[0].strip()
         if line.startswith(".venv/bin/optimize instances/supernode_"):
             out.append(shlex.split(line)[1:])
