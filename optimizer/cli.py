@@ -80,7 +80,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     live, live_sink = _progress_display() if progress else (None, None)
     try:
         if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
-            raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
+            raise InputError("--time-limit", "", f"must be a positive, finite number of seconds (got {time_limit})")
         if pareto_points is not None and pareto is None:
             raise InputError("--pareto-points", str(pareto_points), "applies only with --pareto")
         if objective is not None and not objective.strip():

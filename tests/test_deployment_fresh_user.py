@@ -568,9 +568,10 @@ def test_twenty_sessions_with_a_fault_get_the_nominal_plan_when_the_exact_search
     raw["faults"] = [{"gpu": 3, "at_ms": 100, "stall_ms": 200}]
     path = tmp_path / "m20.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    r = cli(path, "--time-limit", "10", "--format", "json")
+    # 20 s: the fallback gets the 40 % the exact formulations leave, also on a loaded CI machine
+    r = cli(path, "--time-limit", "20", "--format", "json")
     d = json.loads(r.stdout)
-    assert r.exit_code == 0 and d["status"] in ("optimal", "feasible"), (r.exit_code, d["status"], d["notes"])
+    assert r.exit_code == 0 and d["status"] in ("optimal", "feasible"), (r.exit_code, d["status"], d.get("notes"))
     assert d["plan"]["on_time"] >= d["plan"]["required_on_time"]
     b = d["objective"]["bound"]
     assert b is None or b <= d["objective"]["value"] * (1 + 1e-9)

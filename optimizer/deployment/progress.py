@@ -34,6 +34,7 @@ class Progress:
     unit: str = ""
     start: float = field(default_factory=time.perf_counter)
     _last: float = 0.0
+    _held: Optional[dict] = None
 
     @classmethod
     def off(cls) -> "Progress":
@@ -52,13 +53,18 @@ class Progress:
         if self.sink is None:
             return
         now = time.perf_counter()
-        if method in THROTTLED and now - self._last < THROTTLE_S:
-            return
-        self._last = now
         if value is not None and not math.isfinite(value):
             value = None  # no plan meets the on-time requirement yet
         gap = None
         if value is not None and bound is not None and value > 0:
             gap = max(0.0, (value - bound) / abs(value))
-        self.sink({"method": method, "elapsed_s": now - self.start, "value": value, "bound": bound, "gap": gap,
-                   "unit": self.unit})
+        row = {"method": method, "elapsed_s": now - self.start, "value": value, "bound": bound, "gap": gap,
+               "unit": self.unit}
+        if method in THROTTLED and now - self._last < THROTTLE_S:
+            self._held = row  # shown before the next row, so the last improvement is never lost
+            return
+        if self._held is not None and self._held["method"] != method:
+            self.sink(self._held)
+        self._held = None
+        self._last = now
+        self.sink(row)

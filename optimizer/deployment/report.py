@@ -90,7 +90,7 @@ class DeploymentReport:
             {"name": obj.name, "value": o.value, "unit": obj.unit, "bound": o.bound, "gap": o.stats.gap,
              "definition": obj.definition, "sense": obj.sense},
             plan,
-            {"name": o.stats.name, "status": o.stats.status.value, "time_s": round(self.total_time_s, 4),
+            {"name": o.stats.name, "status": o.stats.status.value, "objective": o.value, "time_s": round(self.total_time_s, 4),
              "solve_time_s": round(o.stats.time_s, 4), "gap": o.stats.gap, "bound": o.bound,
              "solves": o.stats.solves, "formulation": o.mode, "method": o.method or None,
              "bound_method": o.bound_method or None, "cut_short": self.cut_short},

@@ -57,10 +57,13 @@ def better_of(cur: Optional[SolveOutcome], new: SolveOutcome, sense: str) -> Sol
 
 def _label(out: SolveOutcome, method) -> None:
     """Name the method behind an outcome's plan and bound where the method did not."""
+    detail = out.stats.name
+    if detail.startswith("anytime (") and detail.endswith(")"):  # the anytime search's own phases
+        detail = detail[len("anytime ("):-1]
     if not out.method and out.evaluation is not None:
-        out.method = f"{method.name} ({out.mode})"
+        out.method = f"{method.name} ({detail})"
     if not out.bound_method and (out.bound is not None or out.status == Status.INFEASIBLE):
-        out.bound_method = f"{method.name} ({out.stats.name})"
+        out.bound_method = f"{method.name} ({detail})"
 
 
 def run_methods(ctx: SolveContext, chosen) -> None:
@@ -75,6 +78,7 @@ def run_methods(ctx: SolveContext, chosen) -> None:
         if out is not None:
             _label(out, m)
             ctx.outcome = better_of(ctx.outcome, out, sense)
+            ctx.progress.report(out.method or m.name, out.value, out.bound)
 
 
 def solve(ctx: SolveContext) -> SolveOutcome:

@@ -185,7 +185,7 @@ def load(raw: dict, path: Path, objective: str | None) -> ExpertsData:
     objectives = registry()
     name = objective or default_of(objectives)
     if name not in objectives:
-        raise InputError("--objective", "", f"unknown objective {name!r} for experts (expected {', '.join(objectives)})")
+        raise InputError(path, "--objective", f"unknown objective {name!r} for experts (one of: {', '.join(objectives)})")
     obj = objectives[name]
     path = Path(path)
     inst = parse(raw, path)

@@ -153,11 +153,15 @@ def solve_problem(p: Problem, budget: Budget, progress: ProgressSink = no_progre
                 res = plan.result
                 gap = (abs(res.value - res.bound) / max(abs(res.value), 1e-12)
                        if res.value is not None and res.bound is not None else None)
-                progress({"elapsed_s": budget.elapsed_s(), "method": f"highs {m} at {rate:g} req/s",
+                what = "" if res.value is not None else f" ({res.status.value})"
+                progress({"elapsed_s": budget.elapsed_s(), "method": f"highs {m} at {rate:g} req/s{what}",
                           "value": res.value, "bound": res.bound, "gap": gap})
             todo -= 1
         results.append(RateResult(rate, plans))
-    return ServingSolution(p, sm, workers, objective, tuple(results), budget.elapsed_s())
+    solution = ServingSolution(p, sm, workers, objective, tuple(results), budget.elapsed_s())
+    progress({"elapsed_s": budget.elapsed_s(), "method": f"done: {solution.status.value}", "value": None,
+              "bound": None, "gap": None})
+    return solution
 
 
 def solve_instance(p: Problem, budget: Optional[Budget] = None, simulate_plans: Optional[bool] = None,
