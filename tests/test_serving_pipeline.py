@@ -49,12 +49,14 @@ def test_the_progress_sink_gets_one_row_per_rate_and_mode():
     p = problem(raw)
     rows = []
     solution = PIPELINE.solve(p, Budget.unlimited(), rows.append)
-    assert [r["method"] for r in rows] == [f"highs {m} at {rate:g} req/s" for rate in (1.0, 2.0)
-                                           for m in ("aggregated", "disaggregated")]
+    *solves, last = rows
+    assert [r["method"] for r in solves] == [f"highs {m} at {rate:g} req/s" for rate in (1.0, 2.0)
+                                             for m in ("aggregated", "disaggregated")]
+    assert last["method"] == f"done: {solution.status.value}"  # the final row says how it ended
     assert all(set(r) == {"elapsed_s", "method", "value", "bound", "gap"} for r in rows)
     assert [r["elapsed_s"] for r in rows] == sorted(r["elapsed_s"] for r in rows)
     values = [m.result.value for rr in solution.results for m in rr.plans.values()]
-    assert [r["value"] for r in rows] == values
+    assert [r["value"] for r in solves] == values
 
 
 def test_the_solution_is_frozen_and_the_report_is_built_from_it_once():
