@@ -139,16 +139,10 @@ def _gpu_layouts(problem, inst):
             yield gl
 
 
-def brute_force(problem, objective: str):
-    """Exhaustive optimum: every deployment, assignment and order (tiny instances only).
-
-    Returns (best value, best Plan) or (None, None) when no plan is feasible.
-    """
-    perf = CachedPerf(problem)
+def _valid_plans(problem, perf):
+    """Every plan (deployment, GPU layout, assignment, order) the evaluator accepts, with its
+    evaluation and its worst-scenario on-time count (tiny instances only)."""
     sessions = [s.id for s in problem.sessions]
-    need = problem.required_on_time
-    min_on = get_objective(objective).min_on_time
-    best, best_plan = None, None
     for inst in deployments(problem):
         if len(inst) > len(sessions):
             continue
@@ -163,47 +157,38 @@ def brute_force(problem, objective: str):
                     plan = Plan([PlannedInstance(f"i{i}", d, servers, gl[i], list(orders[i]))
                                  for i, (d, servers) in enumerate(inst)])
                     ev = evaluate(problem, plan, perf)
-                    if ev.violations:
-                        continue
-                    if min([ev.nominal.on_time] + [r.on_time for r in ev.scenarios]) < max(min_on, need):
-                        continue
-                    v = ev.objective_value(objective)
-                    if best is None or v < best - 1e-12:
-                        best, best_plan = v, plan
+                    if not ev.violations:
+                        yield plan, ev, min([ev.nominal.on_time] + [r.on_time for r in ev.scenarios])
+
+
+def brute_force(problem, objective: str):
+    """Exhaustive optimum: every deployment, assignment and order (tiny instances only).
+
+    Returns (best value, best Plan) or (None, None) when no plan is feasible.
+    """
+    floor = max(get_objective(objective).min_on_time, problem.required_on_time)
+    best, best_plan = None, None
+    for plan, ev, on in _valid_plans(problem, CachedPerf(problem)):
+        if on < floor:
+            continue
+        v = ev.objective_value(objective)
+        if best is None or v < best - 1e-12:
+            best, best_plan = v, plan
     return best, best_plan
 
 
 def brute_force_all(problem, objectives) -> dict:
     """:func:`brute_force`'s optimum of each of ``objectives`` in one enumeration of the plans:
     {objective: best value or None}."""
-    perf = CachedPerf(problem)
-    sessions = [s.id for s in problem.sessions]
-    need = problem.required_on_time
-    floor = {o: max(get_objective(o).min_on_time, need) for o in objectives}
+    floor = {o: max(get_objective(o).min_on_time, problem.required_on_time) for o in objectives}
     best = {o: None for o in objectives}
-    for inst in deployments(problem):
-        if len(inst) > len(sessions):
-            continue
-        for gl in _gpu_layouts(problem, inst):
-            for assign in itertools.product(range(len(inst)), repeat=len(sessions)):
-                groups = [[] for _ in inst]
-                for sid, i in zip(sessions, assign):
-                    groups[i].append(sid)
-                if any(not g for g in groups):
-                    continue
-                for orders in itertools.product(*[list(itertools.permutations(g)) for g in groups]):
-                    plan = Plan([PlannedInstance(f"i{i}", d, servers, gl[i], list(orders[i]))
-                                 for i, (d, servers) in enumerate(inst)])
-                    ev = evaluate(problem, plan, perf)
-                    if ev.violations:
-                        continue
-                    on = min([ev.nominal.on_time] + [r.on_time for r in ev.scenarios])
-                    for o in objectives:
-                        if on < floor[o]:
-                            continue
-                        v = ev.objective_value(o)
-                        if best[o] is None or v < best[o] - 1e-12:
-                            best[o] = v
+    for _, ev, on in _valid_plans(problem, CachedPerf(problem)):
+        for o in objectives:
+            if on < floor[o]:
+                continue
+            v = ev.objective_value(o)
+            if best[o] is None or v < best[o] - 1e-12:
+                best[o] = v
     return best
 
 
