@@ -19,8 +19,8 @@ from optimizer.deployment.schema import build_problem
 ROOT = Path(__file__).resolve().parents[2]
 # the Azure conversation trace under the shared data folder (``../shared/data`` beside the checkout)
 AZURE_CONV = "serving/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
-CONTEXTS = [4_096, 16_384, 32_768, 65_536, 131_008]  # context + new tokens <= 131,072 (YaRN x4)
-NEW_TOKENS = [8, 16, 32, 64]
+CONTEXTS = (4_096, 16_384, 32_768, 65_536, 131_008)  # context + new tokens <= 131,072 (YaRN x4)
+NEW_TOKENS = (8, 16, 32, 64)
 
 
 def generate(n_sessions: int, servers: int, seed: int = 0, types: int = 6) -> dict:
