@@ -76,12 +76,12 @@ def plan_row(problem: Problem, objective, name: str, gpus: int, out, best_value:
     w = get(objective).worst(ev)
     shape = (f"{len(ev.plan.instances)} instance(s), {extra}makespan {w.makespan_s * 1e3:.2f} ms, "
              f"{w.on_time} of {len(problem.sessions)} on time")
-    reason, detail = _versus_chosen(out.value, best_value, shape)
+    reason, detail = versus_chosen(out.value, best_value, shape)
     return Alternative(name, gpus, reason, detail, out.value, out.status, len(ev.plan.instances),
                        w.on_time, w.makespan_s * 1e3, outcome=out, shape=shape)
 
 
-def _versus_chosen(value: float, best_value: Optional[float], shape: str) -> tuple[str, str]:
+def versus_chosen(value: float, best_value: Optional[float], shape: str) -> tuple[str, str]:
     """(reason, detail) of a plan row against the chosen plan's value: a tie, or by how much it
     differs (``+x.x% vs chosen``)."""
     if best_value is not None and abs(value - best_value) <= 1e-9 * max(1.0, abs(best_value)):

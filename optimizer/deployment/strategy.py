@@ -58,8 +58,6 @@ def better_of(cur: Optional[SolveOutcome], new: SolveOutcome, sense: str) -> Sol
 def _label(out: SolveOutcome, method) -> None:
     """Name the method behind an outcome's plan and bound where the method did not."""
     detail = out.stats.name
-    if detail.startswith("anytime (") and detail.endswith(")"):  # the anytime search's own phases
-        detail = detail[len("anytime ("):-1]
     if not out.method and out.evaluation is not None:
         out.method = f"{method.name} ({detail})"
     if not out.bound_method and (out.bound is not None or out.status == Status.INFEASIBLE):

@@ -12,6 +12,7 @@ from optimizer.deployment.anytime_solve import solve_anytime
 from optimizer.deployment.context import SolveContext
 from optimizer.deployment.methods.rules import anytime_applies
 from optimizer.deployment.outcome import SolveOutcome
+from optimizer.result import Status
 
 
 class AnytimeSearch:
@@ -25,8 +26,12 @@ class AnytimeSearch:
         return ctx.main
 
     def run(self, ctx: SolveContext, budget: Budget) -> Optional[SolveOutcome]:
-        return solve_anytime(ctx.problem, ctx.perf, ctx.objective, ctx.main_deadline(), ctx.degrees, ctx.layouts,
-                             ctx.progress, ctx.settings.anytime)
+        out = solve_anytime(ctx.problem, ctx.perf, ctx.objective, ctx.main_deadline(), ctx.degrees, ctx.layouts,
+                            ctx.progress, ctx.settings.anytime)
+        if out is not None and not out.bound_method and out.status == Status.INFEASIBLE:
+            # the proof's phase, e.g. "anytime (LP relaxation)" -> "anytime search (LP relaxation)"
+            out.bound_method = f"{self.name} ({out.stats.name.removeprefix('anytime (').removesuffix(')')})"
+        return out
 
 
 METHOD = AnytimeSearch()

@@ -14,7 +14,7 @@ from objectives.deployment import get
 from optimizer.budget import Budget
 from optimizer.deployment.context import SolveContext
 from optimizer.deployment.exact import max_on_time
-from optimizer.deployment.explain import Alternative, _versus_chosen, memory_rejection, plan_row
+from optimizer.deployment.explain import Alternative, versus_chosen, memory_rejection, plan_row
 from optimizer.deployment.outcome import SolveOutcome
 from optimizer.deployment.params import degree_fits_hardware, degree_fits_model, layout_reason
 from optimizer.deployment.schema import Problem
@@ -77,7 +77,7 @@ def adopt_better_row(problem: Problem, objective, outcome, rows: list[Alternativ
                                                          "; the main search reached no bound")]
                       + [f"comparison row {best.option}: {n}" for n in got.notes])
     for a in ok:  # the texts compared each row with the old chosen plan
-        a.reason, a.detail = _versus_chosen(a.value, best.value, a.shape)
+        a.reason, a.detail = versus_chosen(a.value, best.value, a.shape)
     return adopted
 
 
