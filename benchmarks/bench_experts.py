@@ -34,17 +34,10 @@ ESFT = REPO.parent / "shared" / "data" / "expert_load" / "esft"
 from optimizer.budget import Budget  # noqa: E402
 from optimizer.experts import PIPELINE  # noqa: E402
 from optimizer.problems import run_pipeline  # noqa: E402
+from optimizer.experts.traces import lognormal_loads  # noqa: E402
 
 
-def v3_loads(seed: int = 0, layers: int = 58, experts: int = 256, tokens: int = 16384, top_k: int = 8,
-             sigma: float = 1.0) -> np.ndarray:
-    """``[layers, experts]`` token counts with lognormal expert popularity (skewed)."""
-    rng = np.random.default_rng(seed)
-    out = np.zeros((layers, experts), dtype=np.int64)
-    for i in range(layers):
-        p = rng.lognormal(0.0, sigma, experts)
-        out[i] = rng.multinomial(tokens * top_k, p / p.sum())
-    return out
+v3_loads = lognormal_loads  # the DeepSeek-V3-shaped default draws
 
 
 def synthetic_trace(seed: int = 2024, layers: int = 4, experts: int = 256, windows: int = 3,

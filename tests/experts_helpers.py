@@ -10,6 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from optimizer.cli import main
+from optimizer.experts.traces import lognormal_loads
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -115,14 +116,4 @@ def distinct_per_gpu(phy2log_row, slots_per_gpu: int) -> bool:
     return all(len(set(row[g:g + slots_per_gpu])) == slots_per_gpu for g in range(0, len(row), slots_per_gpu))
 
 
-def v3_loads(seed: int = 0, layers: int = 58, experts: int = 256, tokens: int = 16384, top_k: int = 8,
-             sigma: float = 1.0) -> np.ndarray:
-    """``[layers, experts]`` token counts with lognormal expert popularity (skewed); the same
-    draws as ``benchmarks/bench_experts.py``'s generator, kept here so that tests do not import
-    benchmark code."""
-    rng = np.random.default_rng(seed)
-    out = np.zeros((layers, experts), dtype=np.int64)
-    for i in range(layers):
-        p = rng.lognormal(0.0, sigma, experts)
-        out[i] = rng.multinomial(tokens * top_k, p / p.sum())
-    return out
+v3_loads = lognormal_loads  # the DeepSeek-V3-shaped default draws

@@ -444,3 +444,17 @@ def _parse_topk_file(path: Path, num_experts: int) -> list[np.ndarray]:
                 raise InputError(path, f"line {n}", f"wrong shape: {len(ids)} expert ids but {nw} gate weights")
         seqs.append(ids)
     return seqs
+
+
+def lognormal_loads(seed: int = 0, layers: int = 58, experts: int = 256, tokens: int = 16384, top_k: int = 8,
+                    sigma: float = 1.0) -> np.ndarray:
+    """A seeded synthetic routing load, ``[layers, experts]`` token counts: per layer, expert
+    popularity drawn lognormal(0, ``sigma``) and ``tokens·top_k`` routed tokens drawn multinomially
+    (a DeepSeek-V3-shaped trace by default: 58 MoE layers, 256 experts, top-8), for tests and
+    benchmarks."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros((layers, experts), dtype=np.int64)
+    for i in range(layers):
+        p = rng.lognormal(0.0, sigma, experts)
+        out[i] = rng.multinomial(tokens * top_k, p / p.sum())
+    return out
