@@ -333,7 +333,93 @@ def sweep_cmd(grid: Path, output_dir: Path, scheduler: str | None, workers: int 
     sys.exit(0)
 
 
-SUBCOMMANDS = {"calibrate": calibrate_cmd, "sweep": sweep_cmd}
+@click.command("estimate", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("instance", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--requests", type=click.IntRange(1, 200_000), default=None,
+              help="Requests to simulate (default: 10 per user in closed loop, serving.simulation.requests open loop).")
+def estimate_cmd(instance: Path, fmt: str, requests: int | None) -> None:
+    """Figures of the fixed plan in INSTANCE.yaml (serving.fixed) without optimising: TTFT / TPOT / ITL /
+    end-to-end latency (mean, p50, p90, p99), tokens/s per GPU and per user, request rate, simulated under
+    closed-loop (traffic.concurrency) or open-loop (rate_rps) traffic, with the source of the timings."""
+    from optimizer.schema_base import read_yaml
+    from optimizer.serving import load_problem
+    from optimizer.serving.estimate import estimate, render
+
+    try:
+        raw = read_yaml(instance)
+        if not isinstance(raw, dict) or "serving" not in raw:
+            raise InputError(instance, "serving", "optimize estimate takes a serving instance (a serving: section "
+                                                  "with serving.fixed)")
+        p = load_problem(raw, instance)
+        res = estimate(p, requests)
+    except (InputError, OSError) as exc:
+        _exit_bad_input(exc, instance, what="cannot read: ")
+    _print_warnings()
+    if fmt == "json":
+        click.echo(json.dumps({"estimates": [e.to_dict() for e in res]}, indent=2, default=_json_default))
+    else:
+        from rich.console import Console
+
+        render(res, Console() if sys.stdout.isatty() else Console(width=160))
+    sys.exit(0)
+
+
+@click.command("fidelity", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("measured", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--source", "sources", default="analytic,measured", show_default=True,
+              help="Comma-separated step-time sources to predict with (analytic, measured).")
+@click.option("--limit", type=click.IntRange(1, None), default=None, help="Read only the first N rows.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write a predicted-vs-measured scatter (fidelity.png) into this folder.")
+def fidelity_cmd(measured: Path, sources: str, limit: int | None, fmt: str, plot_dir: Path | None) -> None:
+    """Predict every row of MEASURED (aiconfigurator's silicon_sample.csv layout) with each source and
+    print, per (GPU, engine, model, mode) group, the median and mean absolute error of TTFT and TPOT."""
+    from optimizer.serving import fidelity as fd
+
+    try:
+        src = tuple(x.strip() for x in sources.split(",") if x.strip())
+        bad = [x for x in src if x not in ("analytic", "measured")]
+        if bad or not src:
+            raise InputError("--source", "", f"unknown source {', '.join(bad) or '(none)'} (analytic, measured)")
+        rows = fd.predict(fd.read_rows(measured, limit), src, measured)
+        files = [str(fd.plot(rows, src, plot_dir))] if plot_dir is not None else []
+    except (InputError, OSError) as exc:
+        _exit_bad_input(exc, measured, what="cannot read: ")
+    grp = fd.groups(rows, src)
+    if fmt == "json":
+        click.echo(json.dumps({"problem": "fidelity", "plan": {"rows": [r.to_dict() for r in rows], "groups": grp,
+                                                              "overall": fd.overall(rows, src)}, "files": files},
+                              indent=2, default=_json_default))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        con = Console() if sys.stdout.isatty() else Console(width=180)
+        t = Table(title=f"Fidelity: |predicted / measured - 1| per group ({measured.name}, {len(rows)} rows)")
+        for c in ("GPU", "engine", "model", "mode", "rows", *[f"{s} TTFT med|mean" for s in src],
+                  *[f"{s} TPOT med|mean" for s in src]):
+            t.add_column(c)
+        for g in grp:
+            e = g["errors"]
+            cell = lambda s, k: (f"{e[s][k + '_median']:.0%} | {e[s][k + '_mean']:.0%} (n={e[s]['n']})"  # noqa: E731
+                                 if s in e else "-")
+            t.add_row(g["system"], g["engine"], g["model"], g["mode"], str(g["rows"]),
+                      *[cell(s, "ttft") for s in src], *[cell(s, "tpot") for s in src])
+        con.print(t)
+        skipped = {}
+        for r in rows:
+            for s, why in r.skipped.items():
+                skipped.setdefault(why, []).append(r.id)
+        for why, ids in sorted(skipped.items(), key=lambda kv: -len(kv[1])):
+            con.print(f"not predicted ({len(ids)} row-sources): {why}; e.g. {ids[0]}")
+        for f in files:
+            click.echo(f"wrote {f}", err=True)
+    sys.exit(0)
+
+
+SUBCOMMANDS = {"calibrate": calibrate_cmd, "sweep": sweep_cmd, "estimate": estimate_cmd, "fidelity": fidelity_cmd}
 
 
 class _Optimize(click.Group):

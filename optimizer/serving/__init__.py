@@ -27,6 +27,7 @@ from optimizer.serving.report import ServingReport
 from optimizer.serving.schema import Problem, load
 from optimizer.serving.simulate import SimResult, SimulationCut, simulate
 from optimizer.serving.solution import NOT_BEGUN, ModePlan, RateResult, ServingSolution
+from optimizer.errors import InputError
 from optimizer.serving.solve import MODE_ROLES, ModeResult, ServingMilp, build, mode_data, solve_mode
 
 __all__ = ["PIPELINE", "ServingPipeline", "load_problem", "solve_instance", "solve_problem", "best_achievable_slo",
@@ -177,7 +178,12 @@ class ServingPipeline:
     """The serving problem's :class:`~optimizer.problems.Pipeline`; holds no state."""
 
     def load(self, raw: dict[str, Any], path: Path, objective: Optional[str] = None) -> Problem:
-        return load_problem(raw, path, objective)
+        p = load_problem(raw, path, objective)
+        if p.concurrency is not None:
+            raise InputError(path, "serving.traffic.concurrency",
+                             "closed-loop traffic is evaluated for a fixed plan by `optimize estimate` "
+                             "(serving.fixed); the optimiser sizes for request rates (rate_rps)")
+        return p
 
     def build(self, data: Problem) -> dict[str, ServingMilp]:
         """Stage 1's MILP of each mode asked at the first rate, ``{mode: ServingMilp}`` (rows named

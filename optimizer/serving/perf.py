@@ -1,10 +1,9 @@
 """Analytic serving model: each worker configuration's largest request rate that meets the SLOs.
 
 A worker configuration is a GPU pool x layout (pp = 1, single server) x role (``prefill``,
-``decode``, ``aggregated``). Step times come from the shared model
-(:func:`optimizer.model.prefill.mixed_step_s`, :func:`~optimizer.model.prefill.prefill_s`, the
-decode step of :meth:`optimizer.model.perf.PerfModel.step`); memory from
-:meth:`PerfModel.max_sessions` (eq. 6-1). Every SLO is checked at the quantile
+``decode``, ``aggregated``). Step times and KV capacity come from the pool's step-time source
+(:class:`optimizer.model.steptimes.StepTimes`: the analytic roofline, eq. 6-2 and 6-1, or the
+measured kernel database, ``performance.source``). Every SLO is checked at the quantile
 ``q = max(percentile, 1 - (1 - attainment)/2)`` (:attr:`Problem.quantile`).
 
 Queueing assumptions (stated in the README):
@@ -36,7 +35,7 @@ from statistics import NormalDist
 import numpy as np
 
 from optimizer.model.layout import Layout, enumerate_layouts
-from optimizer.model.prefill import kv_bytes_per_request, kv_transfer_s, mixed_step_s, prefill_s
+from optimizer.model.prefill import kv_bytes_per_request, kv_transfer_s
 from optimizer.serving.schema import Pool, Problem
 
 ROLES = ("aggregated", "prefill", "decode")
@@ -206,21 +205,21 @@ class ServingModel:
         return self.p.pools[w.pool].perf
 
     def _prefill_s_uncached(self, pool: int, lay: Layout, n: float) -> float:
-        return prefill_s(self.p.pools[pool].perf, lay, int(n), self.p.eff)
+        return self.p.pools[pool].steps.prefill_s(lay, int(n))
 
     def _table_uncached(self, pool: int, lay: Layout, chunk: float, c0: float, ranks: int) -> tuple[np.ndarray, np.ndarray]:
         """Step time over a grid of decode batch sizes: every integer to 16, then 64 geometric points (about 10%
         apart) to well past the memory cap; between grid points the time is interpolated linearly."""
-        perf = self.p.pools[pool].perf
-        top = 8.0 * max(perf.max_sessions(lay, int(math.ceil(self.mean_isl)), int(math.ceil(self.mean_osl))), 64)
+        steps = self.p.pools[pool].steps
+        top = 8.0 * max(steps.max_sessions(lay, int(math.ceil(self.mean_isl)), int(math.ceil(self.mean_osl))), 64)
         grid = np.unique(np.concatenate([np.arange(0, 17, dtype=float), np.geomspace(16, top, 64)]))
-        t = np.array([mixed_step_s(perf, lay, chunk, c0, float(b), self.decode_ctx, self.p.eff, ranks) for b in grid])
+        t = np.array([steps.mixed_step_s(lay, chunk, c0, float(b), self.decode_ctx, ranks) for b in grid])
         return grid, t
 
     def _step(self, pool: int, lay: Layout, chunk: float, c0: float, batch: float, ranks: int) -> float:
         grid, t = self._table(pool, lay, float(chunk), float(c0), int(ranks))
         if batch > grid[-1]:
-            return mixed_step_s(self.p.pools[pool].perf, lay, chunk, c0, batch, self.decode_ctx, self.p.eff, ranks)
+            return self.p.pools[pool].steps.mixed_step_s(lay, chunk, c0, batch, self.decode_ctx, ranks)
         return float(np.interp(batch, grid, t))
 
     def decode_step_s(self, w: Worker, batch: float) -> float:
@@ -229,8 +228,7 @@ class ServingModel:
 
     def batch_cap(self, w: Worker) -> int:
         """Decodes that fit: memory (eq. 6-1, every request at its full mean length) and max_batch."""
-        perf = self._perf(w)
-        mem = perf.max_sessions(w.layout, int(math.ceil(self.mean_isl)), int(math.ceil(self.mean_osl)))
+        mem = self.p.pools[w.pool].steps.max_sessions(w.layout, int(math.ceil(self.mean_isl)), int(math.ceil(self.mean_osl)))
         return min(mem, self.p.max_batch)
 
     # ------------------------------------------------------------------ prefill

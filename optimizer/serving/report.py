@@ -159,7 +159,7 @@ class ServingReport:
         plan = None
         if best is not None:
             plan = {"model": p.model.name, "hf_id": p.hf_id, "traffic": p.traffic.source, "slo": self.slo_dict(),
-                    "mode_asked": p.mode,
+                    "mode_asked": p.mode, "timing": p.timing,
                     "kv_link": {"bandwidth_gb_s": p.kv_link.bandwidth_bytes_per_s / 1e9,
                                 "latency_us": p.kv_link.alpha_s * 1e6, "default": p.kv_link_default,
                                 "kv_transfer": p.kv_transfer},
@@ -249,6 +249,9 @@ class ServingReport:
                              f"p{p.percentile:g}, attainment {p.attainment:.0%} (analytic checks each at the "
                              f"{p.quantile:.0%} quantile); kv_link {p.kv_link.bandwidth_bytes_per_s / 1e9:g} GB/s per GPU, "
                              f"kv_transfer {p.kv_transfer}"))
+        if any(t["source"] != "analytic" for t in p.timing.values()):
+            for name, t in p.timing.items():
+                console.print(escape(f"timed by: {t['why']} ({name})"))
         rates = self.rates()
         t = Table(title="Plans (analytic | simulated)")
         for col in ("rate/s", "mode", "GPUs", "$/h", "workers", "TTFT ms a|p90", "TPOT ms a|p90", "attain",

@@ -27,6 +27,8 @@ from optimizer.model.decode import DTYPE_BYTES
 from optimizer.model.hardware import GpuSpec, Hardware, LinkSpec, ServerSpec
 from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
+from optimizer.model.steptimes import Performance
+from optimizer.model.steptimes import resolve as resolve_steps
 from optimizer.schema_base import StrictModel, existing_file, validate
 
 GB = 1e9
@@ -88,6 +90,25 @@ class TrafficIn(_In):
     classes: Optional[list[ClassIn]] = Field(default=None, min_length=1)
     trace: Optional[str] = None
     trace_requests: Optional[PosInt] = None
+    concurrency: Optional[Annotated[int, Field(strict=True, ge=1, le=100_000)]] = None
+
+
+class FixedWorkerIn(_In):
+    """One worker group of a fixed plan (``serving.fixed.workers[i]``)."""
+
+    role: Literal["aggregated", "prefill", "decode"]
+    count: PosInt = 1
+    tp: PosInt = 1
+    dp: PosInt = 1
+    ep: Optional[PosInt] = None
+    max_batch: Optional[PosInt] = None
+    pool: Optional[str] = Field(default=None, min_length=1, description="pool name (GPU); default the first pool")
+
+
+class FixedIn(_In):
+    """``serving.fixed``: a plan to evaluate without optimising (``optimize estimate``)."""
+
+    workers: list[FixedWorkerIn] = Field(min_length=1)
 
 
 class SloIn(_In):
@@ -129,6 +150,16 @@ class ServingIn(_In):
     aggregated: RoleIn = RoleIn()
     simulation: SimulationIn = SimulationIn()
     engine: Literal["vllm", "sglang", "both"] = "both"
+    fixed: Optional[FixedIn] = None
+
+
+class PerformanceIn(_In):
+    """``performance:``: where step times come from (:mod:`optimizer.model.steptimes`)."""
+
+    source: Literal["auto", "analytic", "measured"] = "analytic"
+    engine: Optional[Literal["vllm", "sglang", "trtllm"]] = None
+    engine_version: Optional[str] = Field(default=None, min_length=1)
+    memory_fraction: Optional[Annotated[float, Field(gt=0, le=1)]] = None
 
 
 class InstanceIn(_In):
@@ -136,6 +167,7 @@ class InstanceIn(_In):
     model: ModelIn
     hardware: HardwareIn
     serving: ServingIn
+    performance: PerformanceIn = PerformanceIn()
 
 
 # ----------------------------------------------------------------------------- resolved
@@ -150,6 +182,7 @@ class Pool:
     price: Optional[float]
     hw: Hardware
     perf: PerfModel
+    steps: Any = None  # StepTimes: analytic (perf + efficiency) or measured (performance.source)
 
 
 @dataclass(frozen=True)
@@ -217,12 +250,31 @@ class Problem:
     engine: str = "both"
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
+    performance: Performance = Performance()
+    concurrency: Optional[int] = None  # closed-loop users (serving.traffic.concurrency), rates then empty
+    fixed: Optional[FixedIn] = None
+
+    @property
+    def timing(self) -> dict:
+        """Which source timed the plan and why, per pool: ``{pool name: {source, why}}``."""
+        return {pl.name: {"source": pl.steps.name, "why": pl.steps.why} for pl in self.pools}
 
     @property
     def quantile(self) -> float:
         """Quantile each SLO is checked at analytically: ``max(percentile/100, 1-(1-attainment)/2)``
         (union bound: missing TTFT or TPOT each at most half of the allowed misses)."""
         return max(self.percentile / 100.0, 1.0 - (1.0 - self.attainment) / 2.0)
+
+
+def performance_of(pin: PerformanceIn, serving_engine: str, path: Path) -> Performance:
+    """The resolved ``performance:`` block: the engine defaults to ``serving.engine`` when that
+    names one engine, else vLLM."""
+    engine = pin.engine or (serving_engine if serving_engine in ("vllm", "sglang") else "vllm")
+    if pin.source == "analytic" and (pin.engine_version is not None or pin.memory_fraction is not None):
+        field_ = "engine_version" if pin.engine_version is not None else "memory_fraction"
+        raise InputError(path, f"performance.{field_}", "applies to the measured source only "
+                                                        "(performance.source: measured or auto)")
+    return Performance(pin.source, engine, pin.engine_version, pin.memory_fraction, path, "performance")
 
 
 def _validate(raw: dict, path: Path) -> InstanceIn:
@@ -316,6 +368,13 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
         for i, r in enumerate(rate_list):
             if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
                 raise InputError(path, "serving.traffic.rate_rps", f"must be a positive number of requests/s (got {r!r})")
+    if tr.concurrency is not None:
+        if rate_list is not None:
+            raise InputError(path, "serving.traffic.concurrency", "give either rate_rps (open loop) or concurrency "
+                                                                  "(closed loop), not both")
+        if tr.trace is not None:
+            raise InputError(path, "serving.traffic.concurrency", "a trace carries its own arrivals; closed-loop "
+                                                                  "traffic takes isl/osl or classes")
     if tr.trace_requests is not None and tr.trace is None:
         raise InputError(path, "serving.traffic.trace_requests", "applies to a trace only")
     if tr.isl is not None:
@@ -345,12 +404,14 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
             if span <= 0:
                 raise InputError(p, "", "all arrivals at the same time: give serving.traffic.rate_rps")
             rate_list = [(len(arr) - 1) / span]
-    if rate_list is None:
-        raise InputError(path, "serving.traffic.rate_rps", "required field is missing (only a trace has its own rate)")
-    return t, tuple(float(r) for r in rate_list)
+    if rate_list is None and tr.concurrency is None:
+        raise InputError(path, "serving.traffic.rate_rps", "required field is missing (only a trace has its own rate; "
+                                                           "or give concurrency for closed-loop traffic)")
+    return t, tuple(float(r) for r in rate_list or ())
 
 
-def _pools(hw: HardwareIn, model: ModelSpec, wb: float, kvb: float, reserve: float, path: Path) -> tuple[Pool, ...]:
+def _pools(hw: HardwareIn, model: ModelSpec, wb: float, kvb: float, reserve: float, path: Path,
+           steps_for=None) -> tuple[Pool, ...]:
     if hw.pools is not None:
         if any(v is not None for v in (hw.gpu, hw.server, hw.servers, hw.dollars_per_gpu_hour)):
             raise InputError(path, "hardware", "give either hardware.pools or hardware.gpu/server/servers, not both")
@@ -371,8 +432,9 @@ def _pools(hw: HardwareIn, model: ModelSpec, wb: float, kvb: float, reserve: flo
         link = lambda d: LinkSpec(d["bandwidth_gb_s"] * GB, d["latency_us"] * 1e-6)  # noqa: E731
         h = Hardware(GpuSpec(gpu, g["memory_gb"] * GB, g["memory_bandwidth_gb_s"] * GB, g["bf16_tflops"] * 1e12),
                      ServerSpec(server, int(s["gpus"]), link(s["scale_up"]), link(s["scale_out"])), hw.allreduce)
+        pm = PerfModel(model, h, wb, kvb, reserve)
         out.append(Pool(name, gpu, server, count, price if price is not None else g.get("dollars_per_gpu_hour"), h,
-                        PerfModel(model, h, wb, kvb, reserve)))
+                        pm, steps_for(pm, gpu) if steps_for is not None else None))
     return tuple(out)
 
 
@@ -407,7 +469,14 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
     wd = inst.model.weight_dtype
     kd = inst.model.kv_dtype or wd
     reserve = s.reserve_gib_per_gpu * GIB
-    pools = _pools(inst.hardware, spec, DTYPE_BYTES[wd], DTYPE_BYTES[kd], reserve, path)
+    e = s.efficiency
+    eff = Efficiency(e.compute, e.memory, e.network)
+    performance = performance_of(inst.performance, s.engine, path)
+
+    def steps_for(pm: PerfModel, gpu: str):
+        return resolve_steps(performance, pm, cfg, gpu, eff, wd, kd, inst.model.hf_id)
+
+    pools = _pools(inst.hardware, spec, DTYPE_BYTES[wd], DTYPE_BYTES[kd], reserve, path, steps_for)
     traffic, rates = _traffic(s.traffic, path)
     if spec.max_context is not None and traffic.max_len > spec.max_context:
         raise InputError(path, "serving.traffic", f"a request of {traffic.max_len} tokens (isl + osl) exceeds the model's "
@@ -423,14 +492,14 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         link = LinkSpec(DEFAULT_KV_LINK_GB_S * GB, lat)
     else:
         link = LinkSpec(kl.bandwidth_gb_s * GB, kl.latency_us * 1e-6)
-    e = s.efficiency
     return Problem(
         name=inst.name or path.stem, path=path, model=spec, hf_id=inst.model.hf_id or HF_ID_PLACEHOLDER,
         pools=pools, kv_link=link, kv_link_default=kl is None, traffic=traffic, rates=rates,
         ttft_s=s.slo.ttft_ms * 1e-3, tpot_s=s.slo.tpot_ms * 1e-3, percentile=s.slo.percentile,
         attainment=s.slo.attainment, mode=s.mode, objective=obj, chunk_tokens=s.chunk_tokens,
         kv_transfer=s.kv_transfer, reserve_bytes=reserve, max_batch=s.max_batch,
-        eff=Efficiency(e.compute, e.memory, e.network),
+        eff=eff,
         roles={"prefill": s.prefill, "decode": s.decode, "aggregated": s.aggregated},
-        simulation=s.simulation, engine=s.engine, weight_dtype=wd, kv_dtype=kd,
+        simulation=s.simulation, engine=s.engine, weight_dtype=wd, kv_dtype=kd, performance=performance,
+        concurrency=s.traffic.concurrency, fixed=s.fixed,
     )

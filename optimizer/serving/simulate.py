@@ -1,9 +1,9 @@
 """Independent evaluator: a discrete-event simulation (SimPy) of the chosen workers.
 
 Requests arrive as a seeded Poisson process with lengths drawn from the classes (or replay a
-trace, its arrival times scaled to the rate asked). Every forward pass takes the shared model's
-time for what it actually carries (:func:`optimizer.model.prefill.mixed_step_s`,
-:func:`~optimizer.model.prefill.prefill_s`), so queues, batch sizes and chunk shares emerge from
+trace, its arrival times scaled to the rate asked). Every forward pass takes the pool's step-time
+source's time for what it actually carries (:class:`optimizer.model.steptimes.StepTimes`:
+``mixed_step_s``, ``prefill_s``; analytic or measured), so queues, batch sizes and chunk shares emerge from
 the simulation rather than from the analytic formulas of :mod:`optimizer.serving.perf`.
 
 * Aggregated: arrivals go to the worker with the least ``assigned / r_j`` (smooth weighted
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from optimizer.model.prefill import kv_bytes_per_request, kv_transfer_s, mixed_step_s, prefill_s
+from optimizer.model.prefill import kv_bytes_per_request, kv_transfer_s
 from optimizer.serving.perf import Worker
 from optimizer.serving.schema import Problem
 
@@ -43,6 +43,7 @@ class Req:
     first: float = math.nan
     done: float = math.nan
     left: int = 0  # prompt tokens still to prefill (aggregated)
+    on_done: object = None  # closed loop: called when the last token is out (the user sends the next)
 
 
 @dataclass
@@ -58,16 +59,22 @@ class SimResult:
     tokens_per_s_per_gpu: float
     tokens_per_s_per_user: float
     mean_batch: dict = field(default_factory=dict)  # worker label -> time-average decodes per worker in the window
+    e2e_s: dict = field(default_factory=dict)  # end-to-end latency (arrival to last token) p50/p90/p99/mean
+    request_rate: float = 0.0  # finished requests per second over the window
+    itl_s: float = math.nan  # mean gap between two output tokens, token-weighted (decode time / decode tokens)
 
     def to_dict(self) -> dict:
         return {"requests": self.requests, "completed": self.completed,
                 "ttft_ms": {k: v * 1e3 for k, v in self.ttft_s.items()},
                 "tpot_ms": {k: v * 1e3 for k, v in self.tpot_s.items()}, "attainment": self.attainment,
                 "tokens_per_s": self.tokens_per_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-                "tokens_per_s_per_user": self.tokens_per_s_per_user, "mean_batch": self.mean_batch}
+                "tokens_per_s_per_user": self.tokens_per_s_per_user, "mean_batch": self.mean_batch,
+                "e2e_ms": {k: v * 1e3 for k, v in self.e2e_s.items()}, "request_rate_rps": self.request_rate,
+                "itl_ms": self.itl_s * 1e3}
 
 
 MAX_REQUESTS = 60_000
+REQUESTS_PER_USER = 10  # closed loop: requests per user unless given (benchmarks' num-prompts = 10 x concurrency)
 
 
 def sim_requests(p: Problem, rate: float) -> int:
@@ -141,6 +148,8 @@ class _Decoder:
             r.done = now
             self.ctx -= ctx0 + steps
             self.n -= 1
+            if r.on_done is not None:
+                r.on_done(r)
 
 
 class SimulationCut(Exception):
@@ -151,17 +160,26 @@ SLICES = 200  # with a wall-clock deadline the simulated time runs in this many 
 
 
 def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: str, rate: float,
-             requests: int | None = None, seed: int | None = None, deadline: float | None = None) -> SimResult:
+             requests: int | None = None, seed: int | None = None, deadline: float | None = None,
+             concurrency: int | None = None) -> SimResult:
     """Simulate the plan ``counts`` ({worker index: n}) at ``rate`` requests/s (see module docstring).
+
+    ``concurrency``: closed loop instead (``rate`` ignored): that many users, each sending its next
+    request (lengths drawn as for open loop) when its last one finishes; ``requests`` in all
+    (default :data:`REQUESTS_PER_USER` per user), every one counted, the measurement window from
+    0 to the last finish.
 
     ``deadline``: a ``time.perf_counter()`` value; the simulated time then advances in
     ``SLICES`` slices (the same events in the same order) and :class:`SimulationCut` is raised
     when the wall clock passes it between two slices."""
-    n = requests or sim_requests(p, rate)
     seed = p.simulation.seed if seed is None else seed
-    reqs = arrivals(p, rate, n, seed)
+    if concurrency is None:
+        n = requests or sim_requests(p, rate)
+        reqs = arrivals(p, rate, n, seed)
+    else:
+        n = max(requests or REQUESTS_PER_USER * concurrency, concurrency)
+        reqs = arrivals(p, 1.0, n, seed)  # lengths only; arrivals are set as users send
     env = simpy.Environment()
-    eff = p.eff
     cache: dict = {}
 
     def step_s(w: Worker, chunk: float, c0: float, batch: int, ctx_sum: float, ranks: int) -> float:
@@ -169,14 +187,14 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         key = (id(w), round(chunk / 32), round(c0 / 512), batch, round(ctx / 128), ranks)
         t = cache.get(key)
         if t is None:
-            t = mixed_step_s(p.pools[w.pool].perf, w.layout, chunk, c0, batch, ctx, eff, ranks)
+            t = p.pools[w.pool].steps.mixed_step_s(w.layout, chunk, c0, batch, ctx, ranks)
             cache[key] = t
         return t
 
     inst: list[Worker] = [workers[j] for j, c in sorted(counts.items()) for _ in range(c)]
     batches: dict[str, list] = {}  # worker label -> [decode-seconds, seconds] inside the window
-    warm = warm_up(p, reqs)
-    win0, win1 = reqs[warm].arrival, reqs[-1].arrival
+    warm = warm_up(p, reqs) if concurrency is None else 0
+    win0, win1 = (reqs[warm].arrival, reqs[-1].arrival) if concurrency is None else (0.0, math.inf)
 
     def record(w: Worker, batch: int, t: float) -> None:
         lo, hi = max(env.now, win0), min(env.now + t, win1)
@@ -225,18 +243,15 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                         prefilling.remove(r)
                         dec.add(r, r.osl - 1, r.isl + 1)
 
-        def source():
-            for r in reqs:
-                yield env.timeout(max(0.0, r.arrival - env.now))
-                r.left = r.isl
-                k = router.pick()
-                queues[k].append(r)
-                if not wake[k].triggered:
-                    wake[k].succeed()
+        def dispatch(r: Req):
+            r.left = r.isl
+            k = router.pick()
+            queues[k].append(r)
+            if not wake[k].triggered:
+                wake[k].succeed()
 
         for k, w in enumerate(inst):
             env.process(worker_proc(k, w))
-        env.process(source())
     else:
         pre = [w for w in inst if w.role == "prefill"]
         dec_w = [w for w in inst if w.role == "decode"]
@@ -250,7 +265,7 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         def prefill_time(w: Worker, isl: int) -> float:
             key = (id(w), isl)
             if key not in pcache:
-                pcache[key] = prefill_s(p.pools[w.pool].perf, w.layout, isl, eff)
+                pcache[key] = p.pools[w.pool].steps.prefill_s(w.layout, isl)
             return pcache[key]
 
         def rank_proc(k: int, w: Worker):
@@ -288,23 +303,44 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                 yield env.timeout(t)
                 dec.advance(env.now)
 
-        def source():
-            for r in reqs:
-                yield env.timeout(max(0.0, r.arrival - env.now))
-                yield store.put(r)
+        def dispatch(r: Req):
+            store.put(r)
 
         for k, w in enumerate(pre):
             for _ in range(w.layout.attention_dp):
                 env.process(rank_proc(k, w))
         for j, w in enumerate(dec_w):
             env.process(decode_proc(j, w))
-        env.process(source())
 
-    horizon = reqs[-1].arrival * 3 + 600.0
-    if deadline is None:
-        env.run(until=horizon)
+    if concurrency is None:
+        def source():
+            for r in reqs:
+                yield env.timeout(max(0.0, r.arrival - env.now))
+                dispatch(r)
+
+        env.process(source())
+        horizon = reqs[-1].arrival * 3 + 600.0
     else:
-        step = max(reqs[-1].arrival / SLICES, 1e-3)
+        # closed loop: N users each send their next request when the last one finishes (``vllm bench
+        # serve --max-concurrency N``); all N start at time 0, every request is counted
+        pending_reqs = deque(reqs[concurrency:])
+
+        def next_of(_done: Req) -> None:
+            if pending_reqs:
+                r = pending_reqs.popleft()
+                r.arrival = env.now
+                dispatch(r)
+
+        for r in reqs:
+            r.on_done = next_of
+        for r in reqs[:concurrency]:
+            r.arrival = 0.0
+            dispatch(r)
+        horizon = math.inf
+    if deadline is None:
+        env.run(until=None if math.isinf(horizon) else horizon)
+    else:
+        step = max(reqs[-1].arrival / SLICES, 1e-3) if concurrency is None else 1.0
         while env.peek() < horizon:
             if time.perf_counter() > deadline:
                 raise SimulationCut(f"simulated {env.now:.1f} s of {reqs[-1].arrival:.1f} s of arrivals")
@@ -317,6 +353,8 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     # throughput over the measurement window (first measured arrival .. last arrival), each
     # request's decode tokens spread evenly between its first and last token
     t0, t1 = measured[0].arrival, reqs[-1].arrival
+    if concurrency is not None:
+        t1 = max((r.done for r in reqs if not math.isnan(r.done)), default=t0)
     tokens = 0.0
     for r in reqs:
         if math.isnan(r.first):
@@ -331,11 +369,16 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     finite = np.isfinite(tpot)
 
     def pct(a):
-        return {"p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)), "p99": float(np.percentile(a, 99))}
+        return {"p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)), "p99": float(np.percentile(a, 99)),
+                "mean": float(np.mean(a))}
 
     tps = tokens / max(t1 - t0, 1e-9)
     mean_batch = {}
     for label, (area, span) in batches.items():
         mean_batch[label] = area / max(span, 1e-12)
+    e2e = np.array([r.done - r.arrival if not math.isnan(r.done) else math.inf for r in measured])
+    dec_tokens = sum(r.osl - 1 for r in done)
+    itl = sum(r.done - r.first for r in done) / dec_tokens if dec_tokens else math.inf
     return SimResult(len(measured), len(done), pct(ttft), pct(tpot), float(ok.mean()), tps, tps / max(gpus, 1),
-                     float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch)
+                     float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch, pct(e2e),
+                     len(done) / max(t1 - t0, 1e-9), float(itl))

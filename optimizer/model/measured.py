@@ -1,0 +1,359 @@
+"""The ``measured`` step-time source: NVIDIA's measured kernel database through ``aiconfigurator-core``.
+
+``aiconfigurator-core`` (Apache-2.0, on PyPI) ships per-GPU, per-engine, per-version timings of
+GEMMs, attention, NCCL / custom AllReduce, MoE and MLA kernels and composes them into a forward
+pass (``aiconfigurator_core.sdk.compile_engine`` -> ``EngineHandle.mixed_step_latency`` /
+``decode_step_latency``), and estimates the KV cache the engine will allocate
+(``aiconfigurator_core.sdk.estimate_kv_cache``). The solvers never call it in their inner loops:
+
+* **Tabulated once per layout.** For each (model, GPU, engine, version, layout, dtypes) a table
+  ``T[p, d, s]`` (ms) holds the step of ``p`` prefill tokens and ``d`` decodes at context ``s`` on
+  one attention-DP rank, over the grids :data:`PREFILL_GRID` x :data:`DECODE_GRID` x
+  :data:`CONTEXT_GRID` (about 5,800 estimator calls, ~1 s on the 2-core machine); lookups are
+  trilinear interpolation (``scipy.interpolate.RegularGridInterpolator``, linear extrapolation
+  beyond the grid).
+* **Cached on disk** in ``$SUPERNODE_CACHE_DIR`` (default ``~/.cache/supernode-optimizer``)
+  ``/steptimes/<sha256>.npz``, keyed by the aiconfigurator-core version, the table layout
+  version, the config.json bytes, GPU, engine, version, layout, dtypes and memory fraction. A
+  table being built is announced on stderr.
+
+Conventions (stated because the estimator's arguments are per rank):
+* a mixed step of ``chunk`` prompt tokens after ``c0`` of the prompt, with ``b`` decodes at
+  context ``s`` is ``T[chunk, b/dp, s] + T[chunk, 0, c0+chunk] - T[chunk, 0, s]`` (the chunk's
+  attention at its own length), never below either part alone;
+* a prompt of ``n`` tokens, ``q`` per rank, is ``T[q·n, 0, n]``;
+* KV capacity: ``estimate_kv_cache`` tokens per attention-DP rank (the engine's memory fraction,
+  activations at ``max_num_tokens`` = 8,192 and 256 sequences) x ``dp``; a request of
+  ``context + new`` tokens takes that many.
+
+Units: tokens, seconds (the estimator's milliseconds are converted here, once).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import yaml
+
+from optimizer.model.layout import Layout
+from optimizer.model.perf import PerfModel
+
+TABLE_VERSION = 1
+PREFILL_GRID = np.array([0, 16, 32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288,
+                         16384, 24576, 32768, 49152, 65536, 98304, 131072], dtype=float)
+DECODE_GRID = np.array([0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
+                        1536, 2048], dtype=float)
+CONTEXT_GRID = np.array([128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072], dtype=float)
+KV_MAX_NUM_TOKENS = 8192
+KV_MAX_BATCH = 256
+SYSTEMS_FILE = Path(__file__).resolve().parents[2] / "instances" / "hardware" / "aiconfigurator.yaml"
+GEMM_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4", "int4": "int4_wo", "int8": "int8_wo"}
+KV_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int8": "int8"}
+
+
+class NotCovered(Exception):
+    """The database cannot time this case; ``field`` is the ``performance.*`` field to blame."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+
+def cache_dir() -> Path:
+    """Folder of the on-disk tables: ``$SUPERNODE_CACHE_DIR`` or ``~/.cache/supernode-optimizer``."""
+    root = os.environ.get("SUPERNODE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "supernode-optimizer")
+    return Path(root) / "steptimes"
+
+
+def systems() -> dict:
+    """Catalog GPU name -> aiconfigurator-core system name (``instances/hardware/aiconfigurator.yaml``)."""
+    with SYSTEMS_FILE.open() as fh:
+        return yaml.safe_load(fh)["systems"]
+
+
+def _aic() -> str:
+    """The installed aiconfigurator-core version (its metadata only: importing the package and
+    its database index costs seconds, paid only when a table is built)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("aiconfigurator-core")
+    except PackageNotFoundError:
+        raise NotCovered("source", "needs aiconfigurator-core (pip install aiconfigurator-core)") from None
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+    return v
+
+
+def _index(aic_version: str, system: str, engine: str) -> dict:
+    """``{"versions": [...], "current": str | None}`` of the database for ``engine`` on ``system``,
+    cached on disk per aiconfigurator-core version (the package's own index reads ~200 YAML files)."""
+    path = cache_dir() / f"index-{aic_version}.json"
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, ValueError):
+        index = {}
+    key = f"{system}/{engine}"
+    if key not in index:
+        from aiconfigurator_core.sdk import perf_database
+
+        have = sorted(perf_database.get_supported_databases().get(system, {}).get(engine, []))
+        slots = (perf_database.get_version_slots(system, engine) or {}) if have else {}
+        index[key] = {"versions": have, "current": slots.get("current")}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(index, sort_keys=True))
+        os.replace(tmp, path)
+    return index[key]
+
+
+def database_versions(system: str, engine: str) -> list[str]:
+    """Versions the installed database has for ``engine`` on ``system`` (sorted)."""
+    return list(_index(_aic(), system, engine)["versions"])
+
+
+def resolve_version(system: str, engine: str, version: Optional[str]) -> str:
+    """The literal database version for ``engine`` on ``system`` (None: the database's current one).
+
+    Raises:
+        NotCovered: the engine has no data on this GPU, or the version is not in the database
+            (the message lists the versions it has).
+    """
+    idx = _index(_aic(), system, engine)
+    have = idx["versions"]
+    if not have:
+        raise NotCovered("engine", f"has no {engine} timings for {system}")
+    if version is None:
+        return idx["current"] or have[-1]
+    if version not in have:
+        raise NotCovered("engine_version", f"{engine} {version} is not in the measured database for {system} "
+                                           f"(it has {', '.join(have)})")
+    return version
+
+
+def default_memory_fraction(engine: str, version: str, capacity_bytes: float, lay: Layout) -> tuple[str, float]:
+    """The engine's default memory fraction as aiconfigurator-core records it: ``(kind, value)``,
+    kind ``of_total`` (vLLM ``gpu_memory_utilization`` by version, SGLang ``mem_fraction_static``
+    derived from capacity and layout) or ``of_free`` (TensorRT-LLM ``free_gpu_memory_fraction``)."""
+    if engine == "vllm":
+        from aiconfigurator_core.sdk.backends import vllm_backend as vb
+
+        by = vb.VLLM_GPU_MEMORY_UTILIZATION_BY_VERSION
+        minor = ".".join(version.split(".")[:2])
+        return "of_total", float(by.get(minor, vb.VLLM_DEFAULT_GPU_MEMORY_UTILIZATION))
+    if engine == "sglang":
+        from aiconfigurator_core.sdk.backends.sglang_backend import derive_sglang_mem_fraction_static
+
+        return "of_total", float(derive_sglang_mem_fraction_static(int(capacity_bytes), lay.attention_tp, lay.pp,
+                                                                   lay.attention_dp))
+    from aiconfigurator_core.sdk.backends import trtllm_backend as tb
+
+    return "of_free", float(tb.TRTLLM_DEFAULT_FREE_GPU_MEMORY_FRACTION)
+
+
+class _Table:
+    """One layout's step table and KV capacity (see the module docstring)."""
+
+    def __init__(self, t_ms: np.ndarray, kv_tokens_per_rank: int, memory_fraction: tuple[str, float]):
+        from scipy.interpolate import RegularGridInterpolator
+
+        self.t_ms = t_ms
+        self.kv_tokens_per_rank = int(kv_tokens_per_rank)
+        self.memory_fraction = memory_fraction
+        self._f = RegularGridInterpolator((PREFILL_GRID, DECODE_GRID, np.log(CONTEXT_GRID)), t_ms,
+                                          bounds_error=False, fill_value=None)
+
+    def ms(self, p, d, s) -> np.ndarray:
+        pts = np.column_stack(np.broadcast_arrays(np.asarray(p, float), np.asarray(d, float),
+                                                  np.log(np.maximum(np.asarray(s, float), 1.0))))
+        return np.maximum(self._f(pts), 0.0)
+
+
+class MeasuredSteps:
+    """Step times from aiconfigurator-core's measured kernels (see the module docstring).
+
+    Build with :meth:`open`, which checks coverage (GPU, engine, version) before any table."""
+
+    name = "measured"
+
+    def __init__(self, *, system: str, engine: str, version: str, aic_version: str, model_dir: Path,
+                 config_sha: str, gemm: str, kv: str, model_perf: PerfModel, memory_fraction: Optional[float],
+                 label: str):
+        self.system, self.engine, self.version, self.aic_version = system, engine, version, aic_version
+        self.model_dir, self.config_sha, self.gemm, self.kv = model_dir, config_sha, gemm, kv
+        self.model_perf = model_perf
+        self.memory_fraction = memory_fraction
+        self.label = label
+        self.fallback = None  # auto: the analytic source for layouts the database cannot time
+        self.path, self.where = None, "performance"
+        self.analytic_layouts: dict = {}  # layout -> why it fell back (auto)
+        self.why = (f"measured kernels: aiconfigurator-core {aic_version} database, {engine} {version} on {system}")
+        self._tables: dict = {}
+
+    @classmethod
+    def open(cls, perf, model_perf: PerfModel, config_file: Path, gpu: str, weight_dtype: str, kv_dtype: str,
+             hf_id: Optional[str] = None) -> "MeasuredSteps":
+        """Check coverage and return the source (tables are built on first use per layout).
+
+        Raises:
+            NotCovered: aiconfigurator-core missing, a GPU without a database, an engine version the
+                database lacks, a dtype it has no kernels for, or a model it cannot time.
+        """
+        aic_version = _aic()
+        system = systems().get(gpu)
+        if system is None:
+            raise NotCovered("source", f"has no timings for GPU {gpu!r} (it covers "
+                                       f"{', '.join(sorted(systems()))})")
+        version = resolve_version(system, perf.engine, perf.engine_version)
+        if weight_dtype not in GEMM_QUANT:
+            raise NotCovered("source", f"has no GEMM kernels for {weight_dtype} weights")
+        if kv_dtype not in KV_QUANT:
+            raise NotCovered("source", f"has no attention kernels for a {kv_dtype} KV cache")
+        raw = Path(config_file).read_bytes()
+        sha = hashlib.sha256(raw).hexdigest()
+        model_dir = cache_dir().parent / "models" / sha[:16]
+        if not (model_dir / "config.json").exists():
+            model_dir.mkdir(parents=True, exist_ok=True)
+            (model_dir / "config.json").write_bytes(raw)
+        src = cls(system=system, engine=perf.engine, version=version, aic_version=aic_version, model_dir=model_dir,
+                  config_sha=sha, gemm=GEMM_QUANT[weight_dtype], kv=KV_QUANT[kv_dtype], model_perf=model_perf,
+                  memory_fraction=perf.memory_fraction, label=hf_id or Path(config_file).stem)
+        src.path, src.where = perf.path, perf.where
+        return src
+
+    # ---------------------------------------------------------------- tables
+    def _key(self, lay: Layout) -> str:
+        d = {"aic": self.aic_version, "table": TABLE_VERSION, "system": self.system, "engine": self.engine,
+             "version": self.version, "config": self.config_sha, "layout": lay.as_dict(), "gemm": self.gemm,
+             "kv": self.kv, "fraction": self.memory_fraction, "grids": [PREFILL_GRID.tolist(), DECODE_GRID.tolist(),
+                                                                        CONTEXT_GRID.tolist()]}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+    def _parallel(self, lay: Layout) -> dict:
+        moe = self.model_perf.spec.moe is not None
+        return dict(tp_size=lay.attention_tp, pp_size=lay.pp, attention_dp_size=lay.attention_dp,
+                    moe_tp_size=lay.experts_tp if moe else None, moe_ep_size=lay.experts_ep if moe else None)
+
+    def table(self, lay: Layout) -> _Table:
+        """The layout's table, from memory, the disk cache, or built now (announced on stderr).
+
+        Raises:
+            NotCovered: the estimator cannot time this model/layout (its message names the operator).
+        """
+        t = self._tables.get(lay)
+        if t is not None:
+            return t
+        path = cache_dir() / f"{self._key(lay)}.npz"
+        if path.exists():
+            with np.load(path, allow_pickle=False) as z:
+                t = _Table(z["t_ms"], int(z["kv_tokens"]), (str(z["fraction_kind"]), float(z["fraction"])))
+        else:
+            t = self._build(lay, path)
+        self._tables[lay] = t
+        return t
+
+    def _source(self, lay: Layout):
+        """The table of ``lay``, or (``auto``) the analytic fallback when the database cannot time it.
+
+        Raises:
+            InputError: under ``measured``, the estimator's reason (it names the operator)."""
+        if lay in self.analytic_layouts:
+            return None
+        try:
+            return self.table(lay)
+        except NotCovered as exc:
+            if self.fallback is None:
+                from optimizer.errors import InputError
+
+                raise InputError(self.path, f"{self.where}.{exc.field}", str(exc)) from None
+            from optimizer.errors import warn_input
+
+            warn_input(self.path, f"{self.where}.source", f"auto: {lay.label()} timed by the analytic roofline ({exc})")
+            self.analytic_layouts[lay] = str(exc)
+            return None
+
+    def _build(self, lay: Layout, path: Path) -> _Table:
+        from aiconfigurator_core.sdk import EngineHandle, compile_engine, estimate_kv_cache
+
+        t0 = time.perf_counter()
+        print(f"building a measured step-time table: {self.label} {lay.label()} on {self.system} "
+              f"({self.engine} {self.version}) ...", file=sys.stderr, flush=True)
+        par = self._parallel(lay)
+        try:
+            h = EngineHandle(compile_engine(str(self.model_dir), self.system, self.engine, self.version,
+                                            gemm_quant_mode=self.gemm, kvcache_quant_mode=self.kv, **par))
+            h.mixed_step_latency(256, 8, 1024, 2)
+        except Exception as exc:  # the estimator names the operator or table it lacks
+            raise NotCovered("source", f"cannot time {self.label} {lay.label()} with {self.engine} {self.version} on "
+                                       f"{self.system}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        t = np.empty((len(PREFILL_GRID), len(DECODE_GRID), len(CONTEXT_GRID)))
+        for k, s in enumerate(CONTEXT_GRID):
+            for j, d in enumerate(DECODE_GRID):
+                for i, p in enumerate(PREFILL_GRID):
+                    if p == 0 and d == 0:
+                        t[i, j, k] = 0.0
+                    elif p == 0:
+                        t[i, j, k] = h.decode_step_latency(int(d), int(s), 2)
+                    else:
+                        t[i, j, k] = h.mixed_step_latency(int(p), int(d), int(s), 2)
+        cap = self.model_perf.hw.gpu.memory_bytes
+        kind, value = default_memory_fraction(self.engine, self.version, cap, lay)
+        if self.memory_fraction is not None:
+            value = float(self.memory_fraction)
+        try:
+            est = estimate_kv_cache(str(self.model_dir), self.system, self.engine, self.version,
+                                    max_num_tokens=KV_MAX_NUM_TOKENS, max_batch_size=KV_MAX_BATCH,
+                                    memory_fraction_kind=kind, memory_fraction_value=value,
+                                    gemm_quant_mode=self.gemm, kvcache_quant_mode=self.kv,
+                                    gpu_memory_capacity_bytes_override=int(cap), **par)
+            kv_tokens = int(est["total_kv_size_tokens"])
+        except ValueError:  # no KV budget left next to the weights
+            kv_tokens = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+        np.savez(tmp, t_ms=t, kv_tokens=kv_tokens, fraction_kind=kind, fraction=value)
+        os.replace(tmp, path)
+        print(f"  built in {time.perf_counter() - t0:.1f} s ({path})", file=sys.stderr, flush=True)
+        return _Table(t, kv_tokens, (kind, value))
+
+    # ---------------------------------------------------------------- StepTimes
+    def mixed_step_s(self, lay: Layout, chunk: float, context_before: float, batch: float,
+                     decode_context: float, chunk_ranks: int = 1) -> float:
+        tab = self._source(lay)
+        if tab is None:
+            return self.fallback.mixed_step_s(lay, chunk, context_before, batch, decode_context, chunk_ranks)
+        b = batch / lay.attention_dp
+        s = max(decode_context, 1.0)
+        if chunk <= 0:
+            return float(tab.ms(0.0, b, s)[0]) * 1e-3
+        own = context_before + chunk
+        both, alone_own, alone_s, dec = tab.ms([chunk, chunk, chunk, 0.0], [b, 0.0, 0.0, b], [s, own, s, s])
+        return float(max(both + alone_own - alone_s, alone_own, dec)) * 1e-3
+
+    def prefill_s(self, lay: Layout, prompt_tokens: int, prompts_per_rank: int = 1) -> float:
+        tab = self._source(lay)
+        if tab is None:
+            return self.fallback.prefill_s(lay, prompt_tokens, prompts_per_rank)
+        n = float(prompt_tokens)
+        return float(tab.ms(n * prompts_per_rank, 0.0, n)[0]) * 1e-3
+
+    def max_sessions(self, lay: Layout, context: int, new: int) -> int:
+        tab = self._source(lay)
+        if tab is None:
+            return self.fallback.max_sessions(lay, context, new)
+        return (tab.kv_tokens_per_rank // max(1, int(context) + int(new))) * lay.attention_dp
+
+    def kv_tokens(self, lay: Layout) -> int:
+        """KV tokens the worker's cache holds (all attention-DP ranks)."""
+        return self.table(lay).kv_tokens_per_rank * lay.attention_dp
+
+    def memory_fraction_of(self, lay: Layout) -> tuple[str, float]:
+        """``(kind, value)`` of the memory fraction the layout's KV capacity assumed."""
+        return self.table(lay).memory_fraction

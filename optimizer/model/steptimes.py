@@ -1,0 +1,118 @@
+"""Step-time sources behind the one performance model: ``analytic`` (the chapter's roofline) or
+``measured`` (NVIDIA's measured kernel database through ``aiconfigurator-core``).
+
+Every problem that times forward passes asks a :class:`StepTimes` object, never the roofline or
+the database directly, so a plan is timed by one source and says which:
+
+* :meth:`StepTimes.mixed_step_s` - one continuous-batching step: a prefill chunk of ``chunk``
+  tokens (after ``context_before`` tokens of its prompt) on each of the first ``chunk_ranks``
+  attention-DP ranks plus ``batch`` running decodes, each reading ``decode_context`` tokens of KV;
+* :meth:`StepTimes.prefill_s` - a whole prompt in one pass;
+* :meth:`StepTimes.max_sessions` - how many requests of ``context + new`` tokens the worker's KV
+  cache holds, as the engine allows it (the engine's memory fraction under ``measured``; eq. 6-1
+  with the fixed reserve under ``analytic``).
+
+Units: tokens, seconds. The source is chosen per instance by ``performance.source``
+(:func:`resolve`): ``analytic``, ``measured`` or ``auto`` (measured where the database covers the
+GPU, engine and model, analytic otherwise; :attr:`StepTimes.why` says which and why).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Protocol
+
+from optimizer.model.layout import Layout
+from optimizer.model.perf import PerfModel
+from optimizer.model.prefill import PEAK, Efficiency, mixed_step_s, prefill_s
+
+SOURCES = ("auto", "analytic", "measured")
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+class StepTimes(Protocol):
+    """A source of forward-pass times and KV capacity for one model on one GPU type."""
+
+    name: str  # "analytic" | "measured"
+    why: str  # one sentence: which source timed the plan and why (engine, version, database)
+
+    def mixed_step_s(self, lay: Layout, chunk: float, context_before: float, batch: float,
+                     decode_context: float, chunk_ranks: int = 1) -> float: ...
+
+    def prefill_s(self, lay: Layout, prompt_tokens: int, prompts_per_rank: int = 1) -> float: ...
+
+    def max_sessions(self, lay: Layout, context: int, new: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class AnalyticSteps:
+    """The chapter's roofline (eq. 6-2) with alpha-beta collectives, scaled by ``eff``
+    (:mod:`optimizer.model.prefill`); memory by eq. 6-1 with the fixed per-GPU reserve."""
+
+    perf: PerfModel
+    eff: Efficiency = PEAK
+    why: str = "analytic roofline (eq. 6-2) at the catalog's peaks"
+    name: str = "analytic"
+
+    def mixed_step_s(self, lay, chunk, context_before, batch, decode_context, chunk_ranks=1):
+        return mixed_step_s(self.perf, lay, chunk, context_before, batch, decode_context, self.eff, chunk_ranks)
+
+    def prefill_s(self, lay, prompt_tokens, prompts_per_rank=1):
+        return prefill_s(self.perf, lay, prompt_tokens, self.eff, prompts_per_rank)
+
+    def max_sessions(self, lay, context, new):
+        return self.perf.max_sessions(lay, context, new)
+
+
+@dataclass(frozen=True)
+class Performance:
+    """The resolved ``performance:`` block of an instance.
+
+    Attributes:
+        source: ``auto``, ``analytic`` or ``measured``.
+        engine: ``vllm``, ``sglang`` or ``trtllm`` (the engine the measured kernels are of).
+        engine_version: a version of the database, or None for the database's current one.
+        memory_fraction: the engine's memory fraction (vLLM ``gpu_memory_utilization``, SGLang
+            ``mem_fraction_static``: of total memory; TensorRT-LLM ``free_gpu_memory_fraction``:
+            of the memory left after the weights), or None for the engine's default.
+        path: the instance file (for messages); where: the field prefix (``performance``).
+    """
+
+    source: str = "analytic"
+    engine: str = "vllm"
+    engine_version: Optional[str] = None
+    memory_fraction: Optional[float] = None
+    path: Optional[Path] = None
+    where: str = "performance"
+
+
+def resolve(perf: Performance, model_perf: PerfModel, config_file: Path, gpu: str, eff: Efficiency = PEAK,
+            weight_dtype: str = "bf16", kv_dtype: str = "bf16", hf_id: Optional[str] = None) -> StepTimes:
+    """The step-time source an instance asks for.
+
+    ``measured`` builds (or loads from the disk cache) one table per layout on first use
+    (:class:`optimizer.model.measured.MeasuredSteps`); ``auto`` falls back to ``analytic`` when
+    the database does not cover the GPU, the engine version or the model, with a one-line
+    warning naming why.
+
+    Raises:
+        InputError: under ``measured``, a GPU, engine version or model the database cannot time
+            (the message names the versions it has, or the operator it lacks).
+    """
+    analytic = AnalyticSteps(model_perf, eff)
+    if perf.source == "analytic":
+        return analytic
+    from optimizer.errors import InputError, warn_input
+    from optimizer.model import measured
+
+    try:
+        src = measured.MeasuredSteps.open(perf, model_perf, config_file, gpu, weight_dtype, kv_dtype, hf_id)
+        if perf.source == "auto":
+            src.fallback = analytic
+        return src
+    except measured.NotCovered as exc:
+        if perf.source == "measured":
+            raise InputError(perf.path, f"{perf.where}.{exc.field}", str(exc)) from None
+        warn_input(perf.path, f"{perf.where}.source",
+                   f"auto: timed by the analytic roofline ({exc})")
+        return AnalyticSteps(model_perf, eff, why=f"analytic roofline (eq. 6-2): the measured database {exc}")

@@ -1,0 +1,139 @@
+"""``optimize estimate INSTANCE.yaml``: the figures of a fixed plan (``serving.fixed``), no optimising.
+
+The workers of ``serving.fixed.workers`` (role, count, layout, max batch, pool) are built by the
+same :class:`~optimizer.serving.perf.ServingModel` the optimiser uses and simulated by the same
+evaluator (:func:`optimizer.serving.simulate.simulate`), so an estimate of a configuration equals
+the optimiser's simulated figures for those workers. Traffic is closed loop
+(``traffic.concurrency``: N users, each sending its next request when the last finishes, as
+``vllm bench serve --max-concurrency``) or open loop (``rate_rps``, Poisson, one estimate per rate).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from optimizer.errors import InputError
+from optimizer.model.layout import Layout, layout_problem
+from optimizer.serving.perf import ServingModel, Worker
+from optimizer.serving.schema import Problem
+from optimizer.serving.simulate import SimResult, simulate
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The simulated figures of one fixed plan under one traffic (a rate or a concurrency)."""
+
+    problem: Problem
+    workers: tuple[Worker, ...]
+    counts: dict
+    mode: str
+    traffic: dict
+    sim: SimResult
+    time_s: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.problem
+        gpus = sum(self.workers[j].gpus * c for j, c in self.counts.items())
+        return {"problem": "serving-estimate", "name": p.name, "status": "estimated", "time_s": self.time_s,
+                "timing": p.timing, "traffic": self.traffic, "mode": self.mode, "gpus": gpus,
+                "workers": [{"label": self.workers[j].label(p), "count": c, "gpus": self.workers[j].gpus,
+                             "max_batch": self.workers[j].max_batch} for j, c in self.counts.items()],
+                "figures": self.sim.to_dict(), "notes": list(self.notes)}
+
+
+def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
+    """The workers of ``serving.fixed`` as the optimiser's :class:`Worker` objects, their counts and
+    the mode (``aggregated`` or ``disaggregated``).
+
+    Raises:
+        InputError: no ``serving.fixed``; a pool that is not in the instance; a layout the model
+            cannot take; prefill without decode workers (or the reverse) or aggregated mixed with them;
+            a max batch above what the KV cache holds.
+    """
+    if p.fixed is None:
+        raise InputError(p.path, "serving.fixed", "required field is missing (optimize estimate evaluates a fixed "
+                                                  "plan: serving.fixed.workers)")
+    model = ServingModel(p)
+    names = [pl.name for pl in p.pools]
+    workers, counts = [], {}
+    for i, f in enumerate(p.fixed.workers):
+        where = f"serving.fixed.workers[{i}]"
+        pool = 0 if f.pool is None else (names.index(f.pool) if f.pool in names else -1)
+        if pool < 0:
+            raise InputError(p.path, f"{where}.pool", f"no pool {f.pool!r} (the instance has {', '.join(names)})")
+        moe = p.model.moe is not None
+        ep = f.ep if f.ep is not None else 1
+        lay = Layout(attention_tp=f.tp, attention_dp=f.dp, experts_tp=(f.tp * f.dp) // ep if moe else f.tp,
+                     experts_ep=ep if moe else 1)
+        bad = layout_problem(p.model, lay)
+        if bad is not None:
+            raise InputError(p.path, f"{where}.tp", bad[1])
+        if lay.gpus > p.pools[pool].hw.server.gpus:
+            raise InputError(p.path, f"{where}.tp", f"{lay.label()} needs {lay.gpus} GPUs, more than a "
+                                                    f"{p.pools[pool].server} server has ({p.pools[pool].hw.server.gpus})")
+        w = Worker(f.role, pool, lay, lay.gpus, 0, rate=1.0)
+        if f.role == "prefill":
+            w.max_batch = lay.attention_dp
+        else:
+            cap = model.batch_cap(w)
+            if cap < 1:
+                raise InputError(p.path, where, f"{lay.label()} on {p.pools[pool].name}: not even one request's KV "
+                                                f"fits next to the weights")
+            if f.max_batch is not None and f.max_batch > cap:
+                raise InputError(p.path, f"{where}.max_batch", f"{f.max_batch} requests of the mean length do not "
+                                                               f"fit the KV cache of {lay.label()} (at most {cap})")
+            w.max_batch = f.max_batch or cap
+        counts[len(workers)] = f.count
+        workers.append(w)
+    roles = {w.role for w in workers}
+    if "aggregated" in roles and roles != {"aggregated"}:
+        raise InputError(p.path, "serving.fixed.workers", "aggregated workers do not mix with prefill/decode workers")
+    if roles & {"prefill", "decode"} and roles != {"prefill", "decode"}:
+        missing = ({"prefill", "decode"} - roles).pop()
+        raise InputError(p.path, "serving.fixed.workers", f"a disaggregated plan needs {missing} workers too")
+    return workers, counts, ("aggregated" if roles == {"aggregated"} else "disaggregated")
+
+
+def estimate(p: Problem, requests: Optional[int] = None) -> list[Estimate]:
+    """One :class:`Estimate` per traffic point: the concurrency, or each rate of ``rate_rps``."""
+    workers, counts, mode = fixed_workers(p)
+    out = []
+    points = [("concurrency", p.concurrency)] if p.concurrency is not None else [("rate_rps", r) for r in p.rates]
+    for kind, v in points:
+        t0 = time.perf_counter()
+        if kind == "concurrency":
+            sim = simulate(p, workers, counts, mode, 1.0, requests=requests, concurrency=int(v))
+        else:
+            sim = simulate(p, workers, counts, mode, float(v), requests=requests)
+        out.append(Estimate(p, tuple(workers), counts, mode, {kind: v, "source": p.traffic.source}, sim,
+                            time.perf_counter() - t0))
+    return out
+
+
+def render(estimates: list[Estimate], console) -> None:
+    """Rich table of the estimates."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    p = estimates[0].problem
+    console.print(f"[bold]{escape(p.name)}[/bold]  serving estimate (fixed plan, simulated)")
+    for name, t in p.timing.items():
+        console.print(escape(f"timed by: {t['why']} ({name})"))
+    e0 = estimates[0]
+    console.print(escape("workers: " + ", ".join(f"{c}x {e0.workers[j].label(p)} (max batch {e0.workers[j].max_batch})"
+                                                for j, c in e0.counts.items())))
+    t = Table(title=f"Simulated figures ({p.traffic.source})")
+    for col in ("traffic", "req/s", "TTFT ms mean|p50|p90|p99", "TPOT ms mean|p50|p90|p99", "ITL ms", "E2E ms mean|p90",
+                "tok/s/GPU", "tok/s/user"):
+        t.add_column(col)
+    for e in estimates:
+        s = e.sim
+        f = lambda d: " | ".join(f"{d[k] * 1e3:.1f}" for k in ("mean", "p50", "p90", "p99"))  # noqa: E731
+        tr = f"c={e.traffic['concurrency']}" if "concurrency" in e.traffic else f"{e.traffic['rate_rps']:g} req/s"
+        t.add_row(tr, f"{s.request_rate:.3g}", f(s.ttft_s), f(s.tpot_s), f"{s.itl_s * 1e3:.2f}",
+                  f"{s.e2e_s['mean'] * 1e3:.0f} | {s.e2e_s['p90'] * 1e3:.0f}", f"{s.tokens_per_s_per_gpu:.1f}",
+                  f"{s.tokens_per_s_per_user:.1f}")
+    console.print(t)

@@ -1,0 +1,232 @@
+"""``optimize fidelity MEASURED``: predict measured serving runs and state the error per group.
+
+Each measured row (aiconfigurator-core's ``silicon_sample.csv`` layout: GPU system, engine and
+version, model, precision, mode, ISL, OSL, concurrency, TP/PP/attention-DP/MoE TP/EP) becomes a
+serving instance with a fixed plan and closed-loop traffic and is estimated by
+:func:`optimizer.serving.estimate.estimate` (the same path as ``optimize estimate``), once per
+source asked (``analytic``, ``measured``). Rows the product cannot run are kept with the reason.
+Errors are ``|predicted / measured - 1|``; a group is (GPU, engine, model, mode); nothing is
+fitted on the rows (the analytic source runs at the catalog peaks, the measured one is the
+database as shipped).
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import yaml
+
+from optimizer.errors import InputError
+from optimizer.model.measured import SYSTEMS_FILE
+
+CHUNK_TOKENS = 8192  # the engines' default per-step token budget on 80-192 GB GPUs (vLLM max_num_batched_tokens
+# for the API server, SGLang chunked_prefill_size, TensorRT-LLM max_num_tokens)
+REQUIRED = ("system", "backend", "model_path", "mode", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")
+
+
+@dataclass
+class Row:
+    id: str
+    group: tuple
+    fields: dict
+    measured: dict
+    predicted: dict = field(default_factory=dict)  # source -> {ttft_ms, tpot_ms}
+    skipped: dict = field(default_factory=dict)  # source -> reason
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "group": list(self.group), "measured": self.measured, "predicted": self.predicted,
+                "skipped": self.skipped}
+
+
+def _num(v: str, path: Path, where: str, name: str, integer: bool = True):
+    try:
+        x = float(v)
+    except ValueError:
+        raise InputError(path, f"{where}.{name}", f"not a number ({v!r})") from None
+    if not math.isfinite(x) or x <= 0:
+        raise InputError(path, f"{where}.{name}", f"must be a positive number (got {v!r})")
+    return int(x) if integer else x
+
+
+def read_rows(path: Path, limit: Optional[int] = None) -> list[Row]:
+    """Rows of a measured file in aiconfigurator's ``silicon_sample.csv`` layout.
+
+    Raises:
+        InputError: a missing column, a bad number, an unknown mode (names the row and the field).
+    """
+    if not path.is_file():
+        raise InputError(path, "", "no such file")
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError(path, "header", f"missing columns {', '.join(missing)} (the silicon_sample.csv layout)")
+        rows = []
+        for n, r in enumerate(reader, start=2):
+            rid = r.get("id") or f"line {n}"
+            where = f"row {rid}"
+            if r["mode"] not in ("agg", "disagg"):
+                raise InputError(path, f"{where}.mode", f"unknown mode {r['mode']!r} (agg or disagg)")
+            conc = r.get("batch_size") or ""
+            m = {"ttft_ms": _num(r["silicon_ttft_ms"], path, where, "silicon_ttft_ms", False),
+                 "tpot_ms": _num(r["silicon_tpot_ms"], path, where, "silicon_tpot_ms", False)}
+            f = {"system": r["system"], "backend": r["backend"], "version": r.get("backend_version") or None,
+                 "model": r["model_path"], "mode": r["mode"], "isl": _num(r["isl"], path, where, "isl"),
+                 "osl": _num(r["osl"], path, where, "osl"),
+                 "precision": (r.get("gemm_quant_mode") or r.get("precision") or "").lower()}
+            for k in ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"):
+                v = (r.get(k) or "").strip()
+                # 0 or empty: not used by the row (dense rows carry moe_ep_size 0)
+                f[k] = _num(v, path, where, k) if v and v not in ("0", "0.0") else None
+            f["concurrency"] = _num(conc, path, where, "batch_size") if conc.strip() else None
+            rows.append(Row(rid, (r["system"], r["backend"], r["model_path"], r["mode"]), f, m))
+            if limit is not None and len(rows) >= limit:
+                break
+    return rows
+
+
+def _mapping() -> dict:
+    with SYSTEMS_FILE.open() as fh:
+        return yaml.safe_load(fh)
+
+
+def _model_config(model: str, mapping: dict) -> Optional[Path]:
+    try:
+        from importlib.resources import files
+
+        root = Path(str(files("aiconfigurator_core") / "model_configs"))
+    except ModuleNotFoundError:
+        return None
+    for name in (model, mapping.get("model_aliases", {}).get(model)):
+        if name:
+            p = root / f"{name.replace('/', '--')}_config.json"
+            if p.is_file():
+                return p
+    return None
+
+
+def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], str]:
+    """The serving instance (raw dict) that predicts ``row`` under ``source``, or None and why not."""
+    f = row.fields
+    gpu = next((g for g, s in mapping["systems"].items() if s == f["system"]), None)
+    if gpu is None:
+        return None, f"GPU system {f['system']} is not in instances/hardware/aiconfigurator.yaml"
+    if f["mode"] != "agg":
+        return None, "disaggregated rows: per-worker concurrency is not in the row (not predicted yet)"
+    if f["concurrency"] is None or f["tp_size"] is None:
+        return None, "no concurrency (batch_size) or tp_size"
+    if (f["pp_size"] or 1) != 1:
+        return None, "pipeline parallel rows are not predicted (serving layouts are pp = 1)"
+    cfg = _model_config(f["model"], mapping)
+    if cfg is None:
+        return None, f"no config.json for {f['model']} (aiconfigurator-core model_configs or model_aliases)"
+    dtype = "fp8" if "fp8" in f["precision"] or "fp8" in f["model"].lower() else \
+        "fp4" if "fp4" in f["precision"] else "bf16"
+    dp = f["attention_dp_size"] or 1
+    tp = f["tp_size"]
+    worker = {"role": "aggregated", "tp": tp, "dp": dp, "count": 1}
+    if f["moe_ep_size"]:
+        worker["ep"] = f["moe_ep_size"]
+    raw = {"name": row.id,
+           "model": {"config": str(cfg), "hf_id": f["model"], "weight_dtype": dtype},
+           "hardware": {"gpu": gpu, "server": mapping["servers"][gpu]},
+           "serving": {"traffic": {"concurrency": f["concurrency"], "isl": f["isl"], "osl": max(f["osl"], 2)},
+                       "slo": {"ttft_ms": 1e6, "tpot_ms": 1e6}, "chunk_tokens": CHUNK_TOKENS,
+                       "fixed": {"workers": [worker]}},
+           "performance": {"source": source}}
+    if source != "analytic":
+        raw["performance"]["engine"] = f["backend"]
+    return raw, ""
+
+
+def predict(rows: list[Row], sources: tuple[str, ...], path: Path) -> list[Row]:
+    """Fill ``row.predicted[source]`` (TTFT and TPOT means, ms) or ``row.skipped[source]``."""
+    from optimizer.errors import take_warnings
+    from optimizer.serving import load_problem
+    from optimizer.serving.estimate import estimate
+
+    mapping = _mapping()
+    for row in rows:
+        for src in sources:
+            raw, why = instance_of(row, src, mapping)
+            if raw is None:
+                row.skipped[src] = why
+                continue
+            try:
+                p = load_problem(raw, path)
+                if src == "measured" and p.pools[0].steps.name != "measured":
+                    raise InputError(path, "", p.pools[0].steps.why)
+                e = estimate(p)[0].sim
+            except InputError as exc:
+                row.skipped[src] = exc.problem
+                continue
+            finally:
+                take_warnings()
+            row.predicted[src] = {"ttft_ms": e.ttft_s["mean"] * 1e3, "tpot_ms": e.tpot_s["mean"] * 1e3}
+    return rows
+
+
+def groups(rows: list[Row], sources: tuple[str, ...]) -> list[dict]:
+    """Per (GPU, engine, model, mode) group and source: rows, median and mean absolute error of TTFT and TPOT."""
+    out = []
+    keys = sorted({r.group for r in rows})
+    for g in keys:
+        members = [r for r in rows if r.group == g]
+        d = {"system": g[0], "engine": g[1], "model": g[2], "mode": g[3], "rows": len(members), "errors": {}}
+        for src in sources:
+            got = [r for r in members if src in r.predicted]
+            if not got:
+                continue
+            et = np.array([abs(r.predicted[src]["ttft_ms"] / r.measured["ttft_ms"] - 1) for r in got])
+            ep = np.array([abs(r.predicted[src]["tpot_ms"] / r.measured["tpot_ms"] - 1) for r in got])
+            d["errors"][src] = {"n": len(got), "ttft_median": float(np.median(et)), "ttft_mean": float(et.mean()),
+                                "tpot_median": float(np.median(ep)), "tpot_mean": float(ep.mean())}
+        out.append(d)
+    return out
+
+
+def overall(rows: list[Row], sources: tuple[str, ...], keep=lambda r: True) -> dict:
+    """Median absolute TTFT/TPOT error per source over the rows ``keep`` selects."""
+    out = {}
+    for src in sources:
+        got = [r for r in rows if keep(r) and src in r.predicted]
+        if got:
+            out[src] = {"n": len(got),
+                        "ttft_median": float(np.median([abs(r.predicted[src]["ttft_ms"] / r.measured["ttft_ms"] - 1) for r in got])),
+                        "tpot_median": float(np.median([abs(r.predicted[src]["tpot_ms"] / r.measured["tpot_ms"] - 1) for r in got]))}
+    return out
+
+
+def plot(rows: list[Row], sources: tuple[str, ...], out_dir: Path) -> Path:
+    """Predicted-vs-measured scatter of TTFT and TPOT per source (log axes), ``fidelity.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+    for ax, key, title in ((axes[0], "ttft_ms", "TTFT (ms)"), (axes[1], "tpot_ms", "TPOT (ms)")):
+        lo, hi = math.inf, 0.0
+        for src in sources:
+            pts = [(r.measured[key], r.predicted[src][key]) for r in rows if src in r.predicted]
+            if pts:
+                x, y = zip(*pts)
+                ax.scatter(x, y, s=8, alpha=0.6, label=src)
+                lo, hi = min(lo, min(x), min(y)), max(hi, max(x), max(y))
+        if hi > 0:
+            ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"measured {title}")
+        ax.set_ylabel(f"predicted {title}")
+        ax.legend()
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "fidelity.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
