@@ -235,7 +235,7 @@ def prepare(rows: list[Row], models: dict, hw: dict, csv_path: Path) -> None:
     from optimizer.catalog import lookup
     from optimizer.model.config import read_hf_config
     from optimizer.model.decode import DTYPE_BYTES
-    from optimizer.model.hardware import GpuSpec, Hardware, LinkSpec, ServerSpec
+    from optimizer.model.hardware import Hardware, LinkSpec, ServerSpec, gpu_spec_from_catalog
     from optimizer.model.layout import Layout
     from optimizer.model.perf import PerfModel
     from optimizer.model.prefill import PEAK, chunk_attention_pairs, forward_pass, mixed_step_s
@@ -267,9 +267,9 @@ def prepare(rows: list[Row], models: dict, hw: dict, csv_path: Path) -> None:
             r.skipped = f"TP {r.tp} exceeds the {s['gpus']} GPUs of {h[1]}"
             continue
         link = lambda d: LinkSpec(d["bandwidth_gb_s"] * GB, d["latency_us"] * 1e-6)  # noqa: E731
-        hwm = Hardware(GpuSpec(h[0], g["memory_gb"] * GB, g["memory_bandwidth_gb_s"] * GB, g["bf16_tflops"] * 1e12),
+        hwm = Hardware(gpu_spec_from_catalog(h[0], g),
                        ServerSpec(h[1], int(s["gpus"]), link(s["scale_up"]), link(s["scale_out"])))
-        perf = PerfModel(spec, hwm, DTYPE_BYTES[r.dtype], DTYPE_BYTES[r.dtype], 0.0)
+        perf = PerfModel(spec, hwm, DTYPE_BYTES[r.dtype], DTYPE_BYTES[r.dtype], 0.0, weight_dtype=r.dtype, kv_dtype=r.dtype)
         lay = Layout.tp(r.tp)
         try:
             perf.check(lay)

@@ -39,8 +39,9 @@ def test_prediction_equals_forward_passes_at_any_efficiency(tmp_path):
     r = rows[0]
     eff = Efficiency(0.7, 0.45, 0.3)
     spec = read_hf_config(INSTANCES / "models" / "llama-2-70b.json")
-    hw = Hardware(GpuSpec("h100", 80e9, 3350e9, 989.4e12), ServerSpec("hgx", 8, LinkSpec(450e9, 0.822e-6), LinkSpec(50e9, 3.76e-6)))
-    perf = PerfModel(spec, hw, 1.0, 1.0, 0.0)
+    hw = Hardware(GpuSpec("h100", 80e9, 3350e9, 989.4e12, 1978.9e12),
+                  ServerSpec("hgx", 8, LinkSpec(450e9, 0.822e-6), LinkSpec(50e9, 3.76e-6)))
+    perf = PerfModel(spec, hw, 1.0, 1.0, 0.0, weight_dtype="fp8", kv_dtype="fp8")  # FP8 rows: the FP8 peak
     lay = Layout.tp(4)
     t = forward_pass(perf, lay, 8 * 300, 8 * 300, 8 * chunk_attention_pairs(300, 0), eff).total_s
     t += sum(forward_pass(perf, lay, 8, 8 * (300 + k), 8 * (300 + k), eff).total_s for k in range(1, 6))

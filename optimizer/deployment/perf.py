@@ -87,7 +87,8 @@ class PerfModel:
         self.problem = problem
         self.m = problem.model
         self.model = SharedPerfModel(problem.model, Hardware(problem.gpu, problem.server, problem.allreduce),
-                                     problem.weight_bytes, problem.kv_bytes, problem.reserve_bytes)
+                                     problem.weight_bytes, problem.kv_bytes, problem.reserve_bytes,
+                                     weight_dtype=problem.weight_dtype, kv_dtype=problem.kv_dtype)
         self.w = weight_bytes(self.m, problem.weight_bytes)
         self.kv_token = self.model.w.kv_bytes_per_token
         self.message_bytes = self.m.hidden * ACTIVATION_BYTES

@@ -19,6 +19,7 @@ from optimizer.catalog import check_gpu_in_server, lookup
 from optimizer.model.collectives import ACTIVATION_BYTES, AllReduceTable, read_nccl_allreduce_log
 from optimizer.deployment.model_config import ModelShape, read_model_config
 from optimizer.errors import InputError
+from optimizer.model.hardware import peak_flops_for
 from optimizer.model.layout import Layout, default_layouts, layout_problem
 from optimizer.schema_base import StrictModel, existing_file, validate
 
@@ -66,7 +67,11 @@ class GpuIn(_In):
     name: str
     memory_gb: float = Field(gt=0, le=1e6)
     memory_bandwidth_gb_s: float = Field(gt=0, le=1e7)
-    bf16_tflops: float = Field(gt=0, le=1e7)
+    bf16_tflops: float = Field(gt=0, le=1e7, description="dense BF16 tensor-core peak")
+    fp8_tflops: Optional[float] = Field(default=None, gt=0, le=1e7,
+                                        description="dense FP8 tensor-core peak (null: no FP8, the BF16 peak is used)")
+    fp4_tflops: Optional[float] = Field(default=None, gt=0, le=1e7,
+                                        description="dense FP4 tensor-core peak (null: no FP4, the BF16 peak is used)")
     power_w: float = Field(gt=0, le=1e6)
     dollars_per_gpu_hour: Optional[float] = Field(default=None, gt=0, le=1e6,
                                                   description="rental or amortised price of one GPU for one hour")
@@ -183,7 +188,8 @@ class InstanceIn(_In):
 
 @dataclass(frozen=True)
 class Gpu:
-    """A GPU in SI units: bytes, bytes/s, FLOP/s, watts."""
+    """A GPU in SI units: bytes, bytes/s, FLOP/s, watts. ``peak_flops`` is the dense BF16 peak,
+    ``fp8_flops`` / ``fp4_flops`` the optional dense FP8 / FP4 peaks (``None``: none)."""
 
     name: str
     memory_bytes: float
@@ -191,6 +197,12 @@ class Gpu:
     peak_flops: float
     power_w: float
     dollars_per_gpu_hour: Optional[float] = None
+    fp8_flops: Optional[float] = None
+    fp4_flops: Optional[float] = None
+
+    def peak_flops_for(self, dtype: Optional[str]) -> float:
+        """Dense peak (FLOP/s) for matrix products in ``dtype`` (:func:`optimizer.model.hardware.peak_flops_for`)."""
+        return peak_flops_for(self, dtype)
 
 
 @dataclass(frozen=True)
@@ -266,6 +278,8 @@ class Problem:
     layouts: tuple[Layout, ...] = ()
     layouts_given: bool = False
     max_batch: Optional[int] = None  # None: no limit beyond memory
+    weight_dtype: Optional[str] = None  # dtype names (the tensor-core peaks); None: the BF16 peak
+    kv_dtype: Optional[str] = None
 
     @property
     def batch_cap(self) -> int:
@@ -329,7 +343,7 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
             check_gpu_in_server(hw.gpu, hw.server, path, "hardware.server")
     price = hw.dollars_per_gpu_hour if hw.dollars_per_gpu_hour is not None else gpu_in.dollars_per_gpu_hour
     gpu = Gpu(gpu_in.name, gpu_in.memory_gb * GB, gpu_in.memory_bandwidth_gb_s * GB, gpu_in.bf16_tflops * 1e12,
-              gpu_in.power_w, price)
+              gpu_in.power_w, price, *(None if t is None else t * 1e12 for t in (gpu_in.fp8_tflops, gpu_in.fp4_tflops)))
     server = Server(server_in.name, server_in.gpus, server_in.power_kw * 1e3,
                     _link(server_in.scale_up, path, "hardware.server.scale_up"),
                     _link(server_in.scale_out, path, "hardware.server.scale_out"))
@@ -422,6 +436,8 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         layouts=layouts,
         layouts_given=given,
         max_batch=dep.max_batch,
+        weight_dtype=inst.model.weight_dtype,
+        kv_dtype=inst.model.kv_dtype,
     )
 
 

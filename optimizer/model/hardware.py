@@ -15,14 +15,53 @@ from optimizer.model.collectives import AllReduceSource, ring_allreduce_s, tree_
 GB = 1e9
 
 
+FP8_DTYPES = frozenset({"fp8"})
+FP4_DTYPES = frozenset({"fp4", "nvfp4"})
+
+
+def peak_flops_for(gpu: Any, dtype: Optional[str]) -> float:
+    """Dense tensor-core peak (FLOP/s) of ``gpu`` for matrix products in ``dtype``.
+
+    ``fp8`` -> ``gpu.fp8_flops``; ``fp4``/``nvfp4`` -> ``gpu.fp4_flops``; any other dtype
+    (``bf16``, ``fp16``, weight-only ``int4``/``int8``, ``fp32``), ``None``, or a GPU without a
+    figure for that dtype (no attribute, or ``None``: e.g. A100 has no FP8 tensor cores) ->
+    ``gpu.peak_flops`` (dense BF16). Works on any object with ``peak_flops`` (the deployment
+    problem's GPU, a test's stand-in).
+    """
+    name = dtype.lower() if isinstance(dtype, str) else None
+    attr = "fp8_flops" if name in FP8_DTYPES else "fp4_flops" if name in FP4_DTYPES else None
+    peak = getattr(gpu, attr, None) if attr else None
+    return float(peak) if peak is not None else gpu.peak_flops
+
+
 @dataclass(frozen=True)
 class GpuSpec:
-    """memory_bytes, hbm_bytes_per_s (HBM bandwidth), peak_flops (dense BF16 FLOP/s)."""
+    """memory_bytes, hbm_bytes_per_s (HBM bandwidth), peak_flops (dense BF16 FLOP/s) and the
+    optional dense FP8 / FP4 tensor-core peaks ``fp8_flops`` / ``fp4_flops`` (FLOP/s; ``None``:
+    the GPU has none, its matrix products in that dtype run at the BF16 peak)."""
 
     name: str
     memory_bytes: float
     hbm_bytes_per_s: float
     peak_flops: float
+    fp8_flops: Optional[float] = None
+    fp4_flops: Optional[float] = None
+
+    def peak_flops_for(self, dtype: Optional[str]) -> float:
+        """Dense peak (FLOP/s) for matrix products in ``dtype`` (see :func:`peak_flops_for`)."""
+        return peak_flops_for(self, dtype)
+
+
+def gpu_spec_from_catalog(name: str, entry: dict) -> GpuSpec:
+    """:class:`GpuSpec` of a catalog GPU entry (``instances/hardware/catalog.yaml`` fields:
+    ``memory_gb``, ``memory_bandwidth_gb_s``, ``bf16_tflops`` and the optional ``fp8_tflops``,
+    ``fp4_tflops``), in SI units."""
+    def peak(key: str) -> Optional[float]:
+        v = entry.get(key)
+        return None if v is None else v * 1e12
+
+    return GpuSpec(name, entry["memory_gb"] * GB, entry["memory_bandwidth_gb_s"] * GB, entry["bf16_tflops"] * 1e12,
+                   peak("fp8_tflops"), peak("fp4_tflops"))
 
 
 @dataclass(frozen=True)
@@ -50,7 +89,8 @@ class Hardware:
     """The GPU and server of an instance, and how AllReduce is timed.
 
     Attributes:
-        gpu: any object with ``memory_bytes``, ``hbm_bytes_per_s``, ``peak_flops``.
+        gpu: any object with ``memory_bytes``, ``hbm_bytes_per_s``, ``peak_flops`` (and optionally
+            ``fp8_flops``, ``fp4_flops``; see :func:`peak_flops_for`).
         server: any object with ``gpus``, ``scale_up``, ``scale_out`` (links with
             ``bandwidth_bytes_per_s``, ``alpha_s``, ``table``).
         allreduce: "ring" (eq. 6-9), "tree" (eq. 6-10), "best" (the faster) or "measured" (the
@@ -155,7 +195,7 @@ def hardware_from_catalog(gpu: str, server: str, allreduce: str = "ring", file: 
         return LinkSpec(d["bandwidth_gb_s"] * GB, d["latency_us"] * 1e-6)
 
     return Hardware(
-        GpuSpec(gpu, g["memory_gb"] * GB, g["memory_bandwidth_gb_s"] * GB, g["bf16_tflops"] * 1e12),
+        gpu_spec_from_catalog(gpu, g),
         ServerSpec(server, s["gpus"], _link(s["scale_up"]), _link(s["scale_out"])),
         allreduce,
     )

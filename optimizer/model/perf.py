@@ -17,6 +17,9 @@ Batched decode on a dense TP-``p`` instance with active sessions ``A`` at positi
     local   = (weights_read/p + Σ_i kv_token·(s_i+1)/min(p, KVH)) / B_HBM
     compute = (|A|·2·params_read + Σ_i 4·QH·D·(s_i+1)·L) / p / P
 
+with ``P`` the dense tensor-core peak: BF16, or per dtype for FP8/FP4 weights and an FP8 KV cache
+(:class:`PerfModel`).
+
 MoE, MLA, hybrid and DP/EP/PP layouts generalise the terms (see :meth:`PerfModel.step`).
 Units: bytes, FLOP, seconds.
 """
@@ -29,7 +32,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from optimizer.model.config import ModelSpec
-from optimizer.model.hardware import Hardware
+from optimizer.model.hardware import FP8_DTYPES, Hardware, peak_flops_for
 from optimizer.model.layout import Layout, check_layout
 from optimizer.model.weights import ACTIVATION_BYTES, NORM_BYTES, Weights, weights
 
@@ -160,14 +163,41 @@ class PerfModel:
         hw: the hardware.
         weight_bytes: bytes per matrix parameter; kv_bytes: bytes per KV element.
         reserve_bytes: per GPU (activations, workspace).
+        weight_dtype: name of the weights' dtype (``bf16``, ``fp8``, ``fp4``, ...); sets the
+            tensor-core peak of the matrix products. ``None`` (default): the BF16 peak, as before.
+        kv_dtype: name of the KV cache's dtype; sets the peak of the attention products. ``None``:
+            ``weight_dtype`` when ``kv_bytes`` is not given either, else the BF16 peak.
+
+    Peaks (``compute`` of :meth:`stage_step`, eq. 6-2 ``FLOP / P``): every product with a weight
+    matrix (attention projections, dense FFN, shared and routed experts, routers, LM head, MLA
+    ``q_a``/``kv_a``) runs at ``P_w = hw.gpu.peak_flops_for(weight_dtype)``: FP8 weights with FP8
+    activations on the FP8 tensor cores, FP4 (NVFP4) weights on Blackwell's FP4 tensor cores, as
+    vLLM and TensorRT-LLM serve FP8/FP4 checkpoints (dense peaks of ``instances/hardware/catalog.yaml``,
+    NVIDIA datasheets: H100 SXM FP8 3,958 TFLOPS with sparsity = 1,978.9 dense, twice BF16;
+    HGX B200 FP8 9 / FP4 18 PFLOPS with sparsity = 4.5 / 9 dense). The attention score and value
+    products with the KV cache run at ``P_a``: the FP8 peak when ``kv_dtype`` is ``fp8`` (FP8
+    attention kernels), else the BF16 peak; linear-attention state updates at the BF16 peak. A
+    GPU without a figure for a dtype (A100 has no FP8), weight-only quantisation (``int4``,
+    ``int8``: dequantised to BF16) and 16/32-bit dtypes use the BF16 peak ``hw.gpu.peak_flops``,
+    so every BF16 figure is unchanged::
+
+        compute = matmul FLOP / P_w + attention FLOP / P_a + state FLOP / P_bf16
     """
 
     def __init__(self, spec: ModelSpec, hw: Hardware, weight_bytes: float = 2.0, kv_bytes: Optional[float] = None,
-                 reserve_bytes: float = 0.0):
+                 reserve_bytes: float = 0.0, weight_dtype: Optional[str] = None, kv_dtype: Optional[str] = None):
         self.spec = spec
         self.hw = hw
         self.w: Weights = weights(spec, weight_bytes, kv_bytes)
         self.reserve_bytes = reserve_bytes
+        self.weight_dtype = weight_dtype
+        self.kv_dtype = kv_dtype if kv_dtype is not None or kv_bytes is not None else weight_dtype
+        bf16 = hw.gpu.peak_flops
+        self.peak_flops = bf16
+        self.matmul_peak_flops = peak_flops_for(hw.gpu, weight_dtype)
+        self.attention_peak_flops = (peak_flops_for(hw.gpu, self.kv_dtype)
+                                     if isinstance(self.kv_dtype, str) and self.kv_dtype.lower() in FP8_DTYPES else bf16)
+        self._one_peak = self.matmul_peak_flops == bf16 and self.attention_peak_flops == bf16
         self._stages: dict[int, list[Stage]] = {}
 
     # ------------------------------------------------------------------ stages
@@ -343,7 +373,12 @@ class PerfModel:
         extra = b_rank * 2 * st.replicated_read / wb + routed_flops + st.state_flops * b_rank / p
         if st.replicated_read or routed_flops or st.state_flops:
             flops = flops + extra
-        compute = flops / hw.gpu.peak_flops
+        if self._one_peak:  # one peak for every product (BF16, or a GPU without the dtype's figure)
+            compute = flops / self.peak_flops
+        else:  # weight products at the weights' dtype peak, attention at the KV's (class docstring)
+            matmul = b_rank * 2 * params_sharded / p + b_rank * 2 * st.replicated_read / wb + routed_flops
+            compute = (matmul / self.matmul_peak_flops + st.attn_flops_ctx * ctx_rank / p / self.attention_peak_flops
+                       + st.state_flops * b_rank / p / self.peak_flops)
         # communication
         H = m.hidden
         b_max = float(np.max(b_rank))

@@ -24,7 +24,7 @@ from optimizer.catalog import check_gpu_in_server, lookup
 from optimizer.errors import InputError
 from optimizer.model.config import ModelSpec, read_hf_config
 from optimizer.model.decode import DTYPE_BYTES
-from optimizer.model.hardware import GpuSpec, Hardware, LinkSpec, ServerSpec
+from optimizer.model.hardware import Hardware, LinkSpec, ServerSpec, gpu_spec_from_catalog
 from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
 from optimizer.model.steptimes import Performance
@@ -410,7 +410,7 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
     return t, tuple(float(r) for r in rate_list or ())
 
 
-def _pools(hw: HardwareIn, model: ModelSpec, wb: float, kvb: float, reserve: float, path: Path,
+def _pools(hw: HardwareIn, model: ModelSpec, wd: str, kd: str, reserve: float, path: Path,
            steps_for=None) -> tuple[Pool, ...]:
     if hw.pools is not None:
         if any(v is not None for v in (hw.gpu, hw.server, hw.servers, hw.dollars_per_gpu_hour)):
@@ -430,9 +430,9 @@ def _pools(hw: HardwareIn, model: ModelSpec, wb: float, kvb: float, reserve: flo
         name = gpu if gpu not in seen else f"{gpu}#{len(out)}"
         seen.add(gpu)
         link = lambda d: LinkSpec(d["bandwidth_gb_s"] * GB, d["latency_us"] * 1e-6)  # noqa: E731
-        h = Hardware(GpuSpec(gpu, g["memory_gb"] * GB, g["memory_bandwidth_gb_s"] * GB, g["bf16_tflops"] * 1e12),
+        h = Hardware(gpu_spec_from_catalog(gpu, g),
                      ServerSpec(server, int(s["gpus"]), link(s["scale_up"]), link(s["scale_out"])), hw.allreduce)
-        pm = PerfModel(model, h, wb, kvb, reserve)
+        pm = PerfModel(model, h, DTYPE_BYTES[wd], DTYPE_BYTES[kd], reserve, weight_dtype=wd, kv_dtype=kd)
         out.append(Pool(name, gpu, server, count, price if price is not None else g.get("dollars_per_gpu_hour"), h,
                         pm, steps_for(pm, gpu) if steps_for is not None else None))
     return tuple(out)
@@ -476,7 +476,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
     def steps_for(pm: PerfModel, gpu: str):
         return resolve_steps(performance, pm, cfg, gpu, eff, wd, kd, inst.model.hf_id)
 
-    pools = _pools(inst.hardware, spec, DTYPE_BYTES[wd], DTYPE_BYTES[kd], reserve, path, steps_for)
+    pools = _pools(inst.hardware, spec, wd, kd, reserve, path, steps_for)
     traffic, rates = _traffic(s.traffic, path)
     if spec.max_context is not None and traffic.max_len > spec.max_context:
         raise InputError(path, "serving.traffic", f"a request of {traffic.max_len} tokens (isl + osl) exceeds the model's "

@@ -82,6 +82,10 @@ class CardIn(StrictModel):
     memory_gb: PosFloat
     memory_bandwidth_gb_s: PosFloat
     bf16_tflops: PosFloat
+    # dense FP8 / FP4 peaks, carried for the card (the supernode step is timed at bf16_tflops,
+    # the reference chapter's eq 6-15 roofline; see Hardware)
+    fp8_tflops: Optional[PosFloat] = None
+    fp4_tflops: Optional[PosFloat] = None
 
 
 class SystemIn(StrictModel):
@@ -164,6 +168,8 @@ class Hardware:
     nic_latency_s: float
     tiers: dict[str, Tier]
     sources: dict[str, str]
+    fp8_flops: float | None = None  # the card's dense FP8 / FP4 peaks (FLOP/s); the step uses ``flops``
+    fp4_flops: float | None = None
 
 
 @dataclass(frozen=True)
@@ -234,7 +240,8 @@ def resolve_hardware(sys_in: SystemIn, name: str, path: Path) -> Hardware:
     if isinstance(sys_in.card, str):
         c = lookup("gpus", sys_in.card, path, "supernode.system.card")
         card = CardIn(name=c["name"], memory_gb=float(c["memory_gb"]),
-                      memory_bandwidth_gb_s=float(c["memory_bandwidth_gb_s"]), bf16_tflops=float(c["bf16_tflops"]))
+                      memory_bandwidth_gb_s=float(c["memory_bandwidth_gb_s"]), bf16_tflops=float(c["bf16_tflops"]),
+                      **{k: float(c[k]) for k in ("fp8_tflops", "fp4_tflops") if c.get(k) is not None})
     else:
         card = sys_in.card
     if sys_in.max_scale_up_cards < sys_in.server_cards:
@@ -267,7 +274,9 @@ def resolve_hardware(sys_in: SystemIn, name: str, path: Path) -> Hardware:
         server_cards=sys_in.server_cards, max_scale_up_cards=sys_in.max_scale_up_cards,
         nvlink_bandwidth=sys_in.scale_up.bandwidth_gb_s * GB, nvlink_latency_s=sys_in.scale_up.latency_us * 1e-6,
         nic_bandwidth=sys_in.scale_out.bandwidth_gb_s * GB, nic_latency_s=sys_in.scale_out.latency_us * 1e-6,
-        tiers=tiers, sources=dict(sys_in.source or {}))
+        tiers=tiers, sources=dict(sys_in.source or {}),
+        fp8_flops=None if card.fp8_tflops is None else card.fp8_tflops * 1e12,
+        fp4_flops=None if card.fp4_tflops is None else card.fp4_tflops * 1e12)
 
 
 def _inventory(m: ModelIn, path: Path) -> DecodeInventory:
