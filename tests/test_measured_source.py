@@ -225,3 +225,85 @@ def test_fidelity_bad_row_names_row_and_field(tmp_path):
     text[1] = text[1].replace(",agg,", ",bogus,", 1)
     p.write_text("\n".join(text) + "\n")
     assert_one_line_error(run("fidelity", p), f"row {rid}.mode", "bogus")
+
+
+# ------------------------------------------------------------------ engine schedulers and error bands
+def _four_users(tmp_path, engine: str | None) -> dict:
+    raw = estimate_raw()
+    raw["serving"]["traffic"] = {"concurrency": 4, "isl": 512, "osl": 8}
+    raw["serving"]["chunk_tokens"] = 512
+    raw["serving"]["fixed"]["workers"] = [{"role": "aggregated", "tp": 8, "count": 1}]
+    if engine:
+        raw["performance"]["engine"] = engine
+    r = run("estimate", write(tmp_path, raw), "--format", "json", "--requests", "4")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["estimates"][0]["figures"]
+
+
+def test_sglang_runs_each_prefill_batch_alone(tmp_path):
+    """Four 512-token prompts at once, a 512-token step budget: SGLang's prefill-first scheduler runs
+    four prefill-only steps before any decode, so the first tokens come at t, 2t, 3t, 4t (mean 2.5 t)
+    with t the step of one 512-token prompt alone."""
+    from optimizer.model.config import read_hf_config
+    from optimizer.model.hardware import hardware_from_catalog
+    from optimizer.model.layout import Layout
+    from optimizer.model.perf import PerfModel
+    from optimizer.model.steptimes import AnalyticSteps
+
+    pm = PerfModel(read_hf_config(INSTANCES / "models" / "qwen3-32b.json"), hardware_from_catalog("h200-sxm", "hgx-h200"),
+                   1.0, 1.0, weight_dtype="fp8", kv_dtype="fp8")
+    t = AnalyticSteps(pm).mixed_step_s(Layout.tp(8), 512, 0, 0, 0.0)
+    f = _four_users(tmp_path, "sglang")
+    assert f["ttft_ms"]["mean"] == pytest.approx(2.5 * t * 1e3, rel=1e-9)
+    # vLLM mixes the later prompts with the first one's decodes: its first tokens differ
+    assert _four_users(tmp_path, "vllm")["ttft_ms"]["mean"] != pytest.approx(f["ttft_ms"]["mean"], rel=1e-6)
+
+
+def test_scheduler_follows_the_engine_only_when_named():
+    from optimizer.serving.schema import Performance, PerformanceIn, scheduler_of
+
+    assert scheduler_of(PerformanceIn(), Performance()) == "chunked"  # the engine-neutral default: figures unchanged
+    assert scheduler_of(PerformanceIn(engine="sglang"), Performance(engine="sglang")) == "prefill_first"
+    assert scheduler_of(PerformanceIn(source="measured"), Performance("measured", "vllm")) == "mixed"
+    assert scheduler_of(PerformanceIn(engine="trtllm"), Performance(engine="trtllm")) == "mixed"
+
+
+def test_plans_state_the_error_band_and_slo_margin_uses_it(tmp_path, monkeypatch):
+    from optimizer.serving import bands
+
+    table = tmp_path / "fidelity.yaml"
+    table.write_text(yaml.safe_dump({"source": "test table", "bands": {"h100_sxm": {"vllm": {
+        "measured": {"rows": 7, "ttft_median_abs_error": 0.25, "tpot_median_abs_error": 0.1}}}}}))
+    monkeypatch.setattr(bands, "BANDS_FILE", table)
+    raw = yaml.safe_load((INSTANCES / "serving_llama70b_h100_measured.yaml").read_text())
+    raw["serving"]["mode"] = "aggregated"
+    r = CliRunner().invoke(optimize, [str(write(tmp_path, raw)), "--format", "json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    timing = json.loads(r.stdout)["plan"]["timing"]["h100-sxm"]
+    assert timing["source"] == "measured" and timing["error_band"]["tpot_median_abs_error"] == 0.1
+    raw["serving"]["slo_margin"] = "band"
+    r = CliRunner().invoke(optimize, [str(write(tmp_path, raw)), "--format", "json"], catch_exceptions=False)
+    d = json.loads(r.stdout)
+    assert d["plan"]["slo_margin"] == {"ttft_ms_asked": 1000.0, "tpot_ms_asked": 50.0, "ttft_error": 0.25,
+                                       "tpot_error": 0.1}
+    assert d["plan"]["slo"]["tpot_ms"] == pytest.approx(50 / 1.1)
+    # a GPU/engine/source with no measured rows is uncalibrated: no band to plan with
+    raw["performance"]["engine"] = "sglang"
+    assert_one_line_error(CliRunner().invoke(optimize, [str(write(tmp_path, raw))], catch_exceptions=False),
+                          "serving.slo_margin", "uncalibrated")
+
+
+def test_table_interpolation_is_scipys_linear_rule():
+    """The numpy trilinear lookup equals RegularGridInterpolator(linear, extrapolating) everywhere."""
+    import numpy as np
+    from scipy.interpolate import RegularGridInterpolator
+
+    from optimizer.model.measured import CONTEXT_GRID, DECODE_GRID, PREFILL_GRID, _Table
+
+    rng = np.random.default_rng(7)
+    t = rng.random((len(PREFILL_GRID), len(DECODE_GRID), len(CONTEXT_GRID))) * 100
+    ref = RegularGridInterpolator((PREFILL_GRID, DECODE_GRID, np.log(CONTEXT_GRID)), t, bounds_error=False,
+                                  fill_value=None)
+    p, d, s = rng.uniform(0, 2e5, 400), rng.uniform(0, 3000, 400), rng.uniform(50, 3e5, 400)
+    want = np.maximum(ref(np.column_stack([p, d, np.log(s)])), 0)
+    assert np.allclose(_Table(t, 1, ("of_total", 0.9)).ms(p, d, s), want, rtol=1e-12, atol=1e-9)

@@ -138,8 +138,7 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
                        "slo": {"ttft_ms": 1e6, "tpot_ms": 1e6}, "chunk_tokens": CHUNK_TOKENS,
                        "fixed": {"workers": [worker]}},
            "performance": {"source": source}}
-    if source != "analytic":
-        raw["performance"]["engine"] = f["backend"]
+    raw["performance"]["engine"] = f["backend"]  # the engine's scheduler for both sources
     return raw, ""
 
 

@@ -159,7 +159,7 @@ class ServingReport:
         plan = None
         if best is not None:
             plan = {"model": p.model.name, "hf_id": p.hf_id, "traffic": p.traffic.source, "slo": self.slo_dict(),
-                    "mode_asked": p.mode, "timing": p.timing,
+                    "mode_asked": p.mode, "timing": p.timing, "slo_margin": p.slo_margin,
                     "kv_link": {"bandwidth_gb_s": p.kv_link.bandwidth_bytes_per_s / 1e9,
                                 "latency_us": p.kv_link.alpha_s * 1e6, "default": p.kv_link_default,
                                 "kv_transfer": p.kv_transfer},
@@ -249,9 +249,17 @@ class ServingReport:
                              f"p{p.percentile:g}, attainment {p.attainment:.0%} (analytic checks each at the "
                              f"{p.quantile:.0%} quantile); kv_link {p.kv_link.bandwidth_bytes_per_s / 1e9:g} GB/s per GPU, "
                              f"kv_transfer {p.kv_transfer}"))
-        if any(t["source"] != "analytic" for t in p.timing.values()):
-            for name, t in p.timing.items():
-                console.print(escape(f"timed by: {t['why']} ({name})"))
+        for name, t in p.timing.items():
+            if t["source"] != "analytic" or t["error_band"] is not None:
+                b = t["error_band"]
+                band_txt = (f"measured error band TTFT ±{b['ttft_median_abs_error']:.0%}, TPOT ±{b['tpot_median_abs_error']:.0%} "
+                            f"(median over {b['rows']} {t['engine']} runs)" if b else "uncalibrated")
+                console.print(escape(f"timed by: {t['why']} ({name}); {band_txt}"))
+        if p.slo_margin is not None:
+            m = p.slo_margin
+            console.print(escape(f"slo_margin band: planned to TTFT {p.ttft_s * 1e3:.0f} ms and TPOT {p.tpot_s * 1e3:.1f} ms "
+                                 f"(asked {m['ttft_ms_asked']:g} / {m['tpot_ms_asked']:g} ms, less the band's "
+                                 f"{m['ttft_error']:.0%} / {m['tpot_error']:.0%})"))
         rates = self.rates()
         t = Table(title="Plans (analytic | simulated)")
         for col in ("rate/s", "mode", "GPUs", "$/h", "workers", "TTFT ms a|p90", "TPOT ms a|p90", "attain",

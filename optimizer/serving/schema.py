@@ -151,6 +151,7 @@ class ServingIn(_In):
     simulation: SimulationIn = SimulationIn()
     engine: Literal["vllm", "sglang", "both"] = "both"
     fixed: Optional[FixedIn] = None
+    slo_margin: Literal["none", "band"] = "none"
 
 
 class PerformanceIn(_In):
@@ -251,13 +252,22 @@ class Problem:
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     performance: Performance = Performance()
+    scheduler: str = "chunked"  # the simulator's step make-up (optimizer/serving/simulate.py): chunked | mixed | prefill_first
+    slo_margin: Optional[dict] = None  # band: {ttft_ms, tpot_ms asked, band used}; targets divided by (1 + error)
     concurrency: Optional[int] = None  # closed-loop users (serving.traffic.concurrency), rates then empty
     fixed: Optional[FixedIn] = None
 
     @property
     def timing(self) -> dict:
-        """Which source timed the plan and why, per pool: ``{pool name: {source, why}}``."""
-        return {pl.name: {"source": pl.steps.name, "why": pl.steps.why} for pl in self.pools}
+        """Which source timed the plan, why, and its measured error band for that (GPU, engine), per
+        pool: ``{pool name: {source, why, engine, error_band}}`` (``error_band`` None: uncalibrated)."""
+        from optimizer.model.measured import systems
+        from optimizer.serving.bands import band
+
+        sysmap = systems()
+        return {pl.name: {"source": pl.steps.name, "why": pl.steps.why, "engine": self.performance.engine,
+                          "error_band": band(sysmap.get(pl.gpu), self.performance.engine, pl.steps.name)}
+                for pl in self.pools}
 
     @property
     def quantile(self) -> float:
@@ -275,6 +285,41 @@ def performance_of(pin: PerformanceIn, serving_engine: str, path: Path) -> Perfo
         raise InputError(path, f"performance.{field_}", "applies to the measured source only "
                                                         "(performance.source: measured or auto)")
     return Performance(pin.source, engine, pin.engine_version, pin.memory_fraction, path, "performance")
+
+
+def _with_band(pools, performance: Performance, ttft_s: float, tpot_s: float, path: Path):
+    """``serving.slo_margin: band``: the targets the plan must meet so that it still meets the SLO
+    at the pessimistic end of the timing source's measured error band, ``target / (1 + error)``
+    (the worst pool's band). Returns ``(ttft_s, tpot_s, margin record)``.
+
+    Raises:
+        InputError: a pool whose (GPU, engine, source) has no band in instances/hardware/fidelity.yaml.
+    """
+    from optimizer.model.measured import systems
+    from optimizer.serving.bands import band
+
+    sysmap = systems()
+    et = ep = 0.0
+    for pl in pools:
+        b = band(sysmap.get(pl.gpu), performance.engine, pl.steps.name)
+        if b is None:
+            raise InputError(path, "serving.slo_margin", f"no measured error band for {pl.gpu} with {performance.engine} "
+                                                         f"under the {pl.steps.name} source (instances/hardware/fidelity.yaml): "
+                                                         f"uncalibrated, use slo_margin: none")
+        et, ep = max(et, b["ttft_median_abs_error"]), max(ep, b["tpot_median_abs_error"])
+    return (ttft_s / (1 + et), tpot_s / (1 + ep),
+            {"ttft_ms_asked": ttft_s * 1e3, "tpot_ms_asked": tpot_s * 1e3, "ttft_error": et, "tpot_error": ep})
+
+
+SCHEDULERS = {"vllm": "mixed", "trtllm": "mixed", "sglang": "prefill_first"}
+
+
+def scheduler_of(pin: PerformanceIn, perf: Performance) -> str:
+    """The simulator's scheduler: the engine's (:data:`SCHEDULERS`) when ``performance.engine`` is
+    given or the source is not analytic, else ``chunked`` (the engine-neutral default)."""
+    if pin.engine is None and perf.source == "analytic":
+        return "chunked"
+    return SCHEDULERS[perf.engine]
 
 
 def _validate(raw: dict, path: Path) -> InstanceIn:
@@ -492,14 +537,17 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         link = LinkSpec(DEFAULT_KV_LINK_GB_S * GB, lat)
     else:
         link = LinkSpec(kl.bandwidth_gb_s * GB, kl.latency_us * 1e-6)
+    ttft_s, tpot_s, margin = s.slo.ttft_ms * 1e-3, s.slo.tpot_ms * 1e-3, None
+    if s.slo_margin == "band":
+        ttft_s, tpot_s, margin = _with_band(pools, performance, ttft_s, tpot_s, path)
     return Problem(
         name=inst.name or path.stem, path=path, model=spec, hf_id=inst.model.hf_id or HF_ID_PLACEHOLDER,
         pools=pools, kv_link=link, kv_link_default=kl is None, traffic=traffic, rates=rates,
-        ttft_s=s.slo.ttft_ms * 1e-3, tpot_s=s.slo.tpot_ms * 1e-3, percentile=s.slo.percentile,
+        ttft_s=ttft_s, tpot_s=tpot_s, percentile=s.slo.percentile,
         attainment=s.slo.attainment, mode=s.mode, objective=obj, chunk_tokens=s.chunk_tokens,
         kv_transfer=s.kv_transfer, reserve_bytes=reserve, max_batch=s.max_batch,
         eff=eff,
         roles={"prefill": s.prefill, "decode": s.decode, "aggregated": s.aggregated},
         simulation=s.simulation, engine=s.engine, weight_dtype=wd, kv_dtype=kd, performance=performance,
-        concurrency=s.traffic.concurrency, fixed=s.fixed,
+        slo_margin=margin, concurrency=s.traffic.concurrency, fixed=s.fixed, scheduler=scheduler_of(inst.performance, performance),
     )

@@ -9,7 +9,11 @@ the simulation rather than from the analytic formulas of :mod:`optimizer.serving
 * Aggregated: arrivals go to the worker with the least ``assigned / r_j`` (smooth weighted
   round robin); a worker runs steps carrying up to ``chunk_tokens`` prompt tokens per rank
   (FIFO, several prompts packed) plus every running decode; admission is capped at its
-  ``max_batch`` (prefilling + decoding). The first token comes at the end of a prompt's last chunk.
+  ``max_batch`` (prefilling + decoding). The step's make-up follows :attr:`Problem.scheduler`:
+  ``chunked`` (the budget is for prompt tokens alone: the default without an engine named),
+  ``mixed`` (vLLM ``max_num_batched_tokens`` and TensorRT-LLM ``max_num_tokens`` count the
+  decodes' tokens too, so prompts get ``C·dp - decodes``) or ``prefill_first`` (SGLang's default
+  scheduler: a waiting prompt batch runs as a step of its own, the decodes pause). The first token comes at the end of a prompt's last chunk.
 * Disaggregated: one FIFO prompt queue for all prefill ranks (one prompt per rank at a time);
   then the KV goes over the prefill worker's link (FIFO, ``α + bytes/(g·B)``, or the layerwise
   excess); the first token counts at arrival on the decode worker (smooth weighted round robin),
@@ -222,6 +226,8 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                     yield wake[k]
                     continue
                 budget = C * dp
+                if p.scheduler == "mixed":  # vLLM / TensorRT-LLM: the step's token budget counts the decodes too
+                    budget = max(0, C * dp - dec.n)
                 taken = []
                 for r in prefilling:
                     if budget <= 0:
@@ -232,10 +238,15 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                 chunk = sum(c for _, c in taken)
                 ranks = min(dp, max(1, math.ceil(chunk / C))) if chunk else 1
                 c0 = (taken[0][0].isl - taken[0][0].left) if taken else 0
-                t = step_s(w, chunk / ranks if chunk else 0.0, c0, dec.n, dec.ctx, ranks)
-                record(w, dec.n, t)
-                yield env.timeout(t)
-                dec.advance(env.now)
+                if p.scheduler == "prefill_first" and chunk:  # SGLang: a prefill batch runs alone, decodes wait
+                    t = step_s(w, chunk / ranks, c0, 0, 0.0, ranks)
+                    record(w, 0, t)
+                    yield env.timeout(t)
+                else:
+                    t = step_s(w, chunk / ranks if chunk else 0.0, c0, dec.n, dec.ctx, ranks)
+                    record(w, dec.n, t)
+                    yield env.timeout(t)
+                    dec.advance(env.now)
                 for r, c in taken:
                     r.left -= c
                     if r.left <= 0:
