@@ -254,9 +254,11 @@ def _dumps(d: dict) -> str:
 
 @click.command("calibrate", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("measurements", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--model", "models", multiple=True, required=True, metavar="MAPPING.yaml|NAME=CONFIG.json",
-              help="How the CSV's model names map to config.json files: a mapping YAML (models:, hardware:) "
-                   "or NAME=CONFIG.json (repeatable).")
+@click.option("--model", "models", multiple=True, metavar="MAPPING.yaml|NAME=CONFIG.json",
+              help="Throughput CSVs: how the CSV's model names map to config.json files: a mapping YAML (models:, "
+                   "hardware:) or NAME=CONFIG.json (repeatable). Not used for serving-run files.")
+@click.option("--source", "source", type=click.Choice(["analytic", "measured"]), default="measured", show_default=True,
+              help="Serving-run files (silicon_sample.csv layout): the step-time source the factors go on top of.")
 @click.option("--hardware", "hardware", multiple=True, metavar="[NAME=]GPU:SERVER",
               help="The CSV's GPU name to catalog GPU and server (repeatable; without NAME= for every row).")
 @click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=0, show_default=True,
@@ -266,12 +268,19 @@ def _dumps(d: dict) -> str:
 @click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the fitted factors as a YAML fragment (efficiency: ...) for serving instances.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def calibrate_cmd(measurements: Path, models, hardware, seed: int, starts: int, output: Path | None, fmt: str) -> None:
-    """Fit compute/memory/network efficiency factors to measured static-batch throughput
-    (MEASUREMENTS.csv columns: model, gpu, dtype, tp, batch, isl, osl, output_tokens_per_s)."""
+def calibrate_cmd(measurements: Path, models, hardware, source: str, seed: int, starts: int, output: Path | None,
+                  fmt: str) -> None:
+    """Fit factors to measurements. Static-batch throughput (MEASUREMENTS.csv columns: model, gpu, dtype,
+    tp, batch, isl, osl, output_tokens_per_s): compute/memory/network efficiencies with leave-one-out error.
+    Measured serving runs (aiconfigurator's silicon_sample.csv layout): prefill/decode factors and a
+    per-step overhead on top of --source, with leave-one-group-out error (performance.calibration)."""
     from optimizer import calibrate as cal
 
+    if _is_serving_runs(measurements):
+        _calibrate_runs(measurements, source, output, fmt)
     try:
+        if not models:
+            raise InputError("--model", "", "required for a throughput CSV (how its model names map to config.json files)")
         rows = cal.read_measurements(measurements)
         mp, hw = cal.read_mapping(list(models), list(hardware))
         cal.prepare(rows, mp, hw, measurements)
@@ -296,6 +305,38 @@ def calibrate_cmd(measurements: Path, models, hardware, seed: int, starts: int, 
         from rich.console import Console
 
         cal.render(res, Console() if sys.stdout.isatty() else Console(width=160))
+        if output is not None:
+            click.echo(f"wrote {output}", err=True)
+    sys.exit(0)
+
+
+def _is_serving_runs(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            return "silicon_ttft_ms" in fh.readline()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _calibrate_runs(measured: Path, source: str, output: Path | None, fmt: str) -> None:
+    from optimizer.serving import calibration as sc
+    from optimizer.serving.fidelity import read_rows
+
+    try:
+        res = sc.calibrate(read_rows(measured), source, measured)
+        if output is not None:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(res.yaml_text(measured.name))
+    except (InputError, OSError) as exc:
+        _exit_bad_input(exc, output)
+    _print_warnings()
+    if fmt == "json":
+        click.echo(json.dumps(res.to_dict() | ({"files": [str(output)]} if output else {}), indent=2,
+                              default=_json_default))
+    else:
+        from rich.console import Console
+
+        sc.render(res, Console() if sys.stdout.isatty() else Console(width=160))
         if output is not None:
             click.echo(f"wrote {output}", err=True)
     sys.exit(0)

@@ -307,3 +307,72 @@ def test_table_interpolation_is_scipys_linear_rule():
     p, d, s = rng.uniform(0, 2e5, 400), rng.uniform(0, 3000, 400), rng.uniform(50, 3e5, 400)
     want = np.maximum(ref(np.column_stack([p, d, np.log(s)])), 0)
     assert np.allclose(_Table(t, 1, ("of_total", 0.9)).ms(p, d, s), want, rtol=1e-12, atol=1e-9)
+
+
+# ------------------------------------------------------------------ calibration on serving runs
+def test_calibrated_step_scales_the_phases():
+    from optimizer.model.config import read_hf_config
+    from optimizer.model.hardware import hardware_from_catalog
+    from optimizer.model.layout import Layout
+    from optimizer.model.perf import PerfModel
+    from optimizer.model.steptimes import AnalyticSteps, CalibratedSteps, Calibration
+
+    pm = PerfModel(read_hf_config(INSTANCES / "models" / "qwen3-32b.json"), hardware_from_catalog("h100-sxm", "hgx-h100"))
+    a, lay = AnalyticSteps(pm), Layout.tp(2)
+    c = CalibratedSteps(a, Calibration(1.5, 0.8, 0.002, "analytic", "x.yaml"))
+    dec = a.mixed_step_s(lay, 0, 0, 32, 2000)
+    full = a.mixed_step_s(lay, 1024, 512, 32, 2000)
+    assert c.mixed_step_s(lay, 1024, 512, 32, 2000) == pytest.approx(0.8 * dec + 1.5 * (full - dec) + 0.002, rel=1e-12)
+    assert c.mixed_step_s(lay, 0, 0, 32, 2000) == pytest.approx(0.8 * dec + 0.002, rel=1e-12)
+    assert c.prefill_s(lay, 4096) == pytest.approx(1.5 * a.prefill_s(lay, 4096) + 0.002, rel=1e-12)
+    assert c.max_sessions(lay, 4000, 500) == a.max_sessions(lay, 4000, 500)
+
+
+def test_simulation_splits_each_request_into_phases():
+    """At factors (1, 1, 0) the linearisation is the simulated mean itself."""
+    from optimizer.serving import load_problem
+    from optimizer.serving.estimate import estimate
+
+    raw = estimate_raw()
+    raw["serving"]["traffic"] = {"concurrency": 12, "classes": [{"isl": 900, "osl": 40, "share": 0.5},
+                                                                 {"isl": 5000, "osl": 120, "share": 0.5}]}
+    sim = estimate(load_problem(raw, INSTANCES / "estimate" / "qwen32b_h200_tp8x4.yaml"), 120)[0].sim
+    for key, mean in (("ttft_s", sim.ttft_s["mean"]), ("tpot_s", sim.tpot_s["mean"])):
+        pre, dec, steps, rest = sim.linear[key]
+        assert pre + dec + rest == pytest.approx(mean, rel=1e-9) and steps > 0 and pre > 0
+
+
+def test_calibrate_serving_runs_leave_one_group_out(tmp_path):
+    keep = lambda r: (r["system"] == "h100_sxm" and r["mode"] == "agg" and r["backend"] == "trtllm"  # noqa: E731
+                      and r["isl"] == "1024" and r["osl"] == "128" and float(r["batch_size"] or 0) <= 16
+                      and r["model_path"] in ("Qwen/Qwen3-32B", "meta-llama/Llama-3.1-8B-Instruct"))
+    p = _slice(tmp_path, 400, keep)
+    ids = [row["id"] for row in csv.DictReader(p.open())]
+    assert len({i.split("_")[0] for i in ids}) == 2  # two models: two groups
+    out = tmp_path / "cal.yaml"
+    r = run("calibrate", p, "--source", "measured", "--output", out, "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert len(d["groups"]) == 2 and d["leave_one_group_out"]["rows"] == len(ids)
+    for g in d["groups"]:  # each group held out was timed by the factors of the other group
+        assert g["factors_from_others"] != d["factors"] or len(d["groups"]) == 1
+    # the file applies to a plan; the plan states it is calibrated and its held-out band
+    raw = estimate_raw("measured", engine="trtllm")
+    raw["performance"]["calibration"] = str(out)
+    raw["serving"]["traffic"]["concurrency"] = 8
+    r = run("estimate", write(tmp_path, raw), "--format", "json", "--requests", "16")
+    assert r.exit_code == 0, r.output
+    t = json.loads(r.stdout)["estimates"][0]["timing"]["h200-sxm"]
+    assert t["calibrated"] and "calibrated (cal.yaml" in t["why"]
+    assert t["error_band"]["ttft_median_abs_error"] == pytest.approx(d["leave_one_group_out"]["ttft_median_abs_error"], abs=1e-4)
+    # fitted on one source, applied to another: refused
+    raw["performance"] = {"source": "analytic", "calibration": str(out)}
+    assert_one_line_error(run("estimate", write(tmp_path, raw)), "performance.calibration", "measured source")
+
+
+def test_bad_calibration_file_names_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("calibration: {source: measured, prefill: -1, decode: 1, overhead_ms: 0}\n")
+    raw = estimate_raw("measured", engine="vllm")
+    raw["performance"]["calibration"] = str(bad)
+    assert_one_line_error(run("estimate", write(tmp_path, raw)), "calibration.prefill", "positive")

@@ -84,6 +84,7 @@ class Performance:
     memory_fraction: Optional[float] = None
     path: Optional[Path] = None
     where: str = "performance"
+    calibration: Optional["Calibration"] = None
 
 
 def resolve(perf: Performance, model_perf: PerfModel, config_file: Path, gpu: str, eff: Efficiency = PEAK,
@@ -99,6 +100,19 @@ def resolve(perf: Performance, model_perf: PerfModel, config_file: Path, gpu: st
         InputError: under ``measured``, a GPU, engine version or model the database cannot time
             (the message names the versions it has, or the operator it lacks).
     """
+    src = _resolve(perf, model_perf, config_file, gpu, eff, weight_dtype, kv_dtype, hf_id)
+    if perf.calibration is None:
+        return src
+    if perf.calibration.base != src.name:
+        from optimizer.errors import InputError
+
+        raise InputError(perf.path, f"{perf.where}.calibration", f"{perf.calibration.file} was fitted on the "
+                                                               f"{perf.calibration.base} source, this plan is timed by "
+                                                               f"the {src.name} source")
+    return CalibratedSteps(src, perf.calibration)
+
+
+def _resolve(perf, model_perf, config_file, gpu, eff, weight_dtype, kv_dtype, hf_id):
     analytic = AnalyticSteps(model_perf, eff)
     if perf.source == "analytic":
         return analytic
@@ -116,3 +130,84 @@ def resolve(perf: Performance, model_perf: PerfModel, config_file: Path, gpu: st
         warn_input(perf.path, f"{perf.where}.source",
                    f"auto: timed by the analytic roofline ({exc})")
         return AnalyticSteps(model_perf, eff, why=f"analytic roofline (eq. 6-2): the measured database {exc}")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per-phase factors fitted to measured serving runs (``optimize calibrate``), applied on top of
+    a source: the prefill part of a step (what a step with the chunk costs beyond the same step
+    without it) times ``prefill``, the decode part times ``decode``, plus ``overhead_s`` per step
+    (scheduler, sampling, launch). ``file``: where they were read from."""
+
+    prefill: float = 1.0
+    decode: float = 1.0
+    overhead_s: float = 0.0
+    base: str = "measured"
+    file: str = ""
+    band: Optional[dict] = None  # the file's leave-one-group-out error (rows, ttft/tpot median abs. error)
+
+
+@dataclass(frozen=True)
+class CalibratedSteps:
+    """A source with :class:`Calibration` factors applied (memory as the base source's)."""
+
+    base: object
+    cal: Calibration
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    @property
+    def why(self) -> str:
+        c = self.cal
+        return (f"{self.base.why}, calibrated ({c.file}: prefill x{c.prefill:.3g}, decode x{c.decode:.3g}, "
+                f"+{c.overhead_s * 1e3:.3g} ms per step)")
+
+    def mixed_step_s(self, lay, chunk, context_before, batch, decode_context, chunk_ranks=1):
+        dec = self.base.mixed_step_s(lay, 0.0, 0.0, batch, decode_context, 1) if batch > 0 else 0.0
+        full = self.base.mixed_step_s(lay, chunk, context_before, batch, decode_context, chunk_ranks) if chunk > 0 else dec
+        return self.cal.decode * dec + self.cal.prefill * (full - dec) + self.cal.overhead_s
+
+    def prefill_s(self, lay, prompt_tokens, prompts_per_rank=1):
+        return self.cal.prefill * self.base.prefill_s(lay, prompt_tokens, prompts_per_rank) + self.cal.overhead_s
+
+    def max_sessions(self, lay, context, new):
+        return self.base.max_sessions(lay, context, new)
+
+
+def read_calibration(path: Path, instance: Optional[Path], field: str = "performance.calibration") -> Calibration:
+    """The factors of a calibration file written by ``optimize calibrate --output`` (YAML with
+    ``calibration: {source, prefill, decode, overhead_ms}``).
+
+    Raises:
+        InputError: a missing file, a missing or non-positive factor.
+    """
+    import math
+
+    import yaml
+
+    from optimizer.errors import InputError
+
+    if not path.is_file():
+        raise InputError(instance, field, f"no such calibration file {path}")
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+        c = doc["calibration"]
+        vals = {k: float(c[k]) for k in ("prefill", "decode", "overhead_ms")}
+        base = str(c.get("source", "measured"))
+        held = c.get("leave_one_group_out")
+    except (KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
+        raise InputError(path, "calibration", f"expected calibration: {{source, prefill, decode, overhead_ms}} "
+                                              f"({type(exc).__name__}: {exc})") from None
+    for k, v in vals.items():
+        if not math.isfinite(v) or v < 0 or (k != "overhead_ms" and v == 0):
+            raise InputError(path, f"calibration.{k}", f"must be a {'non-negative' if k == 'overhead_ms' else 'positive'} "
+                                                       f"number (got {v})")
+    if base not in ("analytic", "measured"):
+        raise InputError(path, "calibration.source", f"unknown source {base!r} (analytic or measured)")
+    band = None
+    if isinstance(held, dict) and held.get("ttft_median_abs_error") is not None:
+        band = {"rows": held.get("rows"), "ttft_median_abs_error": held["ttft_median_abs_error"],
+                "tpot_median_abs_error": held["tpot_median_abs_error"], "from": f"{path.name} (leave one group out)"}
+    return Calibration(vals["prefill"], vals["decode"], vals["overhead_ms"] * 1e-3, base, path.name, band)

@@ -161,6 +161,7 @@ class PerformanceIn(_In):
     engine: Optional[Literal["vllm", "sglang", "trtllm"]] = None
     engine_version: Optional[str] = Field(default=None, min_length=1)
     memory_fraction: Optional[Annotated[float, Field(gt=0, le=1)]] = None
+    calibration: Optional[str] = Field(default=None, min_length=1, description="factors from optimize calibrate")
 
 
 class InstanceIn(_In):
@@ -265,9 +266,13 @@ class Problem:
         from optimizer.serving.bands import band
 
         sysmap = systems()
-        return {pl.name: {"source": pl.steps.name, "why": pl.steps.why, "engine": self.performance.engine,
-                          "error_band": band(sysmap.get(pl.gpu), self.performance.engine, pl.steps.name)}
-                for pl in self.pools}
+        out = {}
+        for pl in self.pools:
+            cal = getattr(pl.steps, "cal", None)
+            b = cal.band if cal is not None else band(sysmap.get(pl.gpu), self.performance.engine, pl.steps.name)
+            out[pl.name] = {"source": pl.steps.name, "calibrated": cal is not None, "why": pl.steps.why,
+                            "engine": self.performance.engine, "error_band": b}
+        return out
 
     @property
     def quantile(self) -> float:
@@ -284,7 +289,13 @@ def performance_of(pin: PerformanceIn, serving_engine: str, path: Path) -> Perfo
         field_ = "engine_version" if pin.engine_version is not None else "memory_fraction"
         raise InputError(path, f"performance.{field_}", "applies to the measured source only "
                                                         "(performance.source: measured or auto)")
-    return Performance(pin.source, engine, pin.engine_version, pin.memory_fraction, path, "performance")
+    cal = None
+    if pin.calibration is not None:
+        from optimizer.model.steptimes import read_calibration
+
+        f = Path(pin.calibration)
+        cal = read_calibration(f if f.is_absolute() else path.parent / f, path)
+    return Performance(pin.source, engine, pin.engine_version, pin.memory_fraction, path, "performance", cal)
 
 
 def _with_band(pools, performance: Performance, ttft_s: float, tpot_s: float, path: Path):

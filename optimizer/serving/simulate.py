@@ -48,6 +48,11 @@ class Req:
     done: float = math.nan
     left: int = 0  # prompt tokens still to prefill (aggregated)
     on_done: object = None  # closed loop: called when the last token is out (the user sends the next)
+    # aggregated: the worker's (prefill s, decode s, steps) totals at arrival, first token and last
+    # token (the linearisation a calibration fits on, :attr:`SimResult.linear`)
+    c_arr: tuple = ()
+    c_first: tuple = ()
+    c_done: tuple = ()
 
 
 @dataclass
@@ -66,6 +71,10 @@ class SimResult:
     e2e_s: dict = field(default_factory=dict)  # end-to-end latency (arrival to last token) p50/p90/p99/mean
     request_rate: float = 0.0  # finished requests per second over the window
     itl_s: float = math.nan  # mean gap between two output tokens, token-weighted (decode time / decode tokens)
+    # aggregated, every measured request finished: mean TTFT and TPOT as [prefill s, decode s, steps,
+    # rest s] of the steps inside each request's interval (rest: idle time and the part of the step
+    # in flight at arrival), so a = k_pre·[0] + k_dec·[1] + overhead·[2] + [3] to first order
+    linear: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"requests": self.requests, "completed": self.completed,
@@ -133,7 +142,8 @@ class _Router:
 class _Decoder:
     """Running decodes of one worker: finish heap by step index, KV tokens summed."""
 
-    def __init__(self):
+    def __init__(self, cum: list | None = None):
+        self.cum = cum  # the worker's running (prefill s, decode s, steps) totals, copied at each finish
         self.step = 0
         self.heap: list = []
         self.ctx = 0.0  # Σ (position + 1) of running decodes
@@ -150,6 +160,8 @@ class _Decoder:
         while self.heap and self.heap[0][0] <= self.step:
             _, _, r, ctx0, steps = heapq.heappop(self.heap)
             r.done = now
+            if self.cum is not None:
+                r.c_done = tuple(self.cum)
             self.ctx -= ctx0 + steps
             self.n -= 1
             if r.on_done is not None:
@@ -212,8 +224,10 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         queues = [deque() for _ in inst]
         wake = [env.event() for _ in inst]
 
+        cum = [[0.0, 0.0, 0] for _ in inst]
+
         def worker_proc(k: int, w: Worker):
-            dec = _Decoder()
+            dec = _Decoder(cum[k])
             q = queues[k]
             prefilling: list[Req] = []
             C = p.chunk_tokens
@@ -242,21 +256,29 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                     t = step_s(w, chunk / ranks, c0, 0, 0.0, ranks)
                     record(w, 0, t)
                     yield env.timeout(t)
+                    cum[k][0] += t
+                    cum[k][2] += 1
                 else:
                     t = step_s(w, chunk / ranks if chunk else 0.0, c0, dec.n, dec.ctx, ranks)
                     record(w, dec.n, t)
                     yield env.timeout(t)
+                    t_dec = (step_s(w, 0.0, 0.0, dec.n, dec.ctx, 1) if dec.n else 0.0) if chunk else t
+                    cum[k][0] += t - t_dec
+                    cum[k][1] += t_dec
+                    cum[k][2] += 1
                     dec.advance(env.now)
                 for r, c in taken:
                     r.left -= c
                     if r.left <= 0:
                         r.first = env.now
+                        r.c_first = tuple(cum[k])
                         prefilling.remove(r)
                         dec.add(r, r.osl - 1, r.isl + 1)
 
         def dispatch(r: Req):
             r.left = r.isl
             k = router.pick()
+            r.c_arr = tuple(cum[k])
             queues[k].append(r)
             if not wake[k].triggered:
                 wake[k].succeed()
@@ -387,9 +409,20 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     mean_batch = {}
     for label, (area, span) in batches.items():
         mean_batch[label] = area / max(span, 1e-12)
+    linear = {}
+    lin = [r for r in done if r.c_arr and r.c_first and r.c_done]
+    if lin and len(lin) == len(done):
+        def parts(a, b, span):
+            d = np.array(b) - np.array(a)
+            return [float(d[0]), float(d[1]), float(d[2]), float(span - d[0] - d[1])]
+
+        tt = np.array([parts(r.c_arr, r.c_first, r.first - r.arrival) for r in lin])
+        tp = np.array([parts(r.c_first, r.c_done, r.done - r.first) for r in lin]) / \
+            np.array([[r.osl - 1] for r in lin], dtype=float)
+        linear = {"ttft_s": tt.mean(axis=0).tolist(), "tpot_s": tp.mean(axis=0).tolist()}
     e2e = np.array([r.done - r.arrival if not math.isnan(r.done) else math.inf for r in measured])
     dec_tokens = sum(r.osl - 1 for r in done)
     itl = sum(r.done - r.first for r in done) / dec_tokens if dec_tokens else math.inf
     return SimResult(len(measured), len(done), pct(ttft), pct(tpot), float(ok.mean()), tps, tps / max(gpus, 1),
                      float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch, pct(e2e),
-                     len(done) / max(t1 - t0, 1e-9), float(itl))
+                     len(done) / max(t1 - t0, 1e-9), float(itl), linear)
