@@ -116,9 +116,31 @@ def test_concurrency_and_rate_together_refused(tmp_path):
     assert_one_line_error(run("estimate", write(tmp_path, raw)), "serving.traffic.concurrency", "not both")
 
 
-def test_optimiser_refuses_closed_loop(tmp_path):
-    r = CliRunner().invoke(optimize, [str(write(tmp_path, estimate_raw()))], catch_exceptions=False)
-    assert_one_line_error(r, "serving.traffic.concurrency", "optimize estimate")
+def test_optimiser_sizes_for_closed_loop_users(tmp_path):
+    """N users: sized for the rate they generate at the SLO's latencies, checked by simulating the
+    closed loop itself; feasible (no bound, no optimality claim), the attainment met in that simulation."""
+    raw = estimate_raw()
+    del raw["serving"]["fixed"]
+    raw["serving"].update({"mode": "aggregated", "objective": "gpus", "slo": {"ttft_ms": 2000, "tpot_ms": 30},
+                           "simulation": {"requests": 200}})
+    raw["serving"]["traffic"] = {"concurrency": 16, "isl": 2000, "osl": 100}
+    r = CliRunner().invoke(optimize, [str(write(tmp_path, raw)), "--format", "json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["status"] == "feasible" and d["objective"]["bound"] is None
+    rate = d["plan"]["rates"][0]
+    assert rate["rate_rps"] == pytest.approx(16 / (2.0 + 99 * 0.030))
+    assert "closed loop of 16 users" in d["plan"]["traffic"]
+    raw["serving"]["objective"] = "goodput"
+    r = CliRunner().invoke(optimize, [str(write(tmp_path, raw))], catch_exceptions=False)
+    assert_one_line_error(r, "serving.traffic.concurrency", "goodput")
+
+
+def test_deployment_says_it_is_analytic_only(tmp_path):
+    raw = yaml.safe_load((INSTANCES / "qwen32b_128k.yaml").read_text())
+    raw["performance"] = {"source": "measured"}
+    r = CliRunner().invoke(optimize, [str(write(tmp_path, raw))], catch_exceptions=False)
+    assert_one_line_error(r, "performance", "analytic roofline only")
 
 
 def test_estimate_needs_fixed(tmp_path):

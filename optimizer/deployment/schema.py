@@ -332,6 +332,10 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         InputError: any bad field (file, dotted field and problem in the message).
     """
     path = Path(path)
+    if isinstance(raw, dict) and "performance" in raw:
+        raise InputError(path, "performance", "deployment plans are timed by the analytic roofline only for now "
+                                              "(their bounds and evaluator share it); measured step times "
+                                              "(performance.source) apply to serving instances")
     inst: InstanceIn = _validate(InstanceIn, raw, path, "")
     hw = inst.hardware
     gpu_in = hw.gpu if isinstance(hw.gpu, GpuIn) else _validate(GpuIn, lookup("gpus", hw.gpu, path, "hardware.gpu"), path, "hardware.gpu")

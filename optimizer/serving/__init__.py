@@ -38,6 +38,26 @@ SOLVE_LIMIT_S = 20.0  # one MILP's HiGHS time limit without --time-limit (s)
 MIN_SOLVE_S = 0.05  # the least time a solve is given once the budget is nearly spent (s)
 
 
+def closed_loop_rates(p: Problem) -> Problem:
+    """Closed-loop traffic for the optimiser: ``N`` users generate at least ``N / (TTFT + (OSL - 1)·TPOT)``
+    requests/s while every request takes its SLO's time (Little's law at the targets, mean OSL), the
+    rate the MILP sizes for; each plan is then checked by simulating the closed loop itself and gets
+    more capacity while that misses the attainment (:func:`plan_mode`). No optimality claim: the
+    open-loop MILP at that rate is neither a relaxation nor a restriction of the closed loop, so a
+    closed-loop plan is ``feasible`` without a bound.
+
+    Raises:
+        InputError: concurrency with a maximising objective (goodput: the users set the rate).
+    """
+    if p.concurrency is None:
+        return p
+    if objective_registry()[p.objective].sense == "max":
+        raise InputError(p.path, "serving.traffic.concurrency", f"objective {p.objective} maximises the rate, which "
+                                                                f"closed-loop users set themselves: use gpus or dollars")
+    rate = p.concurrency / (p.ttft_s + (p.traffic.mean_osl - 1.0) * p.tpot_s)
+    return replace(p, rates=(rate,))
+
+
 def load_problem(raw: dict[str, Any], path: str | Path, objective: str | None = None) -> Problem:
     """The validated problem of a raw instance (units converted).
 
@@ -86,7 +106,8 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
         """``res`` at ``served`` req/s (goodput: its value is the rate served) and its simulation."""
         res = replace(res, value=served) if goodput and margin > 1.0 else res
         try:
-            return res, simulate(p, workers, res.counts, mode, served, deadline=budget.deadline)
+            return res, simulate(p, workers, res.counts, mode, served, deadline=budget.deadline,
+                                 concurrency=p.concurrency)
         except SimulationCut as cut:
             raise SimulationCut(ModePlan(mode, _with_margin(res, first, margin), rate=served, margin=margin),
                                 str(cut)) from None
@@ -107,6 +128,8 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
             return ModePlan(mode, res, rate=served, margin=margin)
         res, sim = checked(res, served, margin)
         if sim.attainment >= p.attainment:
+            if p.concurrency is not None:  # see closed_loop_rates: no bound, no optimality claim
+                return ModePlan(mode, replace(res, status=Status.FEASIBLE, bound=None), sim, served, margin)
             return ModePlan(mode, _with_margin(res, first, margin), sim, served, margin)
         failed = ModePlan(mode, res, sim, served, margin, sim_failed=True)  # unless a later margin passes
         if goodput:  # same plan, lower rate
@@ -178,12 +201,7 @@ class ServingPipeline:
     """The serving problem's :class:`~optimizer.problems.Pipeline`; holds no state."""
 
     def load(self, raw: dict[str, Any], path: Path, objective: Optional[str] = None) -> Problem:
-        p = load_problem(raw, path, objective)
-        if p.concurrency is not None:
-            raise InputError(path, "serving.traffic.concurrency",
-                             "closed-loop traffic is evaluated for a fixed plan by `optimize estimate` "
-                             "(serving.fixed); the optimiser sizes for request rates (rate_rps)")
-        return p
+        return closed_loop_rates(load_problem(raw, path, objective))
 
     def build(self, data: Problem) -> dict[str, ServingMilp]:
         """Stage 1's MILP of each mode asked at the first rate, ``{mode: ServingMilp}`` (rows named

@@ -460,6 +460,10 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
             if span <= 0:
                 raise InputError(p, "", "all arrivals at the same time: give serving.traffic.rate_rps")
             rate_list = [(len(arr) - 1) / span]
+    if tr.concurrency is not None:
+        from dataclasses import replace as _replace
+
+        t = _replace(t, source=f"{t.source}, closed loop of {tr.concurrency} users")
     if rate_list is None and tr.concurrency is None:
         raise InputError(path, "serving.traffic.rate_rps", "required field is missing (only a trace has its own rate; "
                                                            "or give concurrency for closed-loop traffic)")
