@@ -411,10 +411,13 @@ def estimate_cmd(instance: Path, fmt: str, requests: int | None) -> None:
 @click.option("--source", "sources", default="analytic,measured", show_default=True,
               help="Comma-separated step-time sources to predict with (analytic, measured).")
 @click.option("--limit", type=click.IntRange(1, None), default=None, help="Read only the first N rows.")
+@click.option("--mapping", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="For vLLM/SGLang benchmark results (.json/.jsonl): model, gpu, engine, engine_version, tp.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write a predicted-vs-measured scatter (fidelity.png) into this folder.")
-def fidelity_cmd(measured: Path, sources: str, limit: int | None, fmt: str, plot_dir: Path | None) -> None:
+def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path | None, fmt: str,
+                 plot_dir: Path | None) -> None:
     """Predict every row of MEASURED (aiconfigurator's silicon_sample.csv layout) with each source and
     print, per (GPU, engine, model, mode) group, the median and mean absolute error of TTFT and TPOT."""
     from optimizer.serving import fidelity as fd
@@ -424,7 +427,7 @@ def fidelity_cmd(measured: Path, sources: str, limit: int | None, fmt: str, plot
         bad = [x for x in src if x not in ("analytic", "measured")]
         if bad or not src:
             raise InputError("--source", "", f"unknown source {', '.join(bad) or '(none)'} (analytic, measured)")
-        rows = fd.predict(fd.read_rows(measured, limit), src, measured)
+        rows = fd.predict(fd.read_any(measured, mapping, limit), src, measured)
         files = [str(fd.plot(rows, src, plot_dir))] if plot_dir is not None else []
     except (InputError, OSError) as exc:
         _exit_bad_input(exc, measured, what="cannot read: ")

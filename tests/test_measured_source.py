@@ -398,3 +398,26 @@ def test_bad_calibration_file_names_the_field(tmp_path):
     raw = estimate_raw("measured", engine="vllm")
     raw["performance"]["calibration"] = str(bad)
     assert_one_line_error(run("estimate", write(tmp_path, raw)), "calibration.prefill", "positive")
+
+
+def test_fidelity_reads_vllm_and_sglang_bench_results(tmp_path):
+    """``vllm bench serve --save-result`` JSON and SGLang bench_serving JSONL, with a mapping file."""
+    mp = tmp_path / "map.yaml"
+    mp.write_text(yaml.safe_dump({"model": str(INSTANCES / "models" / "qwen3-32b.json"), "gpu": "h100-sxm",
+                                  "engine": "vllm", "tp": 4, "dtype": "bf16", "hf_id": "Qwen/Qwen3-32B"}))
+    one = {"completed": 64, "total_input_tokens": 64 * 2000, "total_output_tokens": 64 * 200, "max_concurrency": 8,
+           "mean_ttft_ms": 150.0, "mean_tpot_ms": 14.0}
+    js = tmp_path / "vllm.json"
+    js.write_text(json.dumps(one))
+    r = run("fidelity", js, "--mapping", mp, "--source", "analytic", "--format", "json")
+    assert r.exit_code == 0, r.output
+    row = json.loads(r.stdout)["plan"]["rows"][0]
+    assert row["measured"] == {"ttft_ms": 150.0, "tpot_ms": 14.0} and row["predicted"]["analytic"]["tpot_ms"] > 0
+    jl = tmp_path / "sglang.jsonl"
+    jl.write_text(json.dumps(one) + "\n" + json.dumps({**one, "max_concurrency": 16}) + "\n")
+    r = run("fidelity", jl, "--mapping", mp, "--source", "analytic", "--format", "json")
+    assert r.exit_code == 0 and len(json.loads(r.stdout)["plan"]["rows"]) == 2
+    # an open-loop run (no max_concurrency) names the line and the key; no mapping: named
+    jl.write_text(json.dumps({k: v for k, v in one.items() if k != "max_concurrency"}) + "\n")
+    assert_one_line_error(run("fidelity", jl, "--mapping", mp), "line 1.max_concurrency")
+    assert_one_line_error(run("fidelity", js), "--mapping")

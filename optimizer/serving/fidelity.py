@@ -89,6 +89,82 @@ def read_rows(path: Path, limit: Optional[int] = None) -> list[Row]:
     return rows
 
 
+BENCH_KEYS = ("mean_ttft_ms", "mean_tpot_ms", "completed", "total_input_tokens", "total_output_tokens")
+
+
+def read_bench_results(path: Path, mapping_path: Path) -> list[Row]:
+    """Rows of ``vllm bench serve --save-result`` JSON files (one object) or SGLang ``bench_serving``
+    JSONL output (one object per line): mean TTFT / TPOT (``mean_ttft_ms``, ``mean_tpot_ms``), mean
+    ISL / OSL from ``total_input_tokens`` / ``total_output_tokens`` over ``completed``, concurrency
+    ``max_concurrency``. What the file does not say comes from a mapping YAML (like calibrate's):
+    ``model`` (a config.json path, relative to the mapping), ``gpu`` (catalog name), ``engine``
+    (vllm | sglang | trtllm), ``engine_version``, ``tp``, and optionally ``dp``, ``ep``, ``hf_id``.
+
+    Raises:
+        InputError: a missing key in a result (names the line and key), a missing mapping field, a GPU
+            the database has no system for.
+    """
+    import json
+
+    from optimizer.model.measured import systems
+
+    if not mapping_path.is_file():
+        raise InputError(mapping_path, "", "no such mapping file")
+    mp = yaml.safe_load(mapping_path.read_text()) or {}
+    for k in ("model", "gpu", "engine", "tp"):
+        if k not in mp:
+            raise InputError(mapping_path, k, "required field is missing (model, gpu, engine, tp)")
+    if mp["engine"] not in ("vllm", "sglang", "trtllm"):
+        raise InputError(mapping_path, "engine", f"unknown engine {mp['engine']!r} (vllm, sglang, trtllm)")
+    cfg = Path(mp["model"])
+    cfg = cfg if cfg.is_absolute() else mapping_path.parent / cfg
+    if not cfg.is_file():
+        raise InputError(mapping_path, "model", f"no such config.json {cfg}")
+    system = systems().get(mp["gpu"])
+    if system is None:
+        raise InputError(mapping_path, "gpu", f"{mp['gpu']!r} has no measured database system "
+                                              f"(instances/hardware/aiconfigurator.yaml lists {', '.join(systems())})")
+    if not path.is_file():
+        raise InputError(path, "", "no such file")
+    text = path.read_text(encoding="utf-8")
+    objs = [json.loads(text)] if path.suffix == ".json" else \
+        [json.loads(line) for line in text.splitlines() if line.strip()]
+    rows = []
+    for n, o in enumerate(objs, start=1):
+        where = f"result {n}" if path.suffix == ".json" else f"line {n}"
+        for k in BENCH_KEYS:
+            if not isinstance(o.get(k), (int, float)) or not o[k] > 0:
+                raise InputError(path, f"{where}.{k}", "missing or not a positive number")
+        conc = o.get("max_concurrency")
+        if not isinstance(conc, int) or conc < 1:
+            raise InputError(path, f"{where}.max_concurrency", "missing: only closed-loop runs "
+                                                              "(--max-concurrency) are predicted")
+        done = o["completed"]
+        f = {"system": system, "backend": mp["engine"], "version": mp.get("engine_version"),
+             "model": mp.get("hf_id") or cfg.stem, "config": str(cfg), "mode": "agg",
+             "isl": max(1, round(o["total_input_tokens"] / done)), "osl": max(2, round(o["total_output_tokens"] / done)),
+             "precision": str(mp.get("dtype", "bf16")), "tp_size": int(mp["tp"]), "pp_size": None,
+             "attention_dp_size": mp.get("dp"), "moe_tp_size": None, "moe_ep_size": mp.get("ep"), "concurrency": conc}
+        rid = str(o.get("id") or f"{path.name}:{n}")
+        rows.append(Row(rid, (system, mp["engine"], f["model"], "agg"), f,
+                        {"ttft_ms": float(o["mean_ttft_ms"]), "tpot_ms": float(o["mean_tpot_ms"])}))
+    return rows
+
+
+def read_any(path: Path, mapping: Optional[Path] = None, limit: Optional[int] = None) -> list[Row]:
+    """Measured rows of a ``silicon_sample.csv``-layout CSV, or of vLLM / SGLang benchmark results
+    (``.json`` / ``.jsonl``, with ``mapping``).
+
+    Raises:
+        InputError: as the readers; a result file without ``--mapping``.
+    """
+    if path.suffix in (".json", ".jsonl"):
+        if mapping is None:
+            raise InputError(path, "", "benchmark results need --mapping MAPPING.yaml (model, gpu, engine, tp)")
+        return read_bench_results(path, mapping)[:limit]
+    return read_rows(path, limit)
+
+
 def _mapping() -> dict:
     with SYSTEMS_FILE.open() as fh:
         return yaml.safe_load(fh)
@@ -121,11 +197,13 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
         return None, "no concurrency (batch_size) or tp_size"
     if (f["pp_size"] or 1) != 1:
         return None, "pipeline parallel rows are not predicted (serving layouts are pp = 1)"
-    cfg = _model_config(f["model"], mapping)
+    cfg = Path(f["config"]) if f.get("config") else _model_config(f["model"], mapping)
     if cfg is None:
         return None, f"no config.json for {f['model']} (aiconfigurator-core model_configs or model_aliases)"
     dtype = "fp8" if "fp8" in f["precision"] or "fp8" in f["model"].lower() else \
         "fp4" if "fp4" in f["precision"] else "bf16"
+    if f.get("config") and f["precision"] in ("bf16", "fp8", "fp4", "fp16"):
+        dtype = f["precision"]
     dp = f["attention_dp_size"] or 1
     tp = f["tp_size"]
     worker = {"role": "aggregated", "tp": tp, "dp": dp, "count": 1}
@@ -161,7 +239,8 @@ def predict(rows: list[Row], sources: tuple[str, ...], path: Path) -> list[Row]:
                     raise InputError(path, "", p.pools[0].steps.why)
                 e = estimate(p)[0].sim
             except InputError as exc:
-                row.skipped[src] = exc.problem
+                field_ = {"serving.fixed.workers[0].tp": "tp_size", "serving.fixed.workers[0]": "layout"}.get(exc.field)
+                row.skipped[src] = f"{field_}: {exc.problem}" if field_ else exc.problem
                 continue
             finally:
                 take_warnings()
