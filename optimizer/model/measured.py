@@ -233,12 +233,21 @@ class MeasuredSteps:
             raise NotCovered("source", f"has no attention kernels for a {kv_dtype} KV cache")
         raw = Path(config_file).read_bytes()
         sha = hashlib.sha256(raw).hexdigest()
+        gemm = GEMM_QUANT[weight_dtype]
+        try:
+            quantized = "quantization_config" in json.loads(raw)
+        except ValueError:
+            quantized = False
+        if quantized and weight_dtype in ("fp8", "fp4"):
+            # a quantized checkpoint (block FP8, NVFP4, ...): the estimator reads its scheme from the
+            # config, as the engines do, rather than the generic per-tensor kernels
+            gemm = None
         model_dir = cache_dir().parent / "models" / sha[:16]
         if not (model_dir / "config.json").exists():
             model_dir.mkdir(parents=True, exist_ok=True)
             (model_dir / "config.json").write_bytes(raw)
         src = cls(system=system, engine=perf.engine, version=version, aic_version=aic_version, model_dir=model_dir,
-                  config_sha=sha, gemm=GEMM_QUANT[weight_dtype], kv=KV_QUANT[kv_dtype], model_perf=model_perf,
+                  config_sha=sha, gemm=gemm, kv=KV_QUANT[kv_dtype], model_perf=model_perf,
                   memory_fraction=perf.memory_fraction, label=hf_id or Path(config_file).stem)
         src.path, src.where = perf.path, perf.where
         return src

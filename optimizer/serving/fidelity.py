@@ -78,11 +78,17 @@ def read_rows(path: Path, limit: Optional[int] = None) -> list[Row]:
                  "model": r["model_path"], "mode": r["mode"], "isl": _num(r["isl"], path, where, "isl"),
                  "osl": _num(r["osl"], path, where, "osl"),
                  "precision": (r.get("gemm_quant_mode") or r.get("precision") or "").lower()}
-            for k in ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"):
+            import re
+
+            m_c = re.search(r"silicon_concurrency=(\d+)", r.get("silicon_data_source") or "")
+            f["source_concurrency"] = int(m_c.group(1)) if m_c else None
+            for k in ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
+                      *(f"{ph}_{x}" for ph in ("prefill", "decode")
+                        for x in ("num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_ep_size", "batch_size"))):
                 v = (r.get(k) or "").strip()
                 # 0 or empty: not used by the row (dense rows carry moe_ep_size 0)
                 f[k] = _num(v, path, where, k) if v and v not in ("0", "0.0") else None
-            f["concurrency"] = _num(conc, path, where, "batch_size") if conc.strip() else None
+            f["concurrency"] = _num(conc, path, where, "batch_size") if conc.strip() else f["source_concurrency"]
             rows.append(Row(rid, (r["system"], r["backend"], r["model_path"], r["mode"]), f, m))
             if limit is not None and len(rows) >= limit:
                 break
@@ -191,11 +197,13 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
     gpu = next((g for g, s in mapping["systems"].items() if s == f["system"]), None)
     if gpu is None:
         return None, f"GPU system {f['system']} is not in instances/hardware/aiconfigurator.yaml"
-    if f["mode"] != "agg":
-        return None, "disaggregated rows: per-worker concurrency is not in the row (not predicted yet)"
-    if f["concurrency"] is None or f["tp_size"] is None:
-        return None, "no concurrency (batch_size) or tp_size"
-    if (f["pp_size"] or 1) != 1:
+    disagg = f["mode"] != "agg"
+    if f["concurrency"] is None:
+        return None, "no concurrency (batch_size, or silicon_concurrency= in silicon_data_source)"
+    if not disagg and f["tp_size"] is None:
+        return None, "no tp_size"
+    pps = [f.get(k) or 1 for k in (("prefill_pp_size", "decode_pp_size") if disagg else ("pp_size",))]
+    if any(pp != 1 for pp in pps):
         return None, "pipeline parallel rows are not predicted (serving layouts are pp = 1)"
     cfg = Path(f["config"]) if f.get("config") else _model_config(f["model"], mapping)
     if cfg is None:
@@ -204,18 +212,31 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
         "fp4" if "fp4" in f["precision"] else "bf16"
     if f.get("config") and f["precision"] in ("bf16", "fp8", "fp4", "fp16"):
         dtype = f["precision"]
-    dp = f["attention_dp_size"] or 1
-    tp = f["tp_size"]
-    worker = {"role": "aggregated", "tp": tp, "dp": dp, "count": 1}
-    if f["moe_ep_size"]:
-        worker["ep"] = f["moe_ep_size"]
+    def worker(role: str, pre: str, count: int) -> dict:
+        w = {"role": role, "tp": f[f"{pre}tp_size"], "dp": f[f"{pre}attention_dp_size"] or 1, "count": count}
+        if f[f"{pre}moe_ep_size"]:
+            w["ep"] = f[f"{pre}moe_ep_size"]
+        return w
+
+    if disagg:
+        if not (f["prefill_tp_size"] and f["decode_tp_size"]):
+            return None, "a disaggregated row without prefill_tp_size and decode_tp_size"
+        workers = [worker("prefill", "prefill_", f["prefill_num_workers"] or 1),
+                   worker("decode", "decode_", f["decode_num_workers"] or 1)]
+    else:
+        workers = [worker("aggregated", "", 1)]
+    gpus = sum(w["tp"] * w["dp"] * w["count"] for w in workers)
+    per_server = 8
     raw = {"name": row.id,
-           "model": {"config": str(cfg), "hf_id": f["model"], "weight_dtype": dtype},
-           "hardware": {"gpu": gpu, "server": mapping["servers"][gpu]},
+           # KV cache in the activations' dtype, as the engines' default ("auto": BF16 for FP8 checkpoints)
+           "model": {"config": str(cfg), "hf_id": f["model"], "weight_dtype": dtype, "kv_dtype": "bf16"},
+           "hardware": {"gpu": gpu, "server": mapping["servers"][gpu], "servers": max(1, -(-gpus // per_server))},
            "serving": {"traffic": {"concurrency": f["concurrency"], "isl": f["isl"], "osl": max(f["osl"], 2)},
                        "slo": {"ttft_ms": 1e6, "tpot_ms": 1e6}, "chunk_tokens": CHUNK_TOKENS,
-                       "fixed": {"workers": [worker]}},
+                       "fixed": {"workers": workers}},
            "performance": {"source": source}}
+    if disagg and f.get("decode_batch_size"):  # the decode workers' configured batch (per attention-DP rank)
+        raw["serving"]["max_batch"] = int(f["decode_batch_size"]) * (f["decode_attention_dp_size"] or 1)
     raw["performance"]["engine"] = f["backend"]  # the engine's scheduler for both sources
     return raw, ""
 
