@@ -228,8 +228,8 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
     gpus = sum(w["tp"] * w["dp"] * w["count"] for w in workers)
     per_server = 8
     raw = {"name": row.id,
-           # KV cache in the activations' dtype, as the engines' default ("auto": BF16 for FP8 checkpoints)
-           "model": {"config": str(cfg), "hf_id": f["model"], "weight_dtype": dtype, "kv_dtype": "bf16"},
+           # the KV cache in the weights' dtype: the serving schema's default (model.kv_dtype), not chosen here
+           "model": {"config": str(cfg), "hf_id": f["model"], "weight_dtype": dtype},
            "hardware": {"gpu": gpu, "server": mapping["servers"][gpu], "servers": max(1, -(-gpus // per_server))},
            "serving": {"traffic": {"concurrency": f["concurrency"], "isl": f["isl"], "osl": max(f["osl"], 2)},
                        "slo": {"ttft_ms": 1e6, "tpot_ms": 1e6}, "chunk_tokens": CHUNK_TOKENS,
