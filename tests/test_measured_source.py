@@ -84,6 +84,76 @@ def test_measured_table_reproduces_the_estimator():
     assert 0 < src.kv_tokens(lay) < pm.max_sessions(lay, 1, 0)
 
 
+def test_gemm_quant_names_the_kernel_lane_and_moe_experts_follow_the_weights():
+    """performance.gemm_quant: fp8_block times the block-scaled FP8 GEMMs (aiconfigurator's lane for
+    Qwen/Qwen3-32B-FP8); FP8 MoE experts are timed in the FP8 lane, not the BF16 the transcribed
+    config.json would imply."""
+    from aiconfigurator_core.sdk import EngineHandle, compile_engine
+
+    from optimizer.model.config import read_hf_config
+    from optimizer.model.hardware import hardware_from_catalog
+    from optimizer.model.layout import Layout
+    from optimizer.model.perf import PerfModel
+    from optimizer.model.steptimes import Performance, resolve
+
+    cfg = INSTANCES / "models" / "qwen3-32b.json"
+    pm = PerfModel(read_hf_config(cfg), hardware_from_catalog("h200-sxm", "hgx-h200"))
+    block = resolve(Performance("measured", "trtllm", gemm_quant="fp8_block"), pm, cfg, "h200-sxm", weight_dtype="fp8",
+                    kv_dtype="fp8")
+    plain = resolve(Performance("measured", "trtllm"), pm, cfg, "h200-sxm", weight_dtype="fp8", kv_dtype="fp8")
+    assert (block.gemm, plain.gemm, block.moe) == ("fp8_block", "fp8", None)
+    assert "fp8_block GEMM kernels" in block.why and "GEMM kernels" not in plain.why
+    lay = Layout.tp(8)
+    assert block._key(lay) != plain._key(lay)
+    h = EngineHandle(compile_engine(str(block.model_dir), "h200_sxm", "trtllm", block.version, tp_size=8,
+                                    gemm_quant_mode="fp8_block", kvcache_quant_mode="fp8"))
+    assert block.mixed_step_s(lay, 0, 0, 64, 4096) == pytest.approx(h.decode_step_latency(64, 4096, 2) * 1e-3, rel=1e-9)
+
+    moe_cfg = INSTANCES / "models" / "qwen3-30b-a3b.json"
+    mpm = PerfModel(read_hf_config(moe_cfg), hardware_from_catalog("h200-sxm", "hgx-h200"))
+    moe = resolve(Performance("measured", "trtllm"), mpm, moe_cfg, "h200-sxm", weight_dtype="fp8", kv_dtype="fp8")
+    assert moe.moe == "fp8" and moe._parallel(Layout.tp(2))["moe_quant_mode"] == "fp8"
+    bf = resolve(Performance("measured", "trtllm"), mpm, moe_cfg, "h200-sxm")
+    assert bf.moe == "bfloat16" and bf._key(Layout.tp(2)) != moe._key(Layout.tp(2))
+
+
+def test_layout_the_database_cannot_time_is_left_out(tmp_path, monkeypatch):
+    """Under measured, a layout the estimator cannot time (e.g. block-FP8 experts split 8 ways)
+    is not a configuration (limit not_timed, its reason); when none can be timed the command
+    fails naming the reason, as before."""
+    from optimizer.model import measured
+
+    real = measured.MeasuredSteps.table
+
+    def table(self, lay):
+        if lay.attention_tp == 8 or bad_all:
+            raise measured.NotCovered("source", f"cannot time {lay.label()}: test says no")
+        return real(self, lay)
+
+    monkeypatch.setattr(measured.MeasuredSteps, "table", table)
+    raw = estimate_raw("measured", engine="vllm")
+    del raw["serving"]["fixed"]
+    raw["serving"]["traffic"] = {"rate_rps": 2, "isl": 4000, "osl": 500}
+    raw["serving"].update(mode="aggregated", aggregated={"tp": [4, 8]}, simulation={"requests": 200})
+    raw["serving"]["slo"] = {"ttft_ms": 2000, "tpot_ms": 50}
+    bad_all = False
+    r = run(write(tmp_path, raw), "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    conf = {c["label"]: c for c in d["plan"]["configurations"]}
+    assert conf["aggregated TP8 on h200-sxm"]["limited_by"] == "not_timed"
+    assert "test says no" in conf["aggregated TP8 on h200-sxm"]["detail"]
+    assert {w["layout"] for w in d["plan"]["rates"][0]["modes"]["aggregated"]["workers"]} == {"TP4"}
+    bad_all = True
+    assert_one_line_error(run(write(tmp_path, raw)), "performance.source", "test says no")
+
+
+def test_gemm_quant_under_analytic_is_refused(tmp_path):
+    raw = estimate_raw("analytic")
+    raw["performance"]["gemm_quant"] = "fp8_block"
+    assert_one_line_error(run("estimate", write(tmp_path, raw)), "performance.gemm_quant", "measured source only")
+
+
 # ------------------------------------------------------------------ bad input
 def test_engine_version_the_database_lacks_names_the_versions(tmp_path):
     p = write(tmp_path, estimate_raw("measured", engine="vllm", engine_version="0.1.0"))

@@ -24,6 +24,9 @@ Conventions (stated because the estimator's arguments are per rank):
 * KV capacity: ``estimate_kv_cache`` tokens per attention-DP rank (the engine's memory fraction,
   activations at ``max_num_tokens`` = 8,192 and 256 sequences) x ``dp``; a request of
   ``context + new`` tokens takes that many.
+* Kernel lanes: GEMMs in the lane of ``model.weight_dtype`` (:data:`GEMM_QUANT`: ``fp8`` is
+  per-tensor FP8) unless ``performance.gemm_quant`` names another (``fp8_block`` for block-scaled
+  checkpoints such as Qwen/Qwen3-32B-FP8); MoE experts in the same lane (:data:`MOE_QUANT`).
 
 Units: tokens, seconds (the estimator's milliseconds are converted here, once).
 """
@@ -41,6 +44,7 @@ from typing import Optional
 import numpy as np
 import yaml
 
+from optimizer.errors import InputError
 from optimizer.model.layout import Layout
 from optimizer.model.perf import PerfModel
 
@@ -55,6 +59,9 @@ KV_MAX_BATCH = 256
 SYSTEMS_FILE = Path(__file__).resolve().parents[2] / "instances" / "hardware" / "aiconfigurator.yaml"
 GEMM_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4", "int4": "int4_wo", "int8": "int8_wo"}
 KV_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int8": "int8"}
+# MoE experts run the GEMM lane of the weights (the estimator would otherwise infer the lane from
+# config.json, BF16 for the transcribed configs, and time FP8 experts as BF16)
+MOE_QUANT = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo"}
 
 
 class NotCovered(Exception):
@@ -63,6 +70,12 @@ class NotCovered(Exception):
     def __init__(self, field: str, message: str):
         self.field = field
         super().__init__(message)
+
+
+class LayoutNotTimed(InputError):
+    """Under ``measured``: the database cannot time one layout (the estimator's reason, e.g. a
+    block-FP8 expert shard not a multiple of the block). The serving model leaves such a layout
+    out of its decision space (limit ``not_timed``) as long as another layout can be timed."""
 
 
 def cache_dir() -> Path:
@@ -200,9 +213,10 @@ class MeasuredSteps:
 
     def __init__(self, *, system: str, engine: str, version: str, aic_version: str, model_dir: Path,
                  config_sha: str, gemm: str, kv: str, model_perf: PerfModel, memory_fraction: Optional[float],
-                 label: str):
+                 label: str, moe: Optional[str] = None):
         self.system, self.engine, self.version, self.aic_version = system, engine, version, aic_version
         self.model_dir, self.config_sha, self.gemm, self.kv = model_dir, config_sha, gemm, kv
+        self.moe = moe  # MoE experts' lane (None: dense model)
         self.model_perf = model_perf
         self.memory_fraction = memory_fraction
         self.label = label
@@ -211,6 +225,7 @@ class MeasuredSteps:
         self.analytic_layouts: dict = {}  # layout -> why it fell back (auto)
         self.why = (f"measured kernels: aiconfigurator-core {aic_version} database, {engine} {version} on {system}")
         self._tables: dict = {}
+        self._untimed: dict = {}  # layout -> NotCovered (the estimator is not asked twice)
 
     @classmethod
     def open(cls, perf, model_perf: PerfModel, config_file: Path, gpu: str, weight_dtype: str, kv_dtype: str,
@@ -227,29 +242,36 @@ class MeasuredSteps:
             raise NotCovered("source", f"has no timings for GPU {gpu!r} (it covers "
                                        f"{', '.join(sorted(systems()))})")
         version = resolve_version(system, perf.engine, perf.engine_version)
-        if weight_dtype not in GEMM_QUANT:
+        gemm = getattr(perf, "gemm_quant", None) or GEMM_QUANT.get(weight_dtype)
+        if gemm is None:
             raise NotCovered("source", f"has no GEMM kernels for {weight_dtype} weights")
+        moe = None
+        if model_perf.spec.moe is not None:
+            moe = MOE_QUANT.get(gemm)
+            if moe is None:
+                raise NotCovered("gemm_quant", f"has no MoE kernels of the {gemm} lane")
         if kv_dtype not in KV_QUANT:
             raise NotCovered("source", f"has no attention kernels for a {kv_dtype} KV cache")
         raw = Path(config_file).read_bytes()
         sha = hashlib.sha256(raw).hexdigest()
-        gemm = GEMM_QUANT[weight_dtype]
         try:
             quantized = "quantization_config" in json.loads(raw)
         except ValueError:
             quantized = False
-        if quantized and weight_dtype in ("fp8", "fp4"):
-            # a quantized checkpoint (block FP8, NVFP4, ...): the estimator reads its scheme from the
-            # config, as the engines do, rather than the generic per-tensor kernels
-            gemm = None
+        if quantized and weight_dtype in ("fp8", "fp4") and not getattr(perf, "gemm_quant", None):
+            # a quantized checkpoint (block FP8, NVFP4, ...) with no lane named: the estimator reads
+            # its scheme (GEMMs and experts) from the config, as the engines do
+            gemm, moe = None, None
         model_dir = cache_dir().parent / "models" / sha[:16]
         if not (model_dir / "config.json").exists():
             model_dir.mkdir(parents=True, exist_ok=True)
             (model_dir / "config.json").write_bytes(raw)
         src = cls(system=system, engine=perf.engine, version=version, aic_version=aic_version, model_dir=model_dir,
                   config_sha=sha, gemm=gemm, kv=KV_QUANT[kv_dtype], model_perf=model_perf,
-                  memory_fraction=perf.memory_fraction, label=hf_id or Path(config_file).stem)
+                  memory_fraction=perf.memory_fraction, label=hf_id or Path(config_file).stem, moe=moe)
         src.path, src.where = perf.path, perf.where
+        if getattr(perf, "gemm_quant", None):
+            src.why += f", {gemm} GEMM kernels"
         return src
 
     # ---------------------------------------------------------------- tables
@@ -258,12 +280,15 @@ class MeasuredSteps:
              "version": self.version, "config": self.config_sha, "layout": lay.as_dict(), "gemm": self.gemm,
              "kv": self.kv, "fraction": self.memory_fraction, "grids": [PREFILL_GRID.tolist(), DECODE_GRID.tolist(),
                                                                         CONTEXT_GRID.tolist()]}
+        if self.moe is not None:  # dense keys unchanged (their tables do not depend on it)
+            d["moe"] = self.moe
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
     def _parallel(self, lay: Layout) -> dict:
         moe = self.model_perf.spec.moe is not None
         return dict(tp_size=lay.attention_tp, pp_size=lay.pp, attention_dp_size=lay.attention_dp,
-                    moe_tp_size=lay.experts_tp if moe else None, moe_ep_size=lay.experts_ep if moe else None)
+                    moe_tp_size=lay.experts_tp if moe else None, moe_ep_size=lay.experts_ep if moe else None,
+                    moe_quant_mode=self.moe)
 
     def table(self, lay: Layout) -> _Table:
         """The layout's table, from memory, the disk cache, or built now (announced on stderr).
@@ -274,12 +299,18 @@ class MeasuredSteps:
         t = self._tables.get(lay)
         if t is not None:
             return t
+        if lay in self._untimed:
+            raise self._untimed[lay]
         path = cache_dir() / f"{self._key(lay)}.npz"
         if path.exists():
             with np.load(path, allow_pickle=False) as z:
                 t = _Table(z["t_ms"], int(z["kv_tokens"]), (str(z["fraction_kind"]), float(z["fraction"])))
         else:
-            t = self._build(lay, path)
+            try:
+                t = self._build(lay, path)
+            except NotCovered as exc:
+                self._untimed[lay] = exc
+                raise
         self._tables[lay] = t
         return t
 
@@ -294,9 +325,7 @@ class MeasuredSteps:
             return self.table(lay)
         except NotCovered as exc:
             if self.fallback is None:
-                from optimizer.errors import InputError
-
-                raise InputError(self.path, f"{self.where}.{exc.field}", str(exc)) from None
+                raise LayoutNotTimed(self.path, f"{self.where}.{exc.field}", str(exc)) from None
             from optimizer.errors import warn_input
 
             warn_input(self.path, f"{self.where}.source", f"auto: {lay.label()} timed by the analytic roofline ({exc})")

@@ -75,6 +75,9 @@ class Performance:
         memory_fraction: the engine's memory fraction (vLLM ``gpu_memory_utilization``, SGLang
             ``mem_fraction_static``: of total memory; TensorRT-LLM ``free_gpu_memory_fraction``:
             of the memory left after the weights), or None for the engine's default.
+        gemm_quant: the database's GEMM kernel lane (``fp8`` per-tensor, ``fp8_block`` the
+            block-scaled FP8 of checkpoints such as Qwen/Qwen3-32B-FP8, ...), or None for the lane of
+            ``model.weight_dtype``; MoE experts use the same lane.
         path: the instance file (for messages); where: the field prefix (``performance``).
     """
 
@@ -85,6 +88,7 @@ class Performance:
     path: Optional[Path] = None
     where: str = "performance"
     calibration: Optional["Calibration"] = None
+    gemm_quant: Optional[str] = None
 
 
 def resolve(perf: Performance, model_perf: PerfModel, config_file: Path, gpu: str, eff: Efficiency = PEAK,

@@ -35,6 +35,7 @@ from statistics import NormalDist
 import numpy as np
 
 from optimizer.model.layout import Layout, enumerate_layouts
+from optimizer.model.measured import LayoutNotTimed
 from optimizer.model.prefill import kv_bytes_per_request, kv_transfer_s
 from optimizer.serving.schema import Pool, Problem
 
@@ -47,6 +48,7 @@ LIMITS = {
     "max_batch": "serving.max_batch (max-num-seqs)",
     "weights": "weights do not fit the GPU memory",
     "prefill_capacity": "chunk budget cannot keep up with the prompts",
+    "not_timed": "the measured database cannot time this layout",
 }
 
 
@@ -190,14 +192,27 @@ class ServingModel:
         return out
 
     def workers(self, roles=ROLES) -> list[Worker]:
-        """Every configuration of the given roles with its largest rate (``rate = 0`` with the reason when it cannot serve)."""
-        out = []
+        """Every configuration of the given roles with its largest rate (``rate = 0`` with the reason when it cannot serve).
+
+        Under ``performance.source: measured`` a layout the database cannot time gets limit
+        ``not_timed`` (the estimator's reason) and no rate, as the engines cannot run it either.
+
+        Raises:
+            LayoutNotTimed: the database can time none of the layouts (the first one's reason).
+        """
+        out, untimed = [], []
         for i, pool in enumerate(self.p.pools):
             for role in roles:
                 for lay in self.layouts(pool, role):
                     w = Worker(role, i, lay, lay.gpus, 0)
-                    {"prefill": self._prefill, "decode": self._decode, "aggregated": self._aggregated}[role](w)
+                    try:
+                        {"prefill": self._prefill, "decode": self._decode, "aggregated": self._aggregated}[role](w)
+                    except LayoutNotTimed as exc:
+                        w.rate, w.limit, w.detail, w.zero_load = 0.0, "not_timed", exc.problem, {}
+                        untimed.append(exc)
                     out.append(w)
+        if untimed and len(untimed) == len(out):
+            raise untimed[0]
         return out
 
     # ------------------------------------------------------------------ step-time helpers

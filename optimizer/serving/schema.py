@@ -162,6 +162,8 @@ class PerformanceIn(_In):
     engine_version: Optional[str] = Field(default=None, min_length=1)
     memory_fraction: Optional[Annotated[float, Field(gt=0, le=1)]] = None
     calibration: Optional[str] = Field(default=None, min_length=1, description="factors from optimize calibrate")
+    gemm_quant: Optional[Literal["bfloat16", "fp8", "fp8_block", "nvfp4", "int8_wo", "int4_wo"]] = Field(
+        default=None, description="the measured database's GEMM (and MoE) kernel lane; default from model.weight_dtype")
 
 
 class InstanceIn(_In):
@@ -285,17 +287,19 @@ def performance_of(pin: PerformanceIn, serving_engine: str, path: Path) -> Perfo
     """The resolved ``performance:`` block: the engine defaults to ``serving.engine`` when that
     names one engine, else vLLM."""
     engine = pin.engine or (serving_engine if serving_engine in ("vllm", "sglang") else "vllm")
-    if pin.source == "analytic" and (pin.engine_version is not None or pin.memory_fraction is not None):
-        field_ = "engine_version" if pin.engine_version is not None else "memory_fraction"
-        raise InputError(path, f"performance.{field_}", "applies to the measured source only "
-                                                        "(performance.source: measured or auto)")
+    if pin.source == "analytic":
+        for field_ in ("engine_version", "memory_fraction", "gemm_quant"):
+            if getattr(pin, field_) is not None:
+                raise InputError(path, f"performance.{field_}", "applies to the measured source only "
+                                                                "(performance.source: measured or auto)")
     cal = None
     if pin.calibration is not None:
         from optimizer.model.steptimes import read_calibration
 
         f = Path(pin.calibration)
         cal = read_calibration(f if f.is_absolute() else path.parent / f, path)
-    return Performance(pin.source, engine, pin.engine_version, pin.memory_fraction, path, "performance", cal)
+    return Performance(pin.source, engine, pin.engine_version, pin.memory_fraction, path, "performance", cal,
+                       pin.gemm_quant)
 
 
 def _with_band(pools, performance: Performance, ttft_s: float, tpot_s: float, path: Path):
