@@ -25,6 +25,7 @@ from optimizer.schema_base import read_yaml  # noqa: E402
 from optimizer.serving import load_problem  # noqa: E402
 from optimizer.serving.pareto import MODES, mark_front, pareto, plot, solve_point  # noqa: E402
 from optimizer.serving.perf import ServingModel  # noqa: E402
+from benchmarks.bench_serving import _wall_of_command  # noqa: E402  (one copy of the fresh-process timer)
 
 INSTANCES = ROOT / "instances"
 LLAMA = INSTANCES / "serving_llama70b_h100.yaml"
@@ -93,19 +94,6 @@ def main() -> None:
         print("|---|---|---|---|")
         for r in bench_sweep():
             print(f"| {r['case']} | {r['rows']} | {r['seconds']:.1f} | {r.get('same_rows', '')} |")
-
-
-def _wall_of_command(args: list, limit: float) -> tuple[float, int, str]:
-    """(wall s, exit code, status) of ``optimize ARGS --time-limit LIMIT --format json`` in a fresh process."""
-    import json
-    import subprocess
-
-    t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "optimizer.cli", *map(str, args), "--time-limit", str(limit),
-                        "--format", "json"], capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - t0
-    status = json.loads(r.stdout).get("status", "-") if r.stdout.strip().startswith("{") else "-"
-    return wall, r.returncode, status
 
 
 def limits() -> bool:

@@ -38,6 +38,7 @@ import logging
 import os
 import sys
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
@@ -85,10 +86,17 @@ def cache_dir() -> Path:
     return Path(root) / "steptimes"
 
 
+@lru_cache(maxsize=1)
+def mapping() -> dict:
+    """``instances/hardware/aiconfigurator.yaml``: ``systems`` (catalog GPU -> database system),
+    ``servers`` (catalog GPU -> the server it comes in), ``model_aliases``. Read once per process."""
+    with SYSTEMS_FILE.open() as fh:
+        return yaml.safe_load(fh)
+
+
 def systems() -> dict:
     """Catalog GPU name -> aiconfigurator-core system name (``instances/hardware/aiconfigurator.yaml``)."""
-    with SYSTEMS_FILE.open() as fh:
-        return yaml.safe_load(fh)["systems"]
+    return mapping()["systems"]
 
 
 def _aic() -> str:

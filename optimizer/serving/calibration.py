@@ -49,18 +49,17 @@ class RunCalibration:
     groups: list = field(default_factory=list)  # per group: rows, uncalibrated and held-out errors, factors
     skipped: dict = field(default_factory=dict)
 
+    def _pooled(self, kind: str) -> dict:
+        t = [e for g in self.groups for e in g[f"{kind}_ttft"]]
+        return {"rows": len(t), **_med(t, [e for g in self.groups for e in g[f"{kind}_tpot"]])}
+
     def held_out(self) -> dict:
         """Median absolute held-out TTFT / TPOT error over every row predicted by another group's fit."""
-        t = [e for g in self.groups for e in g["held_out_ttft"]]
-        p = [e for g in self.groups for e in g["held_out_tpot"]]
-        return {"rows": len(t), "ttft_median_abs_error": float(np.median(t)) if t else None,
-                "tpot_median_abs_error": float(np.median(p)) if p else None}
+        return self._pooled("held_out")
 
     def uncalibrated(self) -> dict:
-        t = [e for g in self.groups for e in g["uncalibrated_ttft"]]
-        p = [e for g in self.groups for e in g["uncalibrated_tpot"]]
-        return {"rows": len(t), "ttft_median_abs_error": float(np.median(t)) if t else None,
-                "tpot_median_abs_error": float(np.median(p)) if p else None}
+        """The same over the uncalibrated predictions."""
+        return self._pooled("uncalibrated")
 
     def to_dict(self) -> dict:
         return {"problem": "calibrate-serving", "source": self.source,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -21,7 +22,6 @@ import numpy as np
 import yaml
 
 from optimizer.errors import InputError
-from optimizer.model.measured import SYSTEMS_FILE
 
 CHUNK_TOKENS = 8192  # the engines' default per-step token budget on 80-192 GB GPUs (vLLM max_num_batched_tokens
 # for the API server, SGLang chunked_prefill_size, TensorRT-LLM max_num_tokens)
@@ -78,8 +78,6 @@ def read_rows(path: Path, limit: Optional[int] = None) -> list[Row]:
                  "model": r["model_path"], "mode": r["mode"], "isl": _num(r["isl"], path, where, "isl"),
                  "osl": _num(r["osl"], path, where, "osl"),
                  "precision": (r.get("gemm_quant_mode") or r.get("precision") or "").lower()}
-            import re
-
             m_c = re.search(r"silicon_concurrency=(\d+)", r.get("silicon_data_source") or "")
             f["source_concurrency"] = int(m_c.group(1)) if m_c else None
             for k in ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
@@ -172,8 +170,9 @@ def read_any(path: Path, mapping: Optional[Path] = None, limit: Optional[int] = 
 
 
 def _mapping() -> dict:
-    with SYSTEMS_FILE.open() as fh:
-        return yaml.safe_load(fh)
+    from optimizer.model.measured import mapping
+
+    return mapping()
 
 
 def _model_config(model: str, mapping: dict) -> Optional[Path]:
@@ -269,34 +268,37 @@ def predict(rows: list[Row], sources: tuple[str, ...], path: Path) -> list[Row]:
     return rows
 
 
+def _errors(got: list[Row], src: str) -> dict:
+    """``n`` and the median and mean of ``|predicted / measured - 1|`` of TTFT and TPOT over ``got``."""
+    out = {"n": len(got)}
+    for k in ("ttft", "tpot"):
+        e = np.array([abs(r.predicted[src][f"{k}_ms"] / r.measured[f"{k}_ms"] - 1) for r in got])
+        out[f"{k}_median"], out[f"{k}_mean"] = float(np.median(e)), float(e.mean())
+    return out
+
+
 def groups(rows: list[Row], sources: tuple[str, ...]) -> list[dict]:
     """Per (GPU, engine, model, mode) group and source: rows, median and mean absolute error of TTFT and TPOT."""
     out = []
-    keys = sorted({r.group for r in rows})
-    for g in keys:
+    for g in sorted({r.group for r in rows}):
         members = [r for r in rows if r.group == g]
         d = {"system": g[0], "engine": g[1], "model": g[2], "mode": g[3], "rows": len(members), "errors": {}}
         for src in sources:
             got = [r for r in members if src in r.predicted]
-            if not got:
-                continue
-            et = np.array([abs(r.predicted[src]["ttft_ms"] / r.measured["ttft_ms"] - 1) for r in got])
-            ep = np.array([abs(r.predicted[src]["tpot_ms"] / r.measured["tpot_ms"] - 1) for r in got])
-            d["errors"][src] = {"n": len(got), "ttft_median": float(np.median(et)), "ttft_mean": float(et.mean()),
-                                "tpot_median": float(np.median(ep)), "tpot_mean": float(ep.mean())}
+            if got:
+                d["errors"][src] = _errors(got, src)
         out.append(d)
     return out
 
 
 def overall(rows: list[Row], sources: tuple[str, ...], keep=lambda r: True) -> dict:
-    """Median absolute TTFT/TPOT error per source over the rows ``keep`` selects."""
+    """``n`` and the median absolute TTFT/TPOT error per source over the rows ``keep`` selects."""
     out = {}
     for src in sources:
         got = [r for r in rows if keep(r) and src in r.predicted]
         if got:
-            out[src] = {"n": len(got),
-                        "ttft_median": float(np.median([abs(r.predicted[src]["ttft_ms"] / r.measured["ttft_ms"] - 1) for r in got])),
-                        "tpot_median": float(np.median([abs(r.predicted[src]["tpot_ms"] / r.measured["tpot_ms"] - 1) for r in got]))}
+            e = _errors(got, src)
+            out[src] = {"n": e["n"], "ttft_median": e["ttft_median"], "tpot_median": e["tpot_median"]}
     return out
 
 
