@@ -12,7 +12,6 @@ from pathlib import Path
 
 import yaml
 
-from optimizer.deployment.batching import admission_order, batch_limits
 from optimizer.deployment.evaluate import Plan, PlannedInstance, evaluate
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import build_problem
@@ -246,49 +245,134 @@ def _place(problem, lays):
     return out
 
 
+def _set_partitions(items: list):
+    """Every partition of ``items`` into non-empty blocks (each partition once)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _set_partitions(rest):
+        yield [[first]] + part
+        for i in range(len(part)):
+            yield part[:i] + [[first] + part[i]] + part[i + 1:]
+
+
 def brute_force_batched(problem, objective, most_on_time: bool = False):
-    """Every multiset of instances (allowed layouts), assignment of sessions, batch limit per
-    instance (1, powers of two, its session count; capped by max_batch) and admission order
-    (every permutation at batch 1; earliest deadline first above), each plan re-checked by
-    the independent evaluator."""
-    from objectives.deployment import get
+    """The exhaustive optimum over the whole batched decision space: every partition of the
+    sessions into replicas, a layout per replica (GPUs placed first-fit), and for each replica
+    every batch limit ``1 .. min(n, max_batch)`` and every admission order.
+
+    Replica timelines come from the evaluator's own batched simulation
+    (``optimizer.deployment.evaluate._batched_timeline``), memory from the evaluator's rule (the
+    i-th session on DP rank i mod dp). Per (replica sessions, layout) only the options no other
+    beats on (makespan, on-time count, finish sum) are combined: every deployment objective
+    (``scenario_from_timings``) is monotone in those per replica. A plan's value is its
+    objective over the scenario of its timings; the best plan is re-checked by the evaluator.
+    Returns the optimum (None when no plan exists), or with ``most_on_time`` the most
+    sessions on time over every valid plan."""
+    from optimizer.deployment.evaluate import _batched_timeline, scenario_from_timings
+
     perf = PerfModel(problem)
-    obj = get(objective)
+    obj = get_objective(objective)
     by_id = {s.id: s for s in problem.sessions}
-    ids = [s.id for s in problem.sessions]
     need = max(problem.required_on_time, obj.min_on_time)
-    best = None
-    most = None  # most sessions on time over valid plans, ignoring the requirement
     lays = [l for l in problem.layouts if l.gpus <= problem.total_gpus]
-    for k in range(1, len(ids) + 1):
-        for combo in itertools.combinations_with_replacement(lays, k):
+    cap = problem.max_batch or len(problem.sessions)
+    mem_limit = problem.gpu.memory_bytes * (1 + 1e-12)
+    options: dict = {}
+
+    def block_options(block: tuple, lay):
+        key = (block, lay)
+        if key in options:
+            return options[key]
+        best: dict = {}
+        for b in range(1, min(len(block), cap) + 1):
+            for order in itertools.permutations(block):
+                known = [by_id[s] for s in order]
+                mem = perf.model.memory_per_gpu(lay, [(s.context, s.new) for s in known],
+                                                [i % lay.attention_dp for i in range(len(known))])
+                if mem > mem_limit:
+                    continue
+                inst = PlannedInstance("x", lay.gpus, (0,), tuple(range(lay.gpus)), list(order), lay, b)
+                tl = _batched_timeline(perf, inst, by_id)
+                k = (max(t.finish_s for t in tl), -sum(t.on_time for t in tl), sum(t.finish_s for t in tl))
+                best.setdefault(k, (list(order), b))
+        keep = []
+        for k in sorted(best):
+            if not any(o[1] <= k[1] and o[2] <= k[2] for o in keep):
+                keep.append(k)
+        options[key] = [best[k] for k in keep]
+        return options[key]
+
+    best_value, best_plan, most = None, None, None
+    for part in _set_partitions(list(by_id)):
+        if len(part) > problem.total_gpus:
+            continue
+        for combo in itertools.product(lays, repeat=len(part)):
+            if sum(l.gpus for l in combo) > problem.total_gpus:
+                continue
             placed = _place(problem, combo)
             if placed is None:
                 continue
-            for assign in itertools.product(range(k), repeat=len(ids)):
-                groups = [[sid for sid, a in zip(ids, assign) if a == i] for i in range(k)]
-                if any(not g for g in groups):
+            # _place sorts by GPUs (widest first): pair each block with its layout's slot
+            slots = {}
+            for lay, srv, gl in placed:
+                slots.setdefault(lay, []).append((srv, gl))
+            per_block = [block_options(tuple(bl), lay) for bl, lay in zip(part, combo)]
+            if any(not o for o in per_block):
+                continue
+            for pick in itertools.product(*per_block):
+                used = {lay: 0 for lay in slots}
+                insts = []
+                for i, ((order, b), lay) in enumerate(zip(pick, combo)):
+                    srv, gl = slots[lay][used[lay]]
+                    used[lay] += 1
+                    insts.append(PlannedInstance(f"i{i}", lay.gpus, srv, gl, order, lay, b))
+                plan = Plan(insts)
+                timings = [t for inst in insts for t in _batched_timeline(perf, inst, by_id)]
+                sc = scenario_from_timings(problem, plan, timings)
+                most = sc.on_time if most is None else max(most, sc.on_time)
+                if sc.on_time < need:
                     continue
-                choices = []
-                for (lay, _, _), g in zip(placed, groups):
-                    opts = []
-                    for b in batch_limits(len(g), problem.batch_cap):
-                        if b == 1:
-                            opts += [(1, list(o)) for o in itertools.permutations(g)]
-                        else:
-                            jobs = [(by_id[s].context, by_id[s].new, by_id[s].deadline_s) for s in g]
-                            opts.append((b, [g[i] for i in admission_order(jobs, [0] * len(g), b)]))
-                    choices.append(opts)
-                for pick in itertools.product(*choices):
-                    plan = Plan([PlannedInstance(f"i{i}", lay.gpus, srv, gl, order, lay, b)
-                                 for i, ((lay, srv, gl), (b, order)) in enumerate(zip(placed, pick))])
-                    ev = evaluate(problem, plan, perf)
-                    if ev.violations:
-                        continue
-                    most = ev.nominal.on_time if most is None else max(most, ev.nominal.on_time)
-                    if ev.nominal.on_time < need:
-                        continue
-                    v = obj.value(ev)
-                    if best is None or v < best - 1e-12:
-                        best = v
-    return most if most_on_time else best
+                v = obj.scenario_value(problem, sc)
+                if best_value is None or v < best_value - 1e-12:
+                    best_value, best_plan = v, plan
+    if most_on_time:
+        return most
+    if best_plan is not None:
+        ev = evaluate(problem, best_plan, perf)
+        assert not ev.violations, ev.violations
+        assert abs(obj.value(ev) - best_value) <= 1e-9 * max(1.0, abs(best_value)), (obj.value(ev), best_value)
+    return best_value
+
+
+def random_orders_instance(seed: int, folder):
+    """A random small batched instance where admission order matters: 3-6 sessions, each its
+    own (context, new tokens, deadline), 1-2 servers, 2-4 layouts, batch limit 2-4; deadlines
+    drawn around the sessions' single-session times so that some but not all orders work."""
+    rng = random.Random(seed)
+    cfg = write_tiny_config(folder)
+    gpus, servers = rng.choice([(2, 1), (4, 1), (2, 2)])
+    n = rng.choice([3, 4, 4, 5, 5, 6])
+    sessions = []
+    for i in range(n):
+        ctx = rng.randrange(2_000, 40_000, 1000)
+        new = rng.randint(2, 8)
+        sessions.append({"name": f"s{i}", "count": 1, "context_tokens": ctx, "new_tokens": new,
+                         "deadline_ms": rng.choice([None, round(rng.uniform(10, 160), 1)])})
+    layouts = [{"attention": {"tp": 1}}, {"attention": {"tp": 2}}, {"attention": {"tp": 1}, "pp": 2},
+               {"attention": {"tp": 1, "dp": 2}}]
+    raw = {
+        "name": f"orders {seed}", "model": {"config": str(cfg)},
+        "hardware": {
+            "gpu": {"name": "small", "memory_gb": rng.choice([0.3, 0.5]), "memory_bandwidth_gb_s": 10.0,
+                    "bf16_tflops": 50.0, "power_w": 300.0, "dollars_per_gpu_hour": 2.5},
+            "server": {"name": "box", "gpus": gpus, "power_kw": 2.0,
+                       "scale_up": {"bandwidth_gb_s": 50.0, "latency_us": 20.0},
+                       "scale_out": {"bandwidth_gb_s": 5.0, "latency_us": 60.0}},
+            "servers": servers},
+        "workload": {"sessions": sessions, "min_on_time_fraction": rng.choice([0.0, 0.5, 0.75, 1.0])},
+        "deployment": {"reserve_gib_per_gpu": 0.01, "layouts": rng.sample(layouts, rng.randint(2, 4)),
+                       "max_batch": rng.randint(2, 4)},
+    }
+    return build_problem(raw, folder / "orders.yaml")

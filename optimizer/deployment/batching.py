@@ -10,22 +10,28 @@ and frees its slot at that step boundary. A step of the active set A takes the s
 batched :meth:`optimizer.model.perf.PerfModel.step` time (|A| = 1: the single-session time,
 exactly as the TP-only problem).
 
-Search space (exact over it): a *configuration* is (layout, batch limit b, multiset of session
-classes) that fits the memory of one instance. Its timeline is a deterministic simulation
-once the admission order is fixed; the order is fixed by rule:
+Search space: a *configuration* is (layout, batch limit b, multiset of session classes) that
+fits the memory of one instance, with an admission order. Its timeline is a deterministic
+simulation once the order is fixed. With batching the order is a decision (earliest-deadline
+admission is not optimal: a long session admitted early can be the only way to finish it on
+time), so it is searched exactly where the instance is small enough:
 
-* b = 1: Moore-Hodgson order (on-time sessions by deadline, late ones after), optimal for
-  the on-time count on one machine, and the makespan does not depend on the order;
-* b > 1: earliest deadline first (no deadline last; ties: fewer new tokens, then shorter
-  context).
+* **Exact orders** for every configuration of at most :attr:`Enumeration.exact_sessions`
+  sessions: every batch limit ``1 .. min(n, max_batch)`` and every distinct admission order of
+  its sessions, keeping the columns no other column of the same (layout, sessions) beats on
+  makespan, on-time count and finish sum (every objective here is monotone in those three).
+  ``exact_sessions`` is the largest n whose configurations fit :data:`ORDER_WORK` simulated
+  timelines (smaller configurations first), so small instances are exact end to end.
+* **By rule** above it: batch limits 1, the powers of two below n and n (capped by
+  ``deployment.max_batch``); b = 1 in Moore-Hodgson order (on-time sessions by deadline, late
+  ones after: optimal for the on-time count, and the makespan does not depend on the order);
+  b > 1 earliest deadline first (no deadline last; ties: fewer new tokens, then shorter
+  context). A result then states its claim under these rules (:attr:`Enumeration.scope`).
 
-Batch limits tried per configuration of n sessions: 1, the powers of two below n, and n (no
-limit), each capped by ``deployment.max_batch``. The configuration LP/MILP
-(:class:`~optimizer.deployment.configurations.ConfigurationSearch`) then chooses how many
-instances run each configuration, with the GPU row exact because every layout's GPU count
-divides the server or is a multiple of it. A plan is optimal over every assignment of
-sessions to instances, every listed layout and every batch limit above, under these
-admission rules; the brute-force test enumerates exactly that space.
+The configuration LP/MILP (:class:`~optimizer.deployment.configurations.ConfigurationSearch`)
+chooses how many instances run each configuration, with the GPU row exact because every
+layout's GPU count divides the server or is a multiple of it. The exhaustive test enumerates
+every assignment, batch limit and admission order.
 """
 from __future__ import annotations
 
@@ -46,6 +52,9 @@ from optimizer.model.perf import batch_step_table
 
 MAX_BATCH_CONFIGURATIONS = 200_000
 MEMO_SEGMENTS = 500_000  # cached timeline segments per performance model (cleared beyond)
+# simulated timelines spent on exact admission orders per instance (~0.1 ms each on the 2-core
+# machine, a few seconds at most); configurations beyond it keep the rule orders
+ORDER_WORK = 40_000
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,49 @@ class BatchConfiguration:
     layout: Layout
     batch: int
     finish_sum: int = 0  # ticks, sum of the sessions' finish times (each rounded up)
+    order: Optional[tuple[int, ...]] = None  # class index per admission position; None: the rule's order
+
+
+class Enumeration(list):
+    """The configurations (a list of :class:`BatchConfiguration`) and the decision space they cover.
+
+    Attributes:
+        exact_sessions: configurations of at most this many sessions carry every batch limit
+            and admission order (the rule's beyond it).
+        largest: the most sessions in any configuration.
+    """
+
+    exact_sessions: int = 0
+    largest: int = 0
+
+    @property
+    def scope(self) -> str:
+        """The restriction a claim of optimality or infeasibility holds under ("" = none)."""
+        if self.largest <= self.exact_sessions:
+            return ""
+        return (f"earliest-deadline admission and batch limits 1, 2, 4, ..., n in replicas of more than "
+                f"{self.exact_sessions} sessions")
+
+
+def distinct_orders(counts: tuple[int, ...]) -> int:
+    """Distinct admission orders of a multiset of classes: n! / prod(counts_i!)."""
+    out = math.factorial(sum(counts))
+    for c in counts:
+        out //= math.factorial(c)
+    return out
+
+
+def pareto(cols: list[BatchConfiguration]) -> list[BatchConfiguration]:
+    """The columns no other beats on (makespan, on-time count, finish sum); one per tie."""
+    best: dict[tuple[int, int, int], BatchConfiguration] = {}
+    for c in cols:
+        best.setdefault((c.load, -c.on_time, c.finish_sum), c)
+    keys = sorted(best)
+    keep = []
+    for k in keys:  # sorted by makespan: a column is dominated by one seen earlier
+        if not any(o[1] <= k[1] and o[2] <= k[2] for o in keep):
+            keep.append(k)
+    return [best[k] for k in keep]
 
 
 def batch_limits(n: int, cap: int) -> list[int]:
@@ -127,16 +179,67 @@ def simulate(perf, lay: Layout, jobs: list[tuple[int, int]], batch: int) -> tupl
     return start, finish
 
 
+def _column(problem, perf, lay: Layout, counts: tuple[int, ...], ordered_classes: list[int], b: int,
+            mem_limit: float, rule: bool) -> Optional[BatchConfiguration]:
+    """The column of ``counts`` on ``lay`` admitted in ``ordered_classes`` order at batch limit
+    ``b``; None when the fullest DP rank does not fit the memory."""
+    classes = problem.classes
+    ordered = [(classes[i].context, classes[i].new, classes[i].deadline_s) for i in ordered_classes]
+    if lay.attention_dp > 1:  # DP ranks follow the admission order: check the fullest rank exactly
+        mem = perf.model.memory_per_gpu(lay, [(c, nw) for c, nw, _ in ordered],
+                                        [i % lay.attention_dp for i in range(len(ordered))])
+        if mem > mem_limit:
+            return None
+    _, fin = simulate(perf, lay, [(c, nw) for c, nw, _ in ordered], b)
+    on = sum(1 for (_, _, d), f in zip(ordered, fin) if d is None or f <= d + 1e-9)
+    return BatchConfiguration(lay.gpus, counts, ticks_up(max(fin)), on, lay, b, sum(ticks_up(f) for f in fin),
+                              None if rule else tuple(ordered_classes))
+
+
+def _order_work(counts: tuple[int, ...], cap_b: int, dp: int) -> int:
+    """Timelines the exact pass simulates for one (layout, sessions): every order at every batch
+    limit, one order when all sessions start at once on one rank (the order cannot matter)."""
+    n = sum(counts)
+    perms = distinct_orders(counts)
+    return sum(1 if (b >= n and dp == 1) else perms for b in range(1, min(n, cap_b) + 1))
+
+
+def _exact_columns(problem, perf, lay: Layout, counts: tuple[int, ...], mem_limit: float) -> list[BatchConfiguration]:
+    """Every batch limit and distinct admission order of ``counts`` on ``lay``, Pareto-filtered
+    (kept with the shared model's step table: the comparison rows ask again for the same layouts)."""
+    from more_itertools import distinct_permutations
+
+    memo = batch_step_table(perf.model).__dict__.setdefault("exact_columns", {})
+    key = (lay, tuple((c.context, c.new, c.deadline_s) for c in problem.classes), counts, problem.batch_cap, mem_limit)
+    if key in memo:
+        return memo[key]
+    n = sum(counts)
+    base = [i for i, k in enumerate(counts) for _ in range(k)]
+    cols = []
+    for b in range(1, min(n, problem.batch_cap) + 1):
+        orders = [base] if (b >= n and lay.attention_dp == 1) else distinct_permutations(base)
+        for o in orders:
+            col = _column(problem, perf, lay, counts, list(o), b, mem_limit, rule=False)
+            if col is not None:
+                cols.append(col)
+    memo[key] = pareto(cols)
+    return memo[key]
+
+
 def enumerate_batch_configurations(problem: Problem, perf, options: dict[Layout, LayoutOption],
                                    deadline: Optional[float] = None,
-                                   limit: int = MAX_BATCH_CONFIGURATIONS) -> Optional[list[BatchConfiguration]]:
-    """Every (layout, batch limit, class multiset) that fits one instance's memory; None when
-    there are more than ``limit`` or the wall clock passes ``deadline`` first."""
+                                   limit: int = MAX_BATCH_CONFIGURATIONS,
+                                   order_work: int = ORDER_WORK) -> Optional[Enumeration]:
+    """Every (layout, batch limit, class multiset, admission order) column that fits one
+    instance's memory (the module's search space; :class:`Enumeration` says up to which size
+    the orders are exact); None when there are more than ``limit`` or the wall clock passes
+    ``deadline`` first."""
     classes = problem.classes
     cap_b = problem.batch_cap
     single = {lay: [ticks_up(perf.model.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
                     for c in classes] for lay in options}
     out: list[BatchConfiguration] = []
+    groups: list[tuple[Layout, tuple[int, ...], int, int]] = []  # (layout, counts, first, end) of rule columns
     mem_limit = problem.gpu.memory_bytes * (1 + 1e-12)
     for lay, opt in options.items():
         caps = list(opt.cap)
@@ -149,18 +252,14 @@ def enumerate_batch_configurations(problem: Problem, perf, options: dict[Layout,
         def leaf() -> bool:
             jobs = [(c.context, c.new, c.deadline_s) for c in classes for _ in range(counts[c.index])]
             ticks = [single[lay][c.index] for c in classes for _ in range(counts[c.index])]
+            cls = [c.index for c in classes for _ in range(counts[c.index])]
+            first = len(out)
             for b in batch_limits(len(jobs), cap_b):
-                order = admission_order(jobs, ticks, b)
-                ordered = [jobs[i] for i in order]
-                if dp > 1:  # DP ranks follow the admission order: check the fullest rank exactly
-                    mem = perf.model.memory_per_gpu(lay, [(c, nw) for c, nw, _ in ordered],
-                                                    [i % dp for i in range(len(ordered))])
-                    if mem > mem_limit:
-                        continue
-                _, fin = simulate(perf, lay, [(c, nw) for c, nw, _ in ordered], b)
-                on = sum(1 for (_, _, d), f in zip(ordered, fin) if d is None or f <= d + 1e-9)
-                out.append(BatchConfiguration(lay.gpus, tuple(counts), ticks_up(max(fin)), on, lay, b,
-                                              sum(ticks_up(f) for f in fin)))
+                col = _column(problem, perf, lay, tuple(counts), [cls[i] for i in admission_order(jobs, ticks, b)],
+                              b, mem_limit, rule=True)
+                if col is not None:
+                    out.append(col)
+            groups.append((lay, tuple(counts), first, len(out)))
             return len(out) <= limit and (deadline is None or time.perf_counter() <= deadline)
 
         def rec(i: int, load: np.ndarray) -> bool:
@@ -182,7 +281,39 @@ def enumerate_batch_configurations(problem: Problem, perf, options: dict[Layout,
 
         if not rec(0, np.zeros(len(static))):
             return None
-    return out
+    return _with_exact_orders(problem, perf, out, groups, mem_limit, order_work, deadline)
+
+
+def _with_exact_orders(problem, perf, out, groups, mem_limit, order_work, deadline) -> Optional[Enumeration]:
+    """Replace the rule columns of every configuration of at most K sessions by its exact
+    columns, K the largest size whose configurations (all sizes up to K) fit ``order_work``
+    timelines; deterministic (it depends on the instance, not the clock)."""
+    res = Enumeration()
+    res.largest = max((sum(g[1]) for g in groups), default=0)
+    work: dict[int, int] = {}
+    for lay, counts, _, _ in groups:
+        n = sum(counts)
+        work[n] = work.get(n, 0) + _order_work(counts, problem.batch_cap, lay.attention_dp)
+    k, spent = 0, 0
+    for n in sorted(work):
+        if spent + work[n] > order_work:
+            break
+        spent += work[n]
+        k = n
+    # the comparison rows (one layout each) keep the main search's size: the same claim, and
+    # no more exact work per row than the main search spent on all layouts
+    sizes = batch_step_table(perf.model).__dict__.setdefault("exact_sessions", {})
+    key = (tuple((c.context, c.new, c.deadline_s, c.count) for c in problem.classes), problem.batch_cap, order_work)
+    k = min(k, sizes.setdefault(key, k))
+    res.exact_sessions = k
+    for lay, counts, first, end in groups:
+        if sum(counts) <= k:
+            res.extend(_exact_columns(problem, perf, lay, counts, mem_limit))
+            if deadline is not None and time.perf_counter() > deadline:
+                return None
+        else:
+            res.extend(out[first:end])
+    return res
 
 
 def check_supported(problem: Problem, objective) -> None:

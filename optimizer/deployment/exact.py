@@ -492,7 +492,22 @@ def solve_batched(problem: Problem, perf: PerfModel, obj, deadline: float, layou
     need = max(problem.required_on_time, obj.min_on_time)
     search = ConfigurationSearch(problem, configs, need, deadline)
     if obj.search is None:
-        return _solve_batched_additive(problem, perf, obj, search, need, deadline, stats, allowed, mode, t0)
+        return _scoped(_solve_batched_additive(problem, perf, obj, search, need, deadline, stats, allowed, mode, t0),
+                       configs)
+    return _scoped(_solve_batched_search(problem, perf, obj, search, stats, allowed, mode, t0), configs)
+
+
+def _scoped(out: SolveOutcome, configs) -> SolveOutcome:
+    """State the decision space the claim holds over (:attr:`Enumeration.scope`)."""
+    out.scope = configs.scope
+    if out.scope and out.status in (Status.OPTIMAL, Status.INFEASIBLE):
+        out.notes.append(f"{out.status.value} under {out.scope}: admission orders of larger replicas were not "
+                         f"searched (exact up to {configs.exact_sessions} sessions per replica)")
+    return out
+
+
+def _solve_batched_search(problem, perf, obj, search, stats, allowed, mode, t0) -> SolveOutcome:
+    """Objectives with a threshold search (cost, makespan) over the configuration columns."""
     res = search.run(obj.search, None)
     stats.solves += res.lp_solves + res.milp_solves
     stats.time_s = time.perf_counter() - t0
@@ -536,8 +551,8 @@ def _solve_batched_additive(problem, perf, obj, search, need, deadline, stats, a
 
 def plan_from_batch_configurations(problem: Problem, perf: PerfModel, counts) -> Plan:
     """Instances from (layout, batch limit, sessions) configuration counts: sessions per class
-    taken in id order, admitted in the configuration's rule order
-    (:func:`optimizer.deployment.batching.admission_order`), packed on servers first-fit."""
+    taken in id order, admitted in the configuration's order (its searched ``order``, else the
+    rule's, :func:`optimizer.deployment.batching.admission_order`), packed on servers first-fit."""
     import numpy as np
 
     from optimizer.deployment.batching import admission_order
@@ -549,6 +564,9 @@ def plan_from_batch_configurations(problem: Problem, perf: PerfModel, counts) ->
         single = [ticks_up(perf.model.single_session_step_s(cfg.layout, np.arange(c.context, c.context + c.new)).sum())
                   for c in problem.classes]
         for _ in range(r):
+            if cfg.order is not None:  # an exactly searched order: class per admission position
+                items.append((cfg.degree, [pools[i].pop(0) for i in cfg.order], cfg.layout, cfg.batch))
+                continue
             sess, jobs, ticks = [], [], []
             for c in problem.classes:
                 for _ in range(cfg.counts[c.index]):

@@ -45,6 +45,9 @@ class SolveOutcome:
         method: the solve method that produced the plan (a name of
             :mod:`optimizer.deployment.methods`, with the formulation or phase in brackets).
         bound_method: the method (and algorithm) that proved the bound, or the infeasibility.
+        scope: the restriction of the decision space that ``optimal`` / ``infeasible`` are
+            claimed under ("" = the whole space the docs state), e.g. earliest-deadline
+            admission in replicas too large for the exact order search.
     """
 
     status: Status
@@ -58,6 +61,7 @@ class SolveOutcome:
     notes: list[str] = field(default_factory=list)
     method: str = ""
     bound_method: str = ""
+    scope: str = ""
 
 
 def finish(status, objective, value, bound, ev, stats, allowed, mode) -> SolveOutcome:

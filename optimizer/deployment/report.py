@@ -93,7 +93,8 @@ class DeploymentReport:
             {"name": o.stats.name, "status": o.stats.status.value, "objective": o.value, "time_s": round(self.total_time_s, 4),
              "solve_time_s": round(o.stats.time_s, 4), "gap": o.stats.gap, "bound": o.bound,
              "solves": o.stats.solves, "formulation": o.mode, "method": o.method or None,
-             "bound_method": o.bound_method or None, "cut_short": self.cut_short},
+             "bound_method": o.bound_method or None, "cut_short": self.cut_short,
+             "scope": o.scope or None},
             binding=[b.to_dict() for b in self.binding],
             alternatives=[a.to_dict() for a in self.alternatives],
             conflicts=conflicts,
@@ -137,8 +138,10 @@ class DeploymentReport:
                       + (f" (at least {o.objective.min_on_time} for the {o.objective.name} objective)"
                          if o.objective.min_on_time > p.required_on_time else ""))
         obj = o.objective
+        scope = f" under {o.scope}" if o.scope else ""
         if o.status == Status.INFEASIBLE:
-            console.print("[bold red]infeasible[/bold red]: no deployment meets every limit.")
+            console.print(f"[bold red]infeasible{escape(scope)}[/bold red]: no deployment"
+                          f"{' in that space' if scope else ''} meets every limit.")
             if self.achievable:
                 console.print(f"[bold]best achievable[/bold]: {escape(self.achievable['detail'])}")
             groups = self.conflict_groups()
@@ -153,7 +156,8 @@ class DeploymentReport:
         if ev is not None:
             gap = "" if o.stats.gap is None else f", gap {o.stats.gap * 100:.3g}%"
             bound = ", no bound" if o.bound is None else f", bound {obj.fmt(o.bound)}"
-            console.print(f"[bold]{o.status.value}[/bold]: {obj.name} = [bold]{obj.fmt(o.value)}[/bold]{bound}{gap}")
+            head = o.status.value + (scope if o.status == Status.OPTIMAL else "")
+            console.print(f"[bold]{escape(head)}[/bold]: {obj.name} = [bold]{obj.fmt(o.value)}[/bold]{bound}{gap}")
             t = Table(title="Instances")
             for col in ("instance", "layout", "batch", "server", "GPUs", "sessions (in order)", "GB/GPU", "finish ms"):
                 t.add_column(col)
