@@ -64,7 +64,7 @@ def _objective_help() -> str:
 @click.option("--pareto-points", "pareto_points", type=click.IntRange(2, 200), default=None,
               help="TPOT targets of --pareto (geometric, 1/4 to 4x the instance's target; default 20).")
 @click.option("--progress", is_flag=True, default=False,
-              help="Show the incumbent, the proven bound and the gap as the solve goes on, one row per method (stderr; deployment and serving).")
+              help="Show the incumbent, the proven bound and the gap as the solve goes on, one row per method (stderr; deployment, serving and expert placement).")
 def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
          overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None,
          pareto: str | None = None, pareto_points: int | None = None, progress: bool = False) -> None:

@@ -31,8 +31,9 @@ def run_cli(*args: str):
 
 
 def run_json(*args: str) -> tuple[int, dict]:
-    code, out = run_cli(*args, "--format", "json")
-    return code, json.loads(out)
+    """Exit code and the JSON on stdout (warnings go to stderr)."""
+    res = CliRunner().invoke(main, [str(a) for a in args] + ["--format", "json"])
+    return res.exit_code, json.loads(res.stdout)
 
 
 def gpu_loads_from_phy2log(phy2log_row, w, slots_per_gpu: int, shares=None) -> list[float]:

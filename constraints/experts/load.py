@@ -15,8 +15,7 @@ a documented scale).
 """
 from __future__ import annotations
 
-from ortools.sat.python import cp_model
-
+from optimizer.cpsat import ortools_cp_model
 from optimizer.result import ConstraintKey
 
 FAMILY = "gpu_load"
@@ -36,6 +35,7 @@ def define(model, sp) -> None:
     """Add the token splits (optimised split) and every GPU's load cap; records each GPU's load
     expression in ``model.loads`` (``model``: :class:`optimizer.experts.model.LayerModel`,
     ``sp``: its :class:`optimizer.experts.model.SubProblem`)."""
+    cp_model = ortools_cp_model()
     if sp.split == "optimal":
         for it in sp.items:
             x, s = model.x[it.e], model.s[it.e]

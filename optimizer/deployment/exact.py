@@ -24,10 +24,11 @@ from optimizer.deployment.fault_columns import enumerate_columns, solve_columns
 from optimizer.deployment.formulation import Formulation
 from optimizer.deployment.outcome import SolveOutcome, finish, resolve_objective
 from optimizer.deployment.packing import pack_on_servers
-from optimizer.deployment.params import degree_fits_hardware, degree_fits_model, usable_degrees
+from optimizer.deployment.params import build_options, degree_fits_hardware, degree_fits_model, usable_degrees
 from optimizer.deployment.progress import Progress
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
+from optimizer.deployment.units import deadline_ticks
 from optimizer.errors import InputError
 from optimizer.result import SolverStats, Status, relative_gap
 
@@ -333,12 +334,12 @@ def _columns_apply(problem: Problem, usable) -> bool:
 def _solve_with_columns(problem, perf, usable, objective, deadline, stats, allowed):
     """Ordered-column formulation for faults on any GPU (:mod:`optimizer.deployment.fault_columns`);
     None to fall back to the sequence formulation (too many columns, or no plan in time)."""
-    f = Formulation(problem, perf, usable, "aggregate")  # options only
     t0 = time.perf_counter()
-    cols = enumerate_columns(problem, f.options, deadline=deadline)
+    cols = enumerate_columns(problem, build_options(problem, perf, usable), deadline=deadline)
     if not cols:
         return None
-    res = solve_columns(problem, cols, objective.search, max(f.required, objective.min_on_time), deadline)
+    res = solve_columns(problem, cols, objective.search, max(problem.required_on_time, objective.min_on_time),
+                        deadline)
     stats.time_s += time.perf_counter() - t0
     if res is None:
         return None
@@ -408,28 +409,23 @@ def place_named_gpu(problem: Problem, plan: Plan, gpu: int, host: Optional[str])
 def _solve_with_configurations(problem, perf, usable, objective, deadline, stats, allowed):
     """Configuration search (cost, makespan, energy without faults); None to fall back to
     the compact formulation (too many configurations, or no plan within the time)."""
-    from optimizer.deployment.formulation import BuildTimeout
-
-    try:  # options and deadline ticks only (its variables are built too: bounded by the deadline)
-        f = Formulation(problem, perf, usable, "aggregate", deadline=deadline)
-    except BuildTimeout:
-        return None
+    options = build_options(problem, perf, usable)
     n, g = len(problem.sessions), problem.total_gpus
-    need = max(f.required, objective.min_on_time)
+    need = max(problem.required_on_time, objective.min_on_time)
     kind = objective.search
-    if any(all(f.options[p].cap[c.index] == 0 for p in f.options) for c in problem.classes):
+    if any(all(options[p].cap[c.index] == 0 for p in options) for c in problem.classes):
         return None  # a session fits no instance: the compact formulation explains why
     # a first enumeration bound from simple lower bounds on the makespan
-    single = max(min(f.options[p].ticks[c.index] for p in f.options if f.options[p].cap[c.index] > 0)
+    single = max(min(options[p].ticks[c.index] for p in options if options[p].cap[c.index] > 0)
                  for c in problem.classes)
-    work = sum(c.count * min(p * f.options[p].ticks[c.index] for p in f.options if f.options[p].cap[c.index] > 0)
+    work = sum(c.count * min(p * options[p].ticks[c.index] for p in options if options[p].cap[c.index] > 0)
                for c in problem.classes) / g
     ub = int(1.25 * max(single, work)) + 1
     best = None  # (value Fraction, counts, makespan, on)
     bound = None
     t0 = time.perf_counter()
     for _ in range(12):
-        configs = enumerate_configurations(problem, f.options, f.deadline_ticks, ub, deadline=deadline)
+        configs = enumerate_configurations(problem, options, deadline_ticks(problem.classes), ub, deadline=deadline)
         if configs is None:
             break
         search = ConfigurationSearch(problem, configs, need, deadline)
@@ -456,7 +452,7 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
     if best is None:
         return None
     stats.name = "highs (configuration LP/MILP)"
-    plan = plan_from_configurations(problem, f.options, best[1])
+    plan = plan_from_configurations(problem, options, best[1])
     ev = evaluate(problem, plan, perf)
     value = objective.value(ev)
     proven = bound is not None and bound >= best[0]
@@ -582,10 +578,8 @@ def plan_from_configurations(problem: Problem, options, counts) -> Plan:
     """Instances from configuration counts: sessions per class taken in id order, run in
     Moore-Hodgson order (on-time ones by deadline, late ones after); instances packed on
     servers first-fit, spanning instances on whole servers first."""
-    from optimizer.deployment.units import ticks_down
-
     pools = {c.index: list(c.session_ids) for c in problem.classes}
-    dl = [ticks_down(c.deadline_s) if c.deadline_s is not None else None for c in problem.classes]
+    dl = deadline_ticks(problem.classes)
     items = []
     for cfg, r in sorted(counts, key=lambda t: -t[0].degree):
         for _ in range(r):
@@ -764,7 +758,7 @@ def max_on_time(problem: Problem, perf: PerfModel, degrees, time_limit_s: float,
     if any(all(perf.max_sessions(p, c.context, c.new) == 0 for p in usable) for c in problem.classes):
         return None  # a session fits no instance of these degrees
     if problem.faults and _columns_apply(problem, usable):
-        cols = enumerate_columns(problem, Formulation(problem, perf, usable, "aggregate").options,
+        cols = enumerate_columns(problem, build_options(problem, perf, usable),
                                  deadline=time.perf_counter() + time_limit_s)
         if cols:
             res = solve_columns(problem, cols, "worst_on_time", 0, time.perf_counter() + time_limit_s)

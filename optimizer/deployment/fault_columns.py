@@ -26,9 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
-from ortools.sat.python import cp_model
-
-from optimizer.cpsat import solve_cp
+from optimizer.cpsat import ortools_cp_model, solve_cp
 from optimizer.deployment.params import Option
 from optimizer.deployment.units import ticks_down, ticks_up
 from optimizer.deployment.schema import Problem
@@ -144,7 +142,7 @@ def solve_columns(problem: Problem, columns: list[Column], kind: str, required: 
     g, n = problem.total_gpus, len(problem.sessions)
 
     def build(lam: Optional[Fraction], worst_on: bool = False):
-        m = cp_model.CpModel()
+        m = ortools_cp_model().CpModel()
         ubs = [min([c.count // k for c, k in zip(problem.classes, col.counts) if k] + [g // col.degree]) for col in columns]
         z = [m.new_int_var(0, ub, "") for ub in ubs]
         u = [m.new_bool_var("") for _ in columns]

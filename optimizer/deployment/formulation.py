@@ -23,15 +23,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Optional
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING, Optional
 
 from optimizer.cpsat import NamedModel
 from optimizer.deployment.params import Option, build_options, degree_fits_hardware, degree_fits_model
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
-from optimizer.deployment.units import Scenario, ticks_down, ticks_up
+from optimizer.deployment.units import Scenario, deadline_ticks, ticks_down, ticks_up
+
+if TYPE_CHECKING:  # OR-Tools is imported when a model is built (NamedModel), not with this module
+    from ortools.sat.python import cp_model
 
 @dataclass(frozen=True)
 class Slot:
@@ -122,7 +123,7 @@ class Formulation:
         worst = sum(c.count * max(o.ticks[c.index] for o in self.options.values()) for c in self.classes) if self.options else 0
         delay = sum(ticks_up(f.at_s + f.stall_s) for f in problem.faults)
         self.horizon = max(1, worst + delay + 1)
-        self.deadline_ticks = [ticks_down(c.deadline_s) if c.deadline_s is not None else None for c in self.classes]
+        self.deadline_ticks = deadline_ticks(self.classes)
         self._build_variables()
 
     # ------------------------------------------------------------------ variables

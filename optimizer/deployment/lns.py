@@ -53,9 +53,8 @@ import time
 from typing import Callable, Optional
 
 import numpy as np
-from ortools.sat.python import cp_model
 
-from optimizer.cpsat import NamedModel
+from optimizer.cpsat import NamedModel, ortools_cp_model
 from optimizer.deployment.params import Inst
 from optimizer.deployment.units import ticks_down, ticks_up
 from optimizer.result import ConstraintKey
@@ -223,7 +222,7 @@ def repair(A, sessions: list[int], budget: int, t_sub: float, need: int, time_s:
             slots.append((k, mdl.new_bool_var(f"open[{A.kinds[k].layout.label()}#{n}]")))
     if not slots:
         return None
-    x: dict[tuple[int, int], cp_model.IntVar] = {}
+    x: dict[tuple[int, int], object] = {}
     y: dict[tuple[int, int], object] = {}
     for j, (k, op) in enumerate(slots):
         kd = A.kinds[k]
@@ -297,6 +296,7 @@ def repair(A, sessions: list[int], budget: int, t_sub: float, need: int, time_s:
     big = max(T, 1) + 1
     mdl.maximize(big * sum(on) - lmax)
     _hint(A, mdl, old, slots, x, y)
+    cp_model = ortools_cp_model()
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, time_s)
     solver.parameters.num_workers = REPAIR_WORKERS

@@ -20,6 +20,11 @@ def ticks_down(seconds: float) -> int:
     return int(math.floor(seconds / TIME_UNIT_S + 1e-6))
 
 
+def deadline_ticks(classes) -> list:
+    """Each session class's deadline in ticks, rounded down (None: the class has no deadline)."""
+    return [ticks_down(c.deadline_s) if c.deadline_s is not None else None for c in classes]
+
+
 @dataclass
 class Scenario:
     """One way the run can unfold: the plan without faults, or with one fault.

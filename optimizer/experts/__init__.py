@@ -43,9 +43,10 @@ class ExpertsPipeline:
 
     def solve(self, data, budget, progress=None):
         """Every layer's optimised plan, bound and status (:func:`optimizer.experts.problem.solve`)."""
+        from optimizer.budget import no_progress
         from optimizer.experts.problem import solve
 
-        return solve(data, budget)
+        return solve(data, budget, progress or no_progress)
 
     def evaluate(self, data, plan):
         """The independent per-layer scores of ``plan`` (:func:`optimizer.experts.problem.evaluate`)."""

@@ -33,17 +33,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from constraints.experts import load as experts_load
 from constraints.experts import locality as experts_locality
 from constraints.experts import replicas as experts_replicas
 from constraints.experts import slots as experts_slots
 from objectives.experts import ExpertsObjective
-from optimizer.cpsat import NamedModel
+from optimizer.cpsat import NamedModel, ortools_cp_model
 from optimizer.result import Status
+
+if TYPE_CHECKING:  # OR-Tools is imported when a model is built or solved, not with this module
+    from ortools.sat.python import cp_model
 
 # the formulation: every constraint family, in the order it is added
 FAMILIES = (experts_replicas, experts_slots, experts_load, experts_locality)
@@ -151,6 +154,7 @@ def solve_deterministic(model: cp_model.CpModel, work_limit: float, wall_limit_s
     Returns:
         ``(status, solver, wall seconds, work used, stopped by the wall guard)``.
     """
+    cp_model = ortools_cp_model()
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,13 +16,14 @@ import numpy as np
 from constraints.experts import replicas as experts_replicas
 from constraints.experts import slots as experts_slots
 from objectives.experts import ExpertsObjective
-from optimizer.budget import Budget
-from optimizer.errors import InputError
+from optimizer.budget import Budget, ProgressSink, no_progress
+from optimizer.cpsat import ortools_cp_model
+from optimizer.errors import InputError, warn_input
 from optimizer.experts import eplb
 from optimizer.experts.plan import (LayerPlan, balancedness, cross_node_tokens, moves, plan_from_phy2log,
                                     trivial_plan)
 from optimizer.experts.schema import ExpertsSection, parse, slots_list
-from optimizer.experts.solve import LayerOutcome, LayerTask, parallel_workers, solve_layers
+from optimizer.experts.solve import MIN_SOLVE_S, LayerOutcome, LayerTask, parallel_workers, solve_layers
 from optimizer.experts.traces import Trace, read_trace
 from optimizer.result import ConstraintKey, Status
 
@@ -246,13 +249,17 @@ class ExpertsSolution:
         return Status.OPTIMAL if all(o.proven for o in self.layers) else Status.FEASIBLE
 
 
-def solve(data: ExpertsData, budget: Budget) -> ExpertsSolution:
+def solve(data: ExpertsData, budget: Budget, progress: ProgressSink = no_progress) -> ExpertsSolution:
     """Solve every layer (:func:`optimizer.experts.solve.solve_layers`).
 
-    The search effort per layer is a fixed work limit (reproducible); the budget's time left is
-    a wall-clock guard split across the layers (those solved in parallel share it). A GPU with
-    more slots than there are experts makes the instance infeasible (replicas of one expert sit
-    on distinct GPUs).
+    The search effort per layer is a fixed work limit (reproducible); ``budget`` is a wall-clock
+    guard on top: each layer takes its share of the time left when it begins (layers solved in
+    parallel share it), so the search ends by the budget's deadline. When the time left cannot
+    pay for OR-Tools' import and a first solve per layer (:func:`search_needs_s`), no layer is
+    searched: each keeps its best start plan (EPLB greedy when its replicas sit on distinct GPUs,
+    else LPT or trivial) with the analytic bound, and a warning says so. ``progress`` gets a row
+    per finished layer (throttled) and a final ``done`` row. A GPU with more slots than there
+    are experts makes the instance infeasible (replicas of one expert sit on distinct GPUs).
     """
     ex = data.section
     slots, E, L = data.slots, data.trace.num_experts, data.trace.num_layers
@@ -264,16 +271,82 @@ def solve(data: ExpertsData, budget: Budget) -> ExpertsSolution:
     greedy = [plan_from_phy2log(p2l_greedy[i], E, slots) for i in range(L)]
     prev = previous_plans(data)
     par = parallel_workers(L, E, data.num_gpus, ex.workers)
-    left = budget.remaining_s() if budget.limited else None
-    guard = None if left is None else max(0.005, left * par / L)  # spent: the start plans, nearly at once
+    need = search_needs_s(L, par)
+    if budget.limited and budget.remaining_s() < need:
+        _warn_no_search(budget, need)
+        layer_budget = Budget(budget.start, budget.limit_s, budget.start, budget.cut)  # spent: start plans only
+    else:
+        ortools_cp_model()  # imported once here, before the workers fork, rather than once in each
+        layer_budget = budget
+    # layer i begins with about L - i layers (itself included) left for ``par`` processes
     tasks = [LayerTask(i, data.fit[i], slots, data.node_of, data.num_nodes, data.split, data.objective, greedy[i],
                        prev[i].X if prev is not None else None, ex.migration_weight, ex.max_load_tolerance,
-                       guard, work_limit=ex.work_units_per_layer) for i in range(L)]
+                       None, work_limit=ex.work_units_per_layer, budget=layer_budget,
+                       share=min(1.0, par / (L - i))) for i in range(L)]
     t0 = time.perf_counter()
-    outs = solve_layers(tasks, ex.workers)
+    rows = _LayerProgress(progress, budget, L)
+    outs = solve_layers(tasks, ex.workers, rows.layer)
     wall = time.perf_counter() - t0
-    return ExpertsSolution(data.objective, tuple(outs), ExpertsPlan(tuple(o.plan for o in outs)),
-                           ExpertsPlan(tuple(greedy)), policy, wall_s=wall)
+    solution = ExpertsSolution(data.objective, tuple(outs), ExpertsPlan(tuple(o.plan for o in outs)),
+                               ExpertsPlan(tuple(greedy)), policy, wall_s=wall)
+    rows.done(solution)
+    return solution
+
+
+ORTOOLS_IMPORT_S = 0.45  # importing OR-Tools' cp_model (and pandas) on the 2-core machine: 0.41-0.47 s
+
+
+def search_needs_s(layers: int, processes: int) -> float:
+    """Seconds of budget the layer search needs to begin at all: OR-Tools' import when it is not
+    loaded yet (:data:`ORTOOLS_IMPORT_S`) and :data:`~optimizer.experts.solve.MIN_SOLVE_S` per
+    layer on each process."""
+    imported = "ortools.sat.python.cp_model" in sys.modules
+    return (0.0 if imported else ORTOOLS_IMPORT_S) + MIN_SOLVE_S * math.ceil(layers / max(1, processes))
+
+
+def _warn_no_search(budget: Budget, need: float) -> None:
+    """The one warning line of a budget too short for the layer search (see :func:`solve`)."""
+    late, left = budget.elapsed_s(), budget.remaining_s()
+    if budget.limit_s is not None and late >= budget.limit_s:
+        what = f"the limit of {budget.limit_s:g} s (counted from the process start) had passed before the layer search began"
+    else:
+        what = (f"{left:.2f} s of the {budget.limit_s:g} s limit were left for the layer search, which needs {need:.2f} s to "
+                "begin (OR-Tools' import and 5 ms a layer)")
+    warn_input("--time-limit", "", f"{what} ({late:.2f} s of start-up and reading): every layer keeps its best start "
+               "plan (EPLB greedy when its replicas sit on distinct GPUs, else LPT or trivial) with the analytic bound, "
+               "not searched; the command may end after the limit")
+    budget.note_cut("expert placement layer search (the time was used up before it began)")
+
+
+class _LayerProgress:
+    """``--progress`` rows of the layer search: one per finished layer (the layer's max load,
+    bound and gap, in tokens), at most every :data:`THROTTLE_S` seconds with the last held row
+    shown before the final ``done`` row (the worst gap over the layers)."""
+
+    THROTTLE_S = 0.5
+
+    def __init__(self, sink: ProgressSink, budget: Budget, layers: int):
+        self.sink, self.budget, self.layers = sink, budget, layers
+        self.last = -math.inf
+        self.held: dict | None = None
+
+    def layer(self, out: LayerOutcome, done: int) -> None:
+        now = time.perf_counter()
+        row = {"elapsed_s": self.budget.elapsed_s(), "method": f"layer {out.layer} ({out.mode}), {done}/{self.layers} done",
+               "value": out.max_load, "bound": out.bound, "gap": out.gap}
+        if now - self.last < self.THROTTLE_S:
+            self.held = row
+            return
+        self.held, self.last = None, now
+        self.sink(row)
+
+    def done(self, solution: "ExpertsSolution") -> None:
+        if self.held is not None:
+            self.sink(self.held)
+        proven = sum(o.proven for o in solution.layers)
+        self.sink({"elapsed_s": self.budget.elapsed_s(),
+                   "method": f"done: {solution.status.value}, {proven}/{self.layers} layers optimal, worst gap",
+                   "value": None, "bound": None, "gap": max((o.gap for o in solution.layers), default=None)})
 
 
 def previous_plans(data: ExpertsData) -> list[LayerPlan] | None:

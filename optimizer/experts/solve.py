@@ -28,21 +28,28 @@ Per layer (layers are independent; they run on a process pool of ``workers`` pro
 Work, not wall time, limits the search: each CP-SAT solve runs on one worker with a fixed
 seed and a deterministic-time limit (``work_limit`` per layer, in CP-SAT deterministic time
 units), and the LNS draws from a seeded generator, so two runs give the same plans. The
-wall-clock ``time_limit_s`` is a guard only; a layer it cuts short is flagged not reproducible.
+wall clock is a guard only; a layer it cuts short is flagged not reproducible. The guard of a
+layer is its share of the command's :class:`~optimizer.budget.Budget` left when the layer
+begins (``LayerTask.budget``, ``share``), so layers that end early leave their time to the
+later ones and the last layers end by the budget's deadline; ``time_limit_s`` caps it further.
+A layer that begins with less than :data:`MIN_SOLVE_S` left runs no CP-SAT solve at all: it
+keeps its start plan and the analytic bound.
 """
 from __future__ import annotations
 
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from objectives.experts import ExpertsObjective
 from objectives.experts.max_load import OBJECTIVE as MAX_LOAD
-from optimizer.experts.model import Item, SubProblem, build_and_solve, choose_scale
+from optimizer.budget import Budget
+from optimizer.experts.model import Item, SubProblem, SubResult, build_and_solve, choose_scale
 from optimizer.experts.plan import LayerPlan, apportion, trivial_plan
 from optimizer.result import Status
 
@@ -51,6 +58,7 @@ EPS = 1e-9
 OPTIMALITY_REL_TOL = 1e-6       # "optimal": (max load - valid bound) / max load <= this
 DEFAULT_WORK_PER_LAYER = 1.0    # CP-SAT deterministic time units per layer
 SUB_WORK = 0.02                 # deterministic time of one LNS sub-solve
+MIN_SOLVE_S = 0.005             # a solve begun with less wall time left than this is not begun
 
 
 @dataclass
@@ -66,10 +74,24 @@ class LayerTask:
     prev: np.ndarray | None       # [E, G] previous replica counts
     move_weight: float            # tokens per move
     tolerance: float
-    time_limit_s: float | None    # wall-clock guard for this layer (None: none)
+    time_limit_s: float | None    # wall-clock guard for this layer, s from its start (None: none)
     exact_limit: int = EXACT_LIMIT
     seed: int = 0
     work_limit: float = DEFAULT_WORK_PER_LAYER   # CP-SAT deterministic time for this layer
+    budget: Budget | None = None  # the command's budget: the layer's guard is its share of what is left
+    share: float = 1.0            # that share (0-1) of the budget's time left when the layer begins
+
+    def deadline(self, now: float) -> float | None:
+        """The layer's wall-clock guard, ``time.perf_counter()`` seconds (None: no guard): the
+        earlier of ``time_limit_s`` from ``now`` and the budget's share. perf_counter is the
+        system-wide monotonic clock on Linux, so a deadline set in the parent holds in a forked
+        worker."""
+        ends = []
+        if self.time_limit_s is not None:
+            ends.append(now + self.time_limit_s)
+        if self.budget is not None and self.budget.limited:
+            ends.append(self.budget.split(self.share).deadline)
+        return min(ends) if ends else None
 
 
 @dataclass(frozen=True)
@@ -147,12 +169,16 @@ class _State:
         self.refresh()
 
     def out_of_time(self) -> bool:
-        if self.deadline is not None and time.perf_counter() >= self.deadline - 0.005:
+        if self.deadline is not None and time.perf_counter() >= self.deadline - MIN_SOLVE_S:
             self.wall_stopped = True
         return self.wall_stopped
 
     def solve(self, sp: SubProblem, work: float):
-        """One deterministic CP-SAT solve charged to this layer's work."""
+        """One deterministic CP-SAT solve charged to this layer's work; an empty result, without
+        building the model, once the wall-clock guard is (nearly) reached."""
+        if self.out_of_time():
+            return SubResult(Status.TIME_LIMIT, X={}, shares={}, T=None, objective=None, bound=None, time_s=0.0,
+                             wall_stopped=True)
         wall = None if self.deadline is None else max(0.001, self.deadline - time.perf_counter())
         res = build_and_solve(sp, max(1e-4, work), wall, seed=self.t.seed)
         self.work += res.work
@@ -263,10 +289,11 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
     """Optimised plan of one layer, its valid lower bound, gap and status (module docstring).
 
     Deterministic for a given task (fixed work limits, one CP-SAT worker, seeded LNS) unless
-    the wall-clock guard ``t.time_limit_s`` stops a solve first; then ``reproducible`` is False.
+    the wall-clock guard (:meth:`LayerTask.deadline`) stops a solve first; then ``reproducible``
+    is False.
     """
     t0 = time.perf_counter()
-    deadline = None if t.time_limit_s is None else t0 + t.time_limit_s
+    deadline = t.deadline(t0)
     w = np.asarray(t.w, dtype=np.int64)
     E, G, R = len(w), len(t.slots), int(sum(t.slots))
     notes: list[str] = []
@@ -355,7 +382,10 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
     if greedy_colocated and mx > greedy_max * (1 + 1e-12):
         notes.append(f"greedy places two replicas of one expert on one GPU (not allowed here); its max load "
                      f"{greedy_max:.6g} is below this plan's {mx:.6g}")
-    if st.wall_stopped:
+    if st.wall_stopped and st.solves == 0:
+        notes.append("wall-clock limit reached before the first solve: the start plan with the analytic bound, "
+                     "not searched (this layer may differ between runs)")
+    elif st.wall_stopped:
         notes.append("wall-clock limit reached before the work limit: this layer may differ between runs")
     return _finish(t, plan, mx, lb, solver_bound, mode, greedy_colocated, t0, st.solves, phase2, notes,
                    st.work, not st.wall_stopped)
@@ -465,13 +495,26 @@ def parallel_workers(num_layers: int, num_experts: int, num_gpus: int, workers: 
     return 1
 
 
-def solve_layers(tasks: list[LayerTask], workers: int = 2) -> list[LayerOutcome]:
-    """Solve every layer; a process pool when :func:`parallel_workers` says so."""
+def solve_layers(tasks: list[LayerTask], workers: int = 2,
+                 on_layer: Callable[[LayerOutcome, int], None] | None = None) -> list[LayerOutcome]:
+    """Solve every layer (in task order); a process pool when :func:`parallel_workers` says so.
+    ``on_layer(outcome, layers done)`` is called in this process as each layer ends (progress)."""
     n = parallel_workers(len(tasks), len(tasks[0].w), len(tasks[0].slots), workers) if tasks else 1
     if n == 1:
-        return [solve_layer(t) for t in tasks]
+        outs = []
+        for t in tasks:
+            outs.append(solve_layer(t))
+            if on_layer is not None:
+                on_layer(outs[-1], len(outs))
+        return outs
     import multiprocessing as mp
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as ex:
-        return list(ex.map(solve_layer, tasks, chunksize=1))
+        futures = [ex.submit(solve_layer, t) for t in tasks]  # started in this order (the shares assume it)
+        done = 0
+        for f in as_completed(futures):
+            done += 1
+            if on_layer is not None:
+                on_layer(f.result(), done)
+        return [f.result() for f in futures]
