@@ -13,7 +13,7 @@ The search is limited by work (``--work``: CP-SAT deterministic time per layer),
 and gaps are reproducible; ``--time-limit`` is an optional wall-clock guard (runs it cuts short
 are reported as not reproducible).
 
-Usage: ``python benchmarks/bench_experts.py [--work 1.0] [--time-limit S] [--sigma 1.0] [--json out.json]``
+Usage: ``python benchmarks/bench_experts.py [--work W] [--time-limit S] [--sigma 1.0] [--json out.json]``
 """
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ def synthetic_trace(seed: int = 2024, layers: int = 4, experts: int = 256, windo
 
 
 def _run(raw: dict, folder: Path, time_limit: float | None, work: float):
-    raw["experts"]["work_units_per_layer"] = work
+    if work is not None:  # else the product's default (optimizer.experts.solve.default_work)
+        raw["experts"]["work_units_per_layer"] = work
     path = folder / "inst.yaml"
     path.write_text(yaml.safe_dump(raw))
     t0 = time.perf_counter()
@@ -109,7 +110,8 @@ def bench_esft(task: str, time_limit: float | None, work: float, window_tokens: 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--work", type=float, default=1.0, help="CP-SAT deterministic time per layer")
+    ap.add_argument("--work", type=float, default=None,
+                    help="CP-SAT deterministic time per layer (default: the product's, 3 units over the layers)")
     ap.add_argument("--time-limit", type=float, default=None, help="wall-clock guard (s), none by default")
     ap.add_argument("--sigma", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)

@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from optimizer.errors import InputError
 
+# input limits shared by every problem that counts servers (deployment, serving): beyond them the
+# models stop being instances of one fabric and the solvers' integer bounds stop being tight
+MAX_SERVERS = 4096
+MAX_GPUS_PER_SERVER = 1024
+
 
 class StrictModel(BaseModel):
     """Base of every input model: frozen, unknown keys rejected, no coercion of str to number."""

@@ -70,6 +70,10 @@ def test_unknown_pool_gpu(cli, tmp_path):
     # a fresh user's TP3 prefill went through as "disaggregated: no plan ()"; deployment calls it bad input too
     (lambda r: r["serving"].update(prefill={"tp": [3]}), ("serving.prefill.tp", "TP3 does not split 32 attention heads")),
     (lambda r: r["serving"].update(objective="gpu"), ("serving.objective", "unknown objective 'gpu'")),
+    # a million servers ran 108 s past a 10 s limit; deployment caps servers at 4,096, and so does serving
+    (lambda r: r["hardware"].update(servers=1_000_000), ("hardware.servers", "more than 4096 servers")),
+    (lambda r: r.update(hardware={"pools": [{"gpu": "h100-sxm", "server": "hgx-h100", "count": 40_000}]}),
+     ("hardware.pools[0].count", "more than 4096 servers")),
 ])
 def test_bad_fields(cli, tmp_path, change, needles):
     raw = llama8b_raw(1.0, 512, 128, 1000, 50)

@@ -21,6 +21,7 @@ from optimizer.deployment.model_config import ModelShape, read_model_config
 from optimizer.errors import InputError
 from optimizer.model.hardware import peak_flops_for
 from optimizer.model.layout import Layout, default_layouts, layout_problem
+from optimizer.schema_base import MAX_GPUS_PER_SERVER, MAX_SERVERS  # shared with serving
 from optimizer.schema_base import StrictModel, existing_file, validate
 
 # bytes per element of each weight / KV dtype (read-only)
@@ -42,8 +43,6 @@ MAX_MS = 1e9  # 11.6 days
 MAX_TOKENS = 100_000_000
 MAX_SESSIONS_PER_GROUP = 100_000
 MAX_SESSIONS_TOTAL = 500_000  # over all session groups
-MAX_SERVERS = 4096
-MAX_GPUS_PER_SERVER = 1024
 
 
 class RopeScalingIn(_In):

@@ -23,7 +23,8 @@ from optimizer.experts import eplb
 from optimizer.experts.plan import (LayerPlan, balancedness, cross_node_tokens, moves, plan_from_phy2log,
                                     trivial_plan)
 from optimizer.experts.schema import ExpertsSection, parse, slots_list
-from optimizer.experts.solve import MIN_SOLVE_S, LayerOutcome, LayerTask, parallel_workers, solve_layers
+from optimizer.experts.solve import (MIN_SOLVE_S, LayerOutcome, LayerTask, default_work, parallel_workers,
+                                     solve_layers)
 from optimizer.experts.traces import Trace, read_trace
 from optimizer.result import ConstraintKey, Status
 
@@ -281,7 +282,7 @@ def solve(data: ExpertsData, budget: Budget, progress: ProgressSink = no_progres
     # layer i begins with about L - i layers (itself included) left for ``par`` processes
     tasks = [LayerTask(i, data.fit[i], slots, data.node_of, data.num_nodes, data.split, data.objective, greedy[i],
                        prev[i].X if prev is not None else None, ex.migration_weight, ex.max_load_tolerance,
-                       None, work_limit=ex.work_units_per_layer, budget=layer_budget,
+                       None, work_limit=ex.work_units_per_layer or default_work(L, E, data.num_gpus), budget=layer_budget,
                        share=min(1.0, par / (L - i))) for i in range(L)]
     t0 = time.perf_counter()
     rows = _LayerProgress(progress, budget, L)

@@ -12,7 +12,7 @@ Example::
       slots_per_gpu: 9                  # or a list with one entry per GPU
       fit_windows: all                  # all | last:N | first:N
       evaluate_windows: next            # next | rest | none
-      work_units_per_layer: 1.0         # CP-SAT deterministic time per layer (reproducible)
+      work_units_per_layer: 0.5         # CP-SAT deterministic time per layer (default by layer size)
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from optimizer.errors import InputError
-from optimizer.experts.solve import DEFAULT_WORK_PER_LAYER
 from optimizer.schema_base import StrictModel, validate
 
 _WINDOWS = re.compile(r"^(all|last:[1-9]\d*|first:[1-9]\d*)$")
@@ -54,7 +53,9 @@ class ExpertsSection(StrictModel):
         workers: processes solving layers in parallel.
         work_units_per_layer: search effort per layer in CP-SAT deterministic time units
             (summed over the layer's solves); fixed work makes runs reproducible, unlike a
-            wall-clock split. ``--time-limit`` stays a wall-clock guard on top.
+            wall-clock split. ``--time-limit`` stays a wall-clock guard on top. Default:
+            :func:`optimizer.experts.solve.default_work` (1 unit for a small layer, a share of 3
+            units over the layers, 0.02-1 each, for a large one).
     """
 
     trace: str
@@ -73,7 +74,7 @@ class ExpertsSection(StrictModel):
     split: Literal["even", "optimal"] = "even"
     max_load_tolerance: float = Field(default=0.02, ge=0, le=1)
     workers: int = Field(default=2, ge=1, le=64)
-    work_units_per_layer: float = Field(default=DEFAULT_WORK_PER_LAYER, gt=0, le=10000)
+    work_units_per_layer: float | None = Field(default=None, gt=0, le=10000)
 
     @field_validator("fit_windows")
     @classmethod

@@ -29,7 +29,7 @@ from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
 from optimizer.model.steptimes import Performance
 from optimizer.model.steptimes import resolve as resolve_steps
-from optimizer.schema_base import StrictModel, existing_file, validate
+from optimizer.schema_base import MAX_SERVERS, StrictModel, existing_file, validate
 
 GB = 1e9
 GIB = 2 ** 30
@@ -491,6 +491,10 @@ def _pools(hw: HardwareIn, model: ModelSpec, wd: str, kd: str, reserve: float, p
         g = lookup("gpus", gpu, path, f"{where}.gpu")
         s = lookup("servers", server, path, f"{where}.server")
         check_gpu_in_server(gpu, server, path, f"{where}.server")
+        if count > MAX_SERVERS * int(s["gpus"]):
+            field_ = "hardware.servers" if where == "hardware" else f"{where}.count"
+            raise InputError(path, field_, f"{count} GPUs is more than {MAX_SERVERS} servers of {server} "
+                                           f"({MAX_SERVERS * int(s['gpus'])} GPUs), the limit of every problem")
         name = gpu if gpu not in seen else f"{gpu}#{len(out)}"
         seen.add(gpu)
         link = lambda d: LinkSpec(d["bandwidth_gb_s"] * GB, d["latency_us"] * 1e-6)  # noqa: E731
