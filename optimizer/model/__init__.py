@@ -11,7 +11,11 @@ serving, supernode) decide; this package only computes. No solver imports here.
   validation and enumeration;
 * :mod:`~optimizer.model.perf`: memory per GPU (eq. 6-1) and batched decode step time
   (eqs. 6-2, 6-4/6-5, 6-7, 6-8, 6-9/6-10, All-to-All) per layout;
-* :mod:`~optimizer.model.decode`: :class:`DecodeInventory` and :func:`decode_inventory`.
+* :mod:`~optimizer.model.decode`: :class:`DecodeInventory` and :func:`decode_inventory`;
+* :mod:`~optimizer.model.fabric`: scale-up fabric topology (torus, switched, NUMA staging), flows
+  routed on it and collectives timed by the busiest directed link (chapter 6.5.1-6.5.4);
+* :mod:`~optimizer.model.connections`: connection state per NIC and set-up time as a limit on
+  domain size (chapter 6.5.5).
 """
 from optimizer.model.config import ModelSpec, read_hf_config
 from optimizer.model.decode import DecodeInventory, decode_inventory
