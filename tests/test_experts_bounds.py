@@ -197,3 +197,38 @@ def test_cli_never_writes_colocated_replicas(tmp_path):
             assert max(gpu_loads_from_phy2log(row, w[i], S)) == pytest.approx(lay["max_load"], rel=1e-12)
             assert lay["bound"] <= lay["max_load"] + 1e-9
             assert lay["max_load"] == pytest.approx(brute_force_max_load(w[i], G, S), rel=TOL)
+
+
+def test_slot_bound_is_valid_and_proves_the_eplb_readme_layer():
+    """The slot bound never exceeds the exhaustive optimum on random small layers (equal slots
+    per GPU, every expert once at least), and on DeepSeek EPLB's README layer it equals the
+    optimum, 136 tokens, so the layer is proven."""
+    from optimizer.experts.solve import slot_bound
+
+    rng = np.random.default_rng(25)
+    tight = 0
+    for E, G, S in ((3, 4, 2), (4, 3, 3), (5, 4, 2), (4, 2, 3), (6, 4, 2), (3, 3, 1)):
+        for _ in range(6):
+            w = (rng.lognormal(0, 1.2, E) * 100).astype(int) + 1
+            sb = slot_bound(w, [S] * G)
+            best = brute_force_max_load(w, G, S)
+            assert sb is not None and sb <= best + 1e-9, (w, G, S, sb, best)
+            tight += abs(sb - best) <= 1e-9
+    assert tight > 0  # the bound is not vacuous
+    w0 = np.array([90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86])
+    assert slot_bound(w0, [2] * 8) == pytest.approx(136.0)
+    assert brute_force_max_load(w0[:5], 4, 2) >= slot_bound(w0[:5], [2] * 4)
+    assert slot_bound(w0, [2] * 7 + [3]) is None  # unequal slots: no claim
+
+
+def test_the_eplb_readme_example_is_proven_optimal(tmp_path):
+    (tmp_path / "w.json").write_text(json.dumps([[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
+                                                 [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]]))
+    inst = tmp_path / "e.yaml"
+    inst.write_text("experts: {trace: w.json, format: matrix, num_gpus: 8, num_nodes: 2, num_groups: 4, "
+                    "slots_per_gpu: 2, evaluate_windows: none}\nname: eplb readme\n")
+    code, rep = run_json(inst)
+    assert code == 0
+    lays = rep["plan"]["layers"]
+    assert [lay["optimized"]["max_load"] for lay in lays] == [136, 172]
+    assert all(lay["optimized"]["gap"] == 0.0 for lay in lays)

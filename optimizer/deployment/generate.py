@@ -144,3 +144,45 @@ def generate_azure(csv_path, n_sessions: int = 5000, servers: int = 64, fraction
     base["workload"]["sessions"] = [{"name": f"r{i}", "count": c, "context_tokens": k[0], "new_tokens": k[1],
                                      "deadline_ms": k[2]} for i, (k, c) in enumerate(groups.items())]
     return base
+
+
+def generate_short(n_sessions: int = 200, servers: int = 16, seed: int = 0, fraction: float = 0.8,
+                   max_batch=None) -> dict:
+    """A second length mix and deadline rule (issue #25: the anytime search on generators other
+    than :func:`generate_mixed`): contexts log-uniform 1K-32K tokens, new tokens log-uniform
+    16-512, deadline = the session's TP8 service time alone x uniform(1.5, 6), at least 300 ms;
+    every session its own triple."""
+    rng = random.Random(seed)
+    base = _qwen32b_base(f"generated short: {n_sessions} distinct sessions on {servers} HGX H100 (seed {seed})",
+                         servers, fraction, max_batch)
+    perf = PerfModel(build_problem({**base, "workload": {"sessions": [{"name": "p", "context_tokens": 1,
+                                                                      "new_tokens": 1}]}},
+                                   ROOT / "benchmarks" / "generated.yaml"))
+    out = []
+    for i in range(n_sessions):
+        ctx = int(round(math.exp(rng.uniform(math.log(1_024), math.log(32_768)))))
+        new = int(round(math.exp(rng.uniform(math.log(16), math.log(512)))))
+        dl = round(max(300.0, perf.service_time_s(8, ctx, new) * 1e3 * rng.uniform(1.5, 6.0)), 1)
+        out.append({"name": f"s{i}", "count": 1, "context_tokens": ctx, "new_tokens": new, "deadline_ms": dl})
+    base["workload"]["sessions"] = out
+    return base
+
+
+def generate_bimodal(n_sessions: int = 200, servers: int = 16, seed: int = 0, fraction: float = 0.8,
+                     max_batch=None) -> dict:
+    """A third mix (issue #25): 70% chat turns (contexts uniform 1K-8K, 64-512 new tokens) and 30%
+    long-document questions (contexts uniform 32K-128K, 8-64 new tokens); deadline by a TPOT-style
+    rule, 2 s + 40 ms per new token; every session its own triple."""
+    rng = random.Random(seed)
+    base = _qwen32b_base(f"generated bimodal: {n_sessions} distinct sessions on {servers} HGX H100 (seed {seed})",
+                         servers, fraction, max_batch)
+    out = []
+    for i in range(n_sessions):
+        if rng.random() < 0.7:
+            ctx, new = rng.randint(1_024, 8_192), rng.randint(64, 512)
+        else:
+            ctx, new = rng.randint(32_768, 131_000), rng.randint(8, 64)
+        out.append({"name": f"s{i}", "count": 1, "context_tokens": ctx, "new_tokens": new,
+                    "deadline_ms": 2000.0 + 40.0 * new})
+    base["workload"]["sessions"] = out
+    return base
