@@ -3,7 +3,7 @@ run as a user runs it (``optimize`` in a fresh process, ``--format json``), with
 
 ``python -m benchmarks.bench_exactness [--only ROW] [--seeds N]`` prints a Markdown table (the
 ``exactness-benchmark`` block of docs/benchmarks.md, :mod:`benchmarks.readme`) and writes
-``benchmarks/results/exactness.json``. Rows:
+``benchmarks/results/exactness.json`` (``--only``: those rows re-run, the others kept). Rows:
 
 * ``experts``: 58 DeepSeek-V3-shaped layers x 256 experts onto 32 GPUs x 9 slots (lognormal(0, 1)
   popularity, ``benchmarks.bench_experts.v3_loads``), default settings: < 10 s, mean gap < 1 %.
@@ -196,8 +196,9 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", type=int, default=6, help="the case and this many minus one further seeds")
     a = ap.parse_args(argv)
     res = run(a.only, a.seeds)
-    if not a.only:
-        RESULTS.write_text(json.dumps(res, indent=1))
+    if a.only and RESULTS.exists():  # rows re-run replace theirs; the others are kept as measured
+        res = {**json.loads(RESULTS.read_text()), **res}
+    RESULTS.write_text(json.dumps(res, indent=1))
     print(table(res))
 
 

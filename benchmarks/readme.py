@@ -191,6 +191,12 @@ def bench_cli_text() -> str:
     return _stdout_of(bench_cli.main, ["bench_cli.py", "--repeats", "3"])
 
 
+def bench_exactness_text() -> str:
+    from benchmarks import bench_exactness
+
+    return bench_exactness.table(bench_exactness.run())
+
+
 BLOCKS: list[Block] = [
     # README.md: each problem's headline (the docs/ page holds the whole output)
     Block("deployment-brief", command="optimize instances/qwen32b_128k.yaml --objective cost", until="Schedule"),
@@ -215,6 +221,7 @@ BLOCKS: list[Block] = [
     Block("serving-infeasible-example", command="optimize instances/serving_qwen3_32b_slow_link.yaml "
                                                 "--set serving.mode=disaggregated"),
     Block("serving-benchmark", bench=bench_serving_text, volatile="serving-benchmark"),
+    Block("exactness-benchmark", bench=bench_exactness_text, volatile="exactness-benchmark"),
 ]
 BY_NAME = {b.name: b for b in BLOCKS}
 
@@ -297,6 +304,7 @@ VOLATILE: dict[str, Callable[[str], str]] = {
     "deployment-benchmark": _mask_deployment_benchmark,
     # | case | layers | wall time | mean gap (max) | trivial / greedy / optimised |
     "experts-benchmark": lambda t: _mask_table_columns(t, {2: None}),
+    "exactness-benchmark": lambda t: _mask_table_columns(t, {2: None, 3: None}),
     # | task | wall time | mean gap | fitted t / g / o | later t / g / o |
     "experts-esft-benchmark": lambda t: _mask_table_columns(t, {1: None}),
     # | ... | status | solve s (median) | explain s (median) |

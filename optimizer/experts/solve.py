@@ -51,7 +51,7 @@ from objectives.experts import ExpertsObjective
 from objectives.experts.max_load import OBJECTIVE as MAX_LOAD
 from optimizer.budget import Budget
 from optimizer.experts.model import Item, SubProblem, SubResult, build_and_solve, choose_scale
-from optimizer.experts.plan import LayerPlan, apportion, trivial_plan
+from optimizer.experts.plan import LayerPlan, apportion, plan_from_phy2log, trivial_plan
 from optimizer.result import Status
 
 EXACT_LIMIT = 2000
@@ -150,17 +150,27 @@ SLOT_BOUND_COUNTS = 200_000  # replica-count vectors the slot bound enumerates a
 
 def slot_bound(w: np.ndarray, slots: list[int]) -> float | None:
     """Even split, every GPU with the same ``s`` slots: a lower bound on the max GPU load (tokens)
-    of any plan, by enumerating every replica-count vector ``c`` (``1 <= c_e <= G``,
-    ``sum c = R``); None when the GPUs' slots differ or there are more than
-    :data:`SLOT_BOUND_COUNTS` vectors.
+    of any plan (:func:`slot_search`); None when it does not apply."""
+    found = slot_search(w, slots)
+    return None if found is None else found[0]
 
-    Every slot holds a replica (``sum c = R``), so each GPU carries exactly ``s`` of the ``R``
-    per-replica loads ``a = w_e / c_e`` (sorted descending). Given ``c``, the best packing is at
-    least: ``a_0`` (s = 1, exact); ``max_i a_i + a_{R-1-i}`` over the G pairs (s = 2: pairing the
-    largest with the smallest is optimal for two items per machine when replicas of one expert
-    may share a GPU, so it bounds the distinct-GPU plans from below); ``a_0 + the s - 1 smallest``
-    (s >= 3); and always ``sum w / G``. The bound is the minimum over ``c``. DeepSeek EPLB's README
-    layer (12 experts, 16 slots on 8 GPUs) has 1,365 vectors and bound 136, its optimum."""
+
+def slot_search(w: np.ndarray, slots: list[int]) -> tuple[float, list[int] | None] | None:
+    """Even split, every GPU with the same ``s`` slots: ``(bound, phy2log row or None)`` by
+    enumerating every replica-count vector ``c`` (``1 <= c_e <= G``, ``sum c = R``); None when
+    the GPUs' slots differ or there are more than :data:`SLOT_BOUND_COUNTS` vectors.
+
+    Bound: every slot holds a replica (``sum c = R``), so each GPU carries exactly ``s`` of the
+    ``R`` per-replica loads ``a = w_e / c_e`` (sorted descending). Given ``c``, the best packing
+    is at least ``a_0`` (s = 1, exact); ``max_i a_i + a_{R-1-i}`` over the G pairs (s = 2:
+    pairing the largest with the smallest is optimal for two items per machine when replicas of
+    one expert may share a GPU, so it bounds the distinct-GPU plans from below); ``a_0 + the s - 1
+    smallest`` (s >= 3); and always ``sum w / G``. The bound is the minimum over ``c``.
+
+    Plan (s <= 2): the pairing itself is a placement (GPU i holds items i and R-1-i); the best
+    one whose pairs never put two replicas of one expert on a GPU is returned, so when its
+    vector is also the bound's the layer is proven without a search. DeepSeek EPLB's README
+    layer (12 experts, 16 slots on 8 GPUs) has 1,365 vectors, bound 136 and a pairing of 136."""
     G, R = len(slots), int(sum(slots))
     if len(set(slots)) != 1:
         return None
@@ -169,25 +179,31 @@ def slot_bound(w: np.ndarray, slots: list[int]) -> float | None:
         return None
     avg = float(np.sum(w)) / G
     wf = [float(x) for x in w]
-    best = math.inf
+    best = [math.inf, math.inf, None]  # bound, best valid pairing's max load, its row
     c = [1] * E
 
-    def packing_lb() -> float:
-        a = sorted((wf[e] / c[e] for e in range(E) for _ in range(c[e])), reverse=True)
+    def leaf() -> None:
+        items = sorted(((wf[e] / c[e], e) for e in range(E) for _ in range(c[e])), key=lambda t: (-t[0], t[1]))
+        a = [v for v, _ in items]
         if s == 1:
             t = a[0]
         elif s == 2:
             t = max(a[i] + a[R - 1 - i] for i in range(G))
         else:
             t = a[0] + sum(a[R - s + 1:])
-        return max(t, avg)
+        t = max(t, avg)
+        best[0] = min(best[0], t)
+        if s <= 2 and t < best[1]:
+            row = [items[i][1] for i in range(G)] if s == 1 else \
+                [e for i in range(G) for e in (items[i][1], items[R - 1 - i][1])]
+            if s == 1 or all(row[2 * i] != row[2 * i + 1] for i in range(G)):
+                best[1], best[2] = t, row
 
     def rec(e: int, left: int) -> None:
-        nonlocal best
         if e == E - 1:
             if 1 + left <= G:
                 c[e] = 1 + left
-                best = min(best, packing_lb())
+                leaf()
             return
         for extra in range(0, min(left, G - 1) + 1):
             c[e] = 1 + extra
@@ -195,7 +211,7 @@ def slot_bound(w: np.ndarray, slots: list[int]) -> float | None:
         c[e] = 1
 
     rec(0, R - E)
-    return None if math.isinf(best) else best
+    return None if math.isinf(best[0]) else (best[0], best[2])
 
 
 def lpt_plan(w: np.ndarray, counts: np.ndarray, slots: list[int]) -> LayerPlan | None:
@@ -373,9 +389,13 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
     greedy_max = float(greedy_loads.max())
     greedy_colocated = bool(t.greedy.X.max() > 1)
     lb = analytic_bound(w, t.slots, t.split)
+    paired = None
     if t.split == "even":
-        sb = slot_bound(w, t.slots)
-        lb = lb if sb is None else max(lb, sb)
+        found = slot_search(w, t.slots)
+        if found is not None:
+            lb = max(lb, found[0])
+            if found[1] is not None:
+                paired = plan_from_phy2log(found[1], E, t.slots)
 
     # every start keeps replicas of one expert on distinct GPUs (the trivial layout always does)
     starts = [trivial_plan(E, t.slots)]
@@ -384,6 +404,8 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
     lp = lpt_plan(w.astype(np.float64), apportion(w, R, G), t.slots)
     if lp is not None:
         starts.append(lp)
+    if paired is not None:  # the slot search's pairing (small equal-slot layers)
+        starts.append(paired)
     start = min(starts, key=lambda p: float(p.loads(w).max()))
     if t.objective.starts_from_previous() and t.prev is not None and t.prev.max() <= 1 and (t.prev.sum(1) >= 1).all():
         start = LayerPlan.even(t.prev)  # the max-load phase then moves few replicas from where they are
