@@ -424,8 +424,13 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
     best = None  # (value Fraction, counts, makespan, on)
     bound = None
     t0 = time.perf_counter()
-    for _ in range(12):
-        configs = enumerate_configurations(problem, options, deadline_ticks(problem.classes), ub, deadline=deadline)
+    # without a plan at the first load level, doubling it (more configurations each time) stops
+    # at half the budget: an instance with no plan at all (e.g. a comparison row of one degree)
+    # is then left to the compact model, whose aggregate form proves that quickly
+    half = t0 + 0.5 * max(0.0, deadline - t0)
+    for it in range(12):
+        configs = enumerate_configurations(problem, options, deadline_ticks(problem.classes), ub,
+                                           deadline=deadline if it == 0 or best is not None else half)
         if configs is None:
             break
         search = ConfigurationSearch(problem, configs, need, deadline)
@@ -444,7 +449,7 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
             if reach <= ub or time.perf_counter() >= deadline:
                 break
             ub = reach  # a better plan may need configurations up to this load
-        elif time.perf_counter() >= deadline:
+        elif time.perf_counter() >= half:
             break
         else:
             ub *= 2

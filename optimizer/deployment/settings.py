@@ -105,7 +105,7 @@ class SolverSettings:
     large_main_share: float = 0.85
     output_s_per_session: float = 1.5e-5
     explain_ratio: float = 1.5
-    explain_min_s: float = 2.0
+    explain_min_s: float = 4.0
     explain_max_s: float = 10.0
     infeasible_rows_share: float = 0.5
     sequence_sessions: int = 60

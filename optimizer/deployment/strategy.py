@@ -100,7 +100,11 @@ def solve(ctx: SolveContext) -> SolveOutcome:
                             time.perf_counter() + min(s.explain_max_s, max(s.explain_min_s, s.explain_ratio * took)),
                             ctx.budget.cut)
     if ctx.compare:
+        main = ctx.outcome
         run_methods(ctx, methods.load(methods.AFTER))
+        if ctx.outcome is not main:  # a comparison row beat the main plan (its row was reported): end again
+            out = ctx.outcome
+            ctx.progress.report("done" if out.value is not None else f"done: {out.status.value}", out.value, out.bound)
     return ctx.outcome
 
 
