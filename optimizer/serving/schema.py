@@ -21,7 +21,6 @@ import numpy as np
 from pydantic import ConfigDict, Field
 
 from optimizer.catalog import check_gpu_in_server, lookup
-from optimizer.deployment.schema import RopeScalingIn
 from optimizer.errors import InputError
 from optimizer.model.config import ModelSpec, read_hf_config
 from optimizer.model.decode import DTYPE_BYTES
@@ -30,7 +29,7 @@ from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
 from optimizer.model.steptimes import Performance
 from optimizer.model.steptimes import resolve as resolve_steps
-from optimizer.schema_base import MAX_SERVERS, StrictModel, existing_file, validate
+from optimizer.schema_base import MAX_SERVERS, RopeScalingIn, StrictModel, existing_file, validate
 
 GB = 1e9
 GIB = 2 ** 30
@@ -104,6 +103,7 @@ class FixedWorkerIn(_In):
     tp: PosInt = 1
     dp: PosInt = 1
     ep: Optional[PosInt] = None
+    cp: PosInt = Field(default=1, description="context-parallel ranks (prefill workers only)")
     max_batch: Optional[PosInt] = None
     pool: Optional[str] = Field(default=None, min_length=1, description="pool name (GPU); default the first pool")
 
