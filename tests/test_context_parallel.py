@@ -137,6 +137,24 @@ def test_qwen3_32b_131k_ttft_tp8_vs_cp2_cp4_cp8(qwen32b, hgx, mode):
     assert sorted(got, key=got.get) == ["TP1xCP8", "TP2xCP4", "TP4xCP2", "TP8"]
 
 
+def test_sglang_style_ffn_over_the_worker_brings_back_the_ffn_allreduces(qwen32b, hgx):
+    """cp_ffn: worker (SGLang 0.5.14's dense MLP over its global TP group): per dense-FFN layer the
+    rank's AllReduce of n/c tokens over TP is replaced by the all-gather + reduce-scatter of all n
+    tokens over the worker's 8 GPUs (= the ring AllReduce of TP8 on the whole prompt)."""
+    up = hgx.server.scale_up
+    row = 5120 * 2.0
+    rank = prefill_terms(_perf(qwen32b, hgx, "allgather"), LAYOUTS[2], N)
+    worker = prefill_terms(_perf(qwen32b, hgx, "allgather", cp_ffn="worker"), LAYOUTS[2], N)
+    extra = 64 * (ring_allreduce_s(8, N * row, up.alpha_s, up.bandwidth_bytes_per_s)
+                  - ring_allreduce_s(2, N / 4 * row, up.alpha_s, up.bandwidth_bytes_per_s))
+    assert worker.total_s - rank.total_s == pytest.approx(extra, rel=1e-9)
+    assert round(worker.total_s * 1e3, 1) == 3746.6
+    tp8 = prefill_terms(_perf(qwen32b, hgx, "allgather", cp_ffn="worker"), Layout.tp(8), N)
+    assert tp8.total_s == prefill_terms(_perf(qwen32b, hgx), Layout.tp(8), N).total_s  # cp = 1: nothing changes
+    with pytest.raises(ValueError, match="cp_ffn"):
+        _perf(qwen32b, hgx, cp_ffn="layer")
+
+
 def test_cp_over_two_tp8_servers_crosses_the_scale_out_network(qwen32b, hgx):
     """TP8xCP2 over 16 GPUs (two HGX): the ring runs over the 50 GB/s NICs and is still hidden (block
     attention 8.9 ms per step vs a 0.67 ms send); the all-gather adds its 43 ms."""
@@ -264,6 +282,7 @@ def test_serving_cp_instance_simulates_within_the_slo(cli):
     ({"mode": "aggregated"}, "serving.prefill.cp", "disaggregated"),
     ({"comm_overlap": 1.5}, "serving.comm_overlap", ""),
     ({"cp_kv_exchange": "tree"}, "serving.cp_kv_exchange", ""),
+    ({"cp_ffn": "layer"}, "serving.cp_ffn", ""),
 ])
 def test_bad_cp_input_is_one_line_exit_2(cli, tmp_path, change, field, needle):
     raw = _raw()
@@ -283,7 +302,8 @@ def test_docs_model_table_is_the_model(qwen32b, hgx):
         lay = lays[name.split(" ")[0]]
         ring = prefill_terms(_perf(qwen32b, hgx, "ring"), lay, N).total_s
         ag = prefill_terms(_perf(qwen32b, hgx, "allgather"), lay, N).total_s
-        assert (float(cells[10]), float(cells[11])) == (round(ring, 4), round(ag, 4)), name
+        sg = prefill_terms(_perf(qwen32b, hgx, "allgather", cp_ffn="worker"), lay, N).total_s
+        assert (float(cells[10]), float(cells[11]), float(cells[12])) == (round(ring, 4), round(ag, 4), round(sg, 4)), name
     assert len(rows) == 5
 
 

@@ -187,20 +187,24 @@ class PerfModel:
     a CP layout's ranks see each other's K/V: ``ring`` (Ring Attention, Liu et al. 2023: blocks
     passed round the ring under the attention compute; each rank keeps only its ``1/cp`` of the
     KV) or ``allgather`` (every rank gathers and keeps the whole prompt's KV, as SGLang 0.5.14's
-    dense prefill CP does). ``comm_overlap`` ``φ`` in [0, 1] is the share of each step's TP
+    dense prefill CP does). ``cp_ffn``: a CP rank's dense FFN runs on its own TP group (``rank``,
+    the Megatron / Ring Attention convention) or over all the worker's GPUs (``worker``: SGLang
+    0.5.14's MLP uses its global TP group, ``--tp`` = the worker's GPUs), whose all-gather +
+    reduce-scatter of the whole prompt replaces the rank's FFN AllReduces. ``comm_overlap`` ``φ`` in [0, 1] is the share of each step's TP
     AllReduce / All-to-All time that runs under its compute (chapter 6.4.3):
     ``time = max(work, φ·comm) + (1-φ)·comm``; 0 (the default) is the sum, every existing figure.
 
     Raises:
-        ValueError: an unknown ``cp_kv_exchange`` or ``comm_overlap`` outside [0, 1].
+        ValueError: an unknown ``cp_kv_exchange`` or ``cp_ffn``, or ``comm_overlap`` outside [0, 1].
     """
 
     def __init__(self, spec: ModelSpec, hw: Hardware, weight_bytes: float = 2.0, kv_bytes: Optional[float] = None,
                  reserve_bytes: float = 0.0, weight_dtype: Optional[str] = None, kv_dtype: Optional[str] = None,
-                 cp_kv_exchange: str = "ring", comm_overlap: float = 0.0):
-        from optimizer.model.sequence import check_cp_kv_exchange, check_overlap
+                 cp_kv_exchange: str = "ring", comm_overlap: float = 0.0, cp_ffn: str = "rank"):
+        from optimizer.model.sequence import check_cp_ffn, check_cp_kv_exchange, check_overlap
 
         self.cp_kv_exchange = check_cp_kv_exchange(cp_kv_exchange)
+        self.cp_ffn = check_cp_ffn(cp_ffn)
         self.comm_overlap = check_overlap(comm_overlap)
         self.spec = spec
         self.hw = hw

@@ -171,7 +171,9 @@ def prefill_terms(perf: PerfModel, lay: Layout, prompt_tokens: int, eff: Efficie
     blocks ``(n/c)·kv_bytes_per_token_layer/min(TP, KVH)`` bytes per GPU is timed by
     :func:`~optimizer.model.sequence.kv_exchange_layer_s` under the model's ``cp_kv_exchange``
     (``ring``: overlapped with the block's attention, ``ring_overlap`` the share; ``allgather``:
-    not hidden), on the tier of the worker's ``cp x TP x DP`` GPUs. ``total = pass + exposed``.
+    not hidden), on the tier of the worker's ``cp x TP x DP`` GPUs. ``total = pass + exposed``;
+    under the model's ``cp_ffn: worker`` plus, per dense-FFN layer, the all-gather + reduce-scatter of
+    the whole prompt over the worker's GPUs less the rank's own FFN AllReduce (in ``allreduce_s``).
 
     Raises:
         ValueError: ``prompt_tokens < 2·cp`` (the zig-zag split needs two chunks per rank).
@@ -203,12 +205,22 @@ def prefill_terms(perf: PerfModel, lay: Layout, prompt_tokens: int, eff: Efficie
         for blk, t_attn in zip(blocks, attn_layer_s):
             if blk <= 0:  # a linear-attention layer keeps a state, not K/V
                 continue
-            tot, exp = kv_exchange_layer_s(perf.cp_kv_exchange, c, float(blk), float(t_attn), link.alpha_s,
-                                           link.bandwidth_bytes_per_s * eff.network, ring_overlap)
+            tot, exp = kv_exchange_layer_s(perf.cp_kv_exchange, c, float(blk), float(t_attn) * eff.network,
+                                           link.alpha_s, link.bandwidth_bytes_per_s, ring_overlap)
+            tot, exp = tot / eff.network, exp / eff.network  # the network efficiency divides it, as every collective
             exchange += tot
             exposed += exp
+    ffn_extra = 0.0
+    if c > 1 and perf.cp_ffn == "worker":  # the dense FFN over all the worker's GPUs (SGLang 0.5.14)
+        from optimizer.model.sequence import sp_collective_s
+
+        hw, row = perf.hw, perf.spec.hidden * ACTIVATION_BYTES
+        ffn_layers = sum(st.dense_ffn_layers for st in perf.stages(lay.pp))
+        whole = sp_collective_s(hw, lay.gpus_per_stage, q * n * row)
+        own = hw.allreduce_s(lay.attention_tp, q * toks * row)
+        ffn_extra = ffn_layers * (whole - own) / eff.network
     return PrefillTerms(lay.label(), n, c, toks, pairs, contiguous, br.compute_s - attention_s, attention_s,
-                        br.local_s, br.comm_s, exchange, exposed, br.total_s + exposed)
+                        br.local_s, br.comm_s + ffn_extra, exchange, exposed, br.total_s + exposed + ffn_extra)
 
 
 def prefill_s(perf: PerfModel, lay: Layout, prompt_tokens: int, eff: Efficiency = PEAK, prompts_per_rank: int = 1) -> float:

@@ -30,7 +30,10 @@ blocks of ``n/c`` tokens, ``blk = (n/c)·kv_bytes_per_token_layer/min(TP, KVH)``
   ``cp_strategy.materialize_full_kv``).
 
 ``TTFT = prefill of n/c tokens per rank (GEMMs, attention over its pairs, TP AllReduces of n/c
-tokens, eq. 6-2) + the exposed exchange`` (:func:`optimizer.model.prefill.prefill_terms`).
+tokens, eq. 6-2) + the exposed exchange`` (:func:`optimizer.model.prefill.prefill_terms`). When the
+dense FFN runs over all ``g = c·TP`` GPUs of the worker (``cp_ffn: worker``, SGLang 0.5.14), each
+dense-FFN layer's TP AllReduce of ``n/c`` tokens over TP is replaced by an all-gather +
+reduce-scatter of the whole prompt's ``n·H·2`` bytes over ``g`` GPUs (:func:`sp_collective_s`).
 
 **Decode merge (6.2.4).** Decode on CP ranks splits a session's KV; each rank computes a partial
 attention and the ranks merge the per-rank (max, sum, weighted value vector): an all-gather of
@@ -55,6 +58,7 @@ import math
 import numpy as np
 
 CP_KV_EXCHANGES = ("ring", "allgather")
+CP_FFNS = ("rank", "worker")
 FP32_BYTES = 4.0
 
 
@@ -66,6 +70,18 @@ def check_cp_kv_exchange(mode: str) -> str:
     """
     if mode not in CP_KV_EXCHANGES:
         raise ValueError(f"cp_kv_exchange must be one of {', '.join(CP_KV_EXCHANGES)} (got {mode!r})")
+    return mode
+
+
+def check_cp_ffn(mode: str) -> str:
+    """``mode`` if it is ``rank`` or ``worker`` (where a CP layout's dense FFN is split, see
+    :class:`~optimizer.model.perf.PerfModel`).
+
+    Raises:
+        ValueError: any other value.
+    """
+    if mode not in CP_FFNS:
+        raise ValueError(f"cp_ffn must be one of {', '.join(CP_FFNS)} (got {mode!r})")
     return mode
 
 

@@ -21,7 +21,8 @@ the versions the measured database names (vLLM 0.24.0, SGLang 0.5.14; the releas
   tp/(dp x cp)); its dense-attention CP path (CP v2, ``SGLANG_ENABLE_CP_V2``, on by default only
   for ``Qwen3MoeForCausalLM`` in ``sglang/srt/layers/cp/utils.py``) all-gathers each layer's K/V
   and keeps the whole KV on every rank, so the command sets ``SGLANG_ENABLE_CP_V2=1`` and the
-  plan is timed with ``serving.cp_kv_exchange: allgather`` by default; ``--chunked-prefill-size
+  plan is timed with ``serving.cp_kv_exchange: allgather`` by default; its dense MLP uses the
+  global TP group (the worker's GPUs), timed with ``serving.cp_ffn: worker`` by default; ``--chunked-prefill-size
   -1`` (no chunking: the whole prompt is split over the CP ranks in one pass, as timed).
 * vLLM 0.24.0 has ``--prefill-context-parallel-size`` (``-pcp``, ``vllm/engine/arg_utils.py``;
   world size ``pp x tp x pcp``), but no attention backend in the release declares PCP support

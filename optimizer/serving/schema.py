@@ -159,6 +159,8 @@ class ServingIn(_In):
     slo_margin: Literal["none", "band"] = "none"
     cp_kv_exchange: Literal["ring", "allgather"] = Field(default="allgather", description=(
         "how CP prefill ranks see each other's K/V: allgather (SGLang 0.5.14: every rank keeps the whole KV) or ring"))
+    cp_ffn: Literal["worker", "rank"] = Field(default="worker", description=(
+        "where a CP prefill worker's dense FFN is split: over all its GPUs (worker, SGLang 0.5.14) or per CP rank"))
     comm_overlap: Annotated[float, Field(ge=0, le=1, description=(
         "share of each step's TP AllReduce / All-to-All time hidden under its compute (chapter 6.4.3); 0 = none"))] = 0.0
 
@@ -484,7 +486,8 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
 
 
 def _pools(hw: HardwareIn, model: ModelSpec, wd: str, kd: str, reserve: float, path: Path,
-           steps_for=None, cp_kv_exchange: str = "ring", comm_overlap: float = 0.0) -> tuple[Pool, ...]:
+           steps_for=None, cp_kv_exchange: str = "ring", comm_overlap: float = 0.0,
+           cp_ffn: str = "rank") -> tuple[Pool, ...]:
     if hw.pools is not None:
         if any(v is not None for v in (hw.gpu, hw.server, hw.servers, hw.dollars_per_gpu_hour)):
             raise InputError(path, "hardware", "give either hardware.pools or hardware.gpu/server/servers, not both")
@@ -510,7 +513,7 @@ def _pools(hw: HardwareIn, model: ModelSpec, wd: str, kd: str, reserve: float, p
         h = Hardware(gpu_spec_from_catalog(gpu, g),
                      ServerSpec(server, int(s["gpus"]), link(s["scale_up"]), link(s["scale_out"])), hw.allreduce)
         pm = PerfModel(model, h, DTYPE_BYTES[wd], DTYPE_BYTES[kd], reserve, weight_dtype=wd, kv_dtype=kd,
-                       cp_kv_exchange=cp_kv_exchange, comm_overlap=comm_overlap)
+                       cp_kv_exchange=cp_kv_exchange, comm_overlap=comm_overlap, cp_ffn=cp_ffn)
         out.append(Pool(name, gpu, server, count, price if price is not None else g.get("dollars_per_gpu_hour"), h,
                         pm, steps_for(pm, gpu) if steps_for is not None else None))
     return tuple(out)
@@ -579,7 +582,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
     def steps_for(pm: PerfModel, gpu: str):
         return resolve_steps(performance, pm, cfg, gpu, eff, wd, kd, inst.model.hf_id)
 
-    pools = _pools(inst.hardware, spec, wd, kd, reserve, path, steps_for, s.cp_kv_exchange, s.comm_overlap)
+    pools = _pools(inst.hardware, spec, wd, kd, reserve, path, steps_for, s.cp_kv_exchange, s.comm_overlap, s.cp_ffn)
     if s.prefill.cp and max(s.prefill.cp) > 1:
         small = min(p.hw.server.gpus for p in pools)
         if max(s.prefill.cp) > small:
