@@ -220,6 +220,7 @@ BLOCKS: list[Block] = [
     Block("serving-example", command="optimize instances/serving_llama70b_h100.yaml"),
     Block("serving-infeasible-example", command="optimize instances/serving_qwen3_32b_slow_link.yaml "
                                                 "--set serving.mode=disaggregated"),
+    Block("serving-cp-example", command="optimize instances/serving_qwen3_32b_long_prompt_cp.yaml"),
     Block("serving-benchmark", bench=bench_serving_text, volatile="serving-benchmark"),
     Block("exactness-benchmark", bench=bench_exactness_text, volatile="exactness-benchmark"),
 ]

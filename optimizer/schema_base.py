@@ -7,12 +7,12 @@ are converted exactly once, when the resolved problem is built.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
 
 import re
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from optimizer.errors import InputError
 
@@ -26,6 +26,19 @@ class StrictModel(BaseModel):
     """Base of every input model: frozen, unknown keys rejected, no coercion of str to number."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+
+class RopeScalingIn(StrictModel):
+    """``model.rope_scaling`` (deployment and serving): RoPE scaling enabled at serving time
+    (overrides the config's ``rope_scaling``), e.g. Qwen's documented ``{rope_type: yarn, factor: 4,
+    original_max_position_embeddings: 32768}`` for 131,072 tokens. Sets the maximum context as
+    vLLM does (:func:`optimizer.model.config.max_model_len`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+    rope_type: Literal["yarn", "linear", "dynamic", "llama3", "longrope"]
+    factor: float = Field(gt=0, le=1e4)
+    original_max_position_embeddings: Optional[int] = Field(default=None, gt=0, le=100_000_000)
 
 
 def _loc_to_field(loc: tuple[Any, ...], prefix: str = "") -> str:

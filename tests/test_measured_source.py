@@ -493,3 +493,20 @@ def test_fidelity_reads_vllm_and_sglang_bench_results(tmp_path):
     jl.write_text(json.dumps({k: v for k, v in one.items() if k != "max_concurrency"}) + "\n")
     assert_one_line_error(run("fidelity", jl, "--mapping", mp), "line 1.max_concurrency")
     assert_one_line_error(run("fidelity", js), "--mapping")
+
+
+def test_measured_source_has_no_cp_timings(tmp_path):
+    """A CP prefill layout under measured is no configuration (not_timed: the database has no CP
+    timings); the cp = 1 layouts are timed by the database as before."""
+    raw = estimate_raw("measured", engine="vllm")
+    del raw["serving"]["fixed"]
+    raw["serving"]["traffic"] = {"rate_rps": 1, "isl": 4000, "osl": 500}
+    raw["serving"].update(mode="disaggregated", prefill={"tp": [4], "cp": [1, 2]}, decode={"tp": [4]},
+                          simulation={"enabled": False})
+    raw["serving"]["slo"] = {"ttft_ms": 2000, "tpot_ms": 50}
+    r = run(write(tmp_path, raw), "--format", "json")
+    assert r.exit_code == 0, r.output
+    conf = {c["label"]: c for c in json.loads(r.stdout)["plan"]["configurations"]}
+    assert conf["prefill TP4xCP2 on h200-sxm"]["limited_by"] == "not_timed"
+    assert "no context- or sequence-parallel timings" in conf["prefill TP4xCP2 on h200-sxm"]["detail"]
+    assert conf["prefill TP4 on h200-sxm"]["limited_by"] != "not_timed"

@@ -22,7 +22,7 @@ from optimizer.errors import InputError
 from optimizer.model.hardware import peak_flops_for
 from optimizer.model.layout import Layout, default_layouts, layout_problem
 from optimizer.schema_base import MAX_GPUS_PER_SERVER, MAX_SERVERS  # shared with serving
-from optimizer.schema_base import StrictModel, existing_file, validate
+from optimizer.schema_base import RopeScalingIn, StrictModel, existing_file, validate  # RopeScalingIn shared with serving
 
 # bytes per element of each weight / KV dtype (read-only)
 DTYPE_BYTES = MappingProxyType({"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5})
@@ -43,16 +43,6 @@ MAX_MS = 1e9  # 11.6 days
 MAX_TOKENS = 100_000_000
 MAX_SESSIONS_PER_GROUP = 100_000
 MAX_SESSIONS_TOTAL = 500_000  # over all session groups
-
-
-class RopeScalingIn(_In):
-    """RoPE scaling the deployment enables (overrides the config's ``rope_scaling``), e.g. Qwen's
-    documented ``{rope_type: yarn, factor: 4, original_max_position_embeddings: 32768}`` for
-    131,072 tokens. Sets the maximum context as vLLM does (:func:`optimizer.model.config.max_model_len`)."""
-
-    rope_type: Literal["yarn", "linear", "dynamic", "llama3", "longrope"]
-    factor: float = Field(gt=0, le=1e4)
-    original_max_position_embeddings: Optional[int] = Field(default=None, gt=0, le=MAX_TOKENS)
 
 
 class ModelIn(_In):

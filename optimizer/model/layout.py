@@ -1,9 +1,18 @@
-"""Parallel layouts: attention TP x DP, experts TP x EP, pipeline stages.
+"""Parallel layouts: attention TP x DP, experts TP x EP, pipeline stages, context and sequence parallelism.
 
-A layout of one model instance is ``attention: {tp, dp}``, ``experts: {tp, ep}`` (MoE only)
-and ``pp``, with ``attention.tp x attention.dp = experts.tp x experts.ep = GPUs per stage`` and
-``pp x GPUs per stage = GPUs of the instance``. A dense model has no experts section: its FFN
-follows the attention TP (and attention DP replicates it).
+A layout of one model instance is ``attention: {tp, dp}``, ``experts: {tp, ep}`` (MoE only),
+``pp``, ``cp`` and ``sp``, with ``attention.tp x attention.dp = experts.tp x experts.ep = GPUs
+per CP rank``, ``cp x GPUs per CP rank = GPUs per stage`` and ``pp x GPUs per stage = GPUs of
+the instance``. A dense model has no experts section: its FFN follows the attention TP (and
+attention DP replicates it).
+
+* ``cp`` (context parallelism, reference chapter 6.2.4): the prompt's tokens are split over
+  ``cp`` ranks, each a whole TP x DP group holding the same TP-split weights; attention needs the
+  K/V of the other ranks (ring exchange or all-gather, :mod:`optimizer.model.sequence`). 1 (the
+  default) is no CP: every existing figure is unchanged.
+* ``sp`` (Megatron sequence parallelism, chapter 6.2.3; Korthikanti et al. 2022): inside the TP
+  group the LayerNorm/dropout/residual activations are split along the sequence and each
+  AllReduce becomes a ReduceScatter + AllGather. False (the default) is no SP.
 """
 from __future__ import annotations
 
@@ -25,6 +34,8 @@ class Layout:
         experts_tp: GPUs splitting each routed expert.
         experts_ep: groups the routed experts are divided over (EP).
         pp: pipeline stages, each holding a contiguous block of layers.
+        cp: context-parallel ranks a prompt's tokens are split over (each rank a TP x DP group).
+        sp: Megatron sequence parallelism inside the attention-TP group (needs ``attention_tp > 1``).
     """
 
     attention_tp: int = 1
@@ -32,6 +43,8 @@ class Layout:
     experts_tp: int = 1
     experts_ep: int = 1
     pp: int = 1
+    cp: int = 1
+    sp: bool = False
 
     @classmethod
     def tp(cls, p: int) -> "Layout":
@@ -39,23 +52,37 @@ class Layout:
         return cls(attention_tp=p, experts_tp=p)
 
     @property
-    def gpus_per_stage(self) -> int:
+    def gpus_per_cp_rank(self) -> int:
+        """GPUs of one context-parallel rank: ``attention.tp x attention.dp``."""
         return self.attention_tp * self.attention_dp
+
+    @property
+    def gpus_per_stage(self) -> int:
+        """GPUs of one pipeline stage: ``cp x attention.tp x attention.dp``."""
+        return self.gpus_per_cp_rank * self.cp
 
     @property
     def gpus(self) -> int:
         return self.gpus_per_stage * self.pp
 
     def label(self) -> str:
-        """Short name, e.g. ``TP8``, ``TP2xDP4/EP4xTP2``, ``TP4 PP2``."""
-        a = f"TP{self.attention_tp}" + (f"xDP{self.attention_dp}" if self.attention_dp > 1 else "")
+        """Short name, e.g. ``TP8``, ``TP2xDP4/EP4xTP2``, ``TP4 PP2``, ``TP2xCP4``, ``TP8 SP``."""
+        a = f"TP{self.attention_tp}" + (f"xDP{self.attention_dp}" if self.attention_dp > 1 else "") \
+            + (f"xCP{self.cp}" if self.cp > 1 else "")
         e = "" if (self.experts_ep == 1 and self.experts_tp == self.attention_tp) else \
             f"/EP{self.experts_ep}" + (f"xTP{self.experts_tp}" if self.experts_tp > 1 else "")
-        return a + e + (f" PP{self.pp}" if self.pp > 1 else "")
+        return a + e + (" SP" if self.sp else "") + (f" PP{self.pp}" if self.pp > 1 else "")
 
     def as_dict(self) -> dict:
-        return {"attention": {"tp": self.attention_tp, "dp": self.attention_dp},
-                "experts": {"tp": self.experts_tp, "ep": self.experts_ep}, "pp": self.pp}
+        """``{attention: {tp, dp}, experts: {tp, ep}, pp}`` plus ``cp`` / ``sp`` only when set (so
+        every existing dict, and the measured tables' cache keys built from it, are unchanged)."""
+        d = {"attention": {"tp": self.attention_tp, "dp": self.attention_dp},
+             "experts": {"tp": self.experts_tp, "ep": self.experts_ep}, "pp": self.pp}
+        if self.cp != 1:
+            d["cp"] = self.cp
+        if self.sp:
+            d["sp"] = True
+        return d
 
 
 def layout_problem(m: ModelSpec, lay: Layout, gpus: Optional[int] = None) -> Optional[tuple[str, str]]:
@@ -65,12 +92,19 @@ def layout_problem(m: ModelSpec, lay: Layout, gpus: Optional[int] = None) -> Opt
     or is a multiple of them (as vLLM and SGLang require); it divides the linear-attention key
     and value heads of hybrid models; ``attention.tp x attention.dp = experts.tp x experts.ep``;
     EP divides the routed experts; a dense model has ``experts.ep = 1`` and ``experts.tp =
-    attention.tp`` (its FFN follows attention); PP <= layers; ``pp x GPUs per stage = gpus``.
+    attention.tp`` (its FFN follows attention); PP <= layers; ``pp x GPUs per stage = gpus``;
+    ``cp`` a positive integer; ``sp`` a bool and only with ``attention.tp > 1`` (it splits the TP
+    group's activations).
     """
     for name, v in (("attention.tp", lay.attention_tp), ("attention.dp", lay.attention_dp),
-                    ("experts.tp", lay.experts_tp), ("experts.ep", lay.experts_ep), ("pp", lay.pp)):
+                    ("experts.tp", lay.experts_tp), ("experts.ep", lay.experts_ep), ("pp", lay.pp),
+                    ("cp", lay.cp)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             return name, f"must be a positive integer (got {v!r})"
+    if not isinstance(lay.sp, bool):
+        return "sp", f"must be true or false (got {lay.sp!r})"
+    if lay.sp and lay.attention_tp == 1:
+        return "sp", "sequence parallelism splits the TP group's activations: it needs attention.tp > 1"
     p = lay.attention_tp
     if m.q_heads % p or (m.kv_heads % p and p % m.kv_heads):
         return "attention.tp", f"TP{p} does not split {m.q_heads} attention heads and {m.kv_heads} KV heads evenly"
@@ -81,7 +115,7 @@ def layout_problem(m: ModelSpec, lay: Layout, gpus: Optional[int] = None) -> Opt
         if lay.experts_ep != 1 or lay.experts_tp != lay.attention_tp:
             return "experts", "a dense model has no experts: experts.ep must be 1 and experts.tp equal attention.tp"
     else:
-        if lay.experts_tp * lay.experts_ep != lay.gpus_per_stage:
+        if lay.experts_tp * lay.experts_ep != lay.gpus_per_cp_rank:
             return "experts", (f"experts.tp x experts.ep = {lay.experts_tp} x {lay.experts_ep} must equal "
                                f"attention.tp x attention.dp = {lay.attention_tp} x {lay.attention_dp}")
         if m.moe.experts % lay.experts_ep:
@@ -89,8 +123,9 @@ def layout_problem(m: ModelSpec, lay: Layout, gpus: Optional[int] = None) -> Opt
     if lay.pp > m.layers:
         return "pp", f"{lay.pp} stages is more than the {m.layers} layers"
     if gpus is not None and lay.gpus != gpus:
-        return "gpus", (f"pp x attention.tp x attention.dp = {lay.pp} x {lay.attention_tp} x {lay.attention_dp} "
-                      f"= {lay.gpus} GPUs, not the {gpus} GPUs of the instance")
+        cp = f" x {lay.cp}" if lay.cp > 1 else ""
+        return "gpus", (f"pp x attention.tp x attention.dp{' x cp' if cp else ''} = {lay.pp} x {lay.attention_tp} x "
+                        f"{lay.attention_dp}{cp} = {lay.gpus} GPUs, not the {gpus} GPUs of the instance")
     return None
 
 

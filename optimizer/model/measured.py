@@ -309,6 +309,10 @@ class MeasuredSteps:
             return t
         if lay in self._untimed:
             raise self._untimed[lay]
+        if lay.cp != 1 or lay.sp:
+            self._untimed[lay] = NotCovered("source", f"{lay.label()}: the measured database has no context- or "
+                                                      f"sequence-parallel timings")
+            raise self._untimed[lay]
         path = cache_dir() / f"{self._key(lay)}.npz"
         if path.exists():
             with np.load(path, allow_pickle=False) as z:

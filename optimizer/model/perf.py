@@ -182,10 +182,30 @@ class PerfModel:
     so every BF16 figure is unchanged::
 
         compute = matmul FLOP / P_w + attention FLOP / P_a + state FLOP / P_bf16
+
+    Context and sequence parallelism (:mod:`optimizer.model.sequence`): ``cp_kv_exchange`` is how
+    a CP layout's ranks see each other's K/V: ``ring`` (Ring Attention, Liu et al. 2023: blocks
+    passed round the ring under the attention compute; each rank keeps only its ``1/cp`` of the
+    KV) or ``allgather`` (every rank gathers and keeps the whole prompt's KV, as SGLang 0.5.14's
+    dense prefill CP does). ``cp_ffn``: a CP rank's dense FFN runs on its own TP group (``rank``,
+    the Megatron / Ring Attention convention) or over all the worker's GPUs (``worker``: SGLang
+    0.5.14's MLP uses its global TP group, ``--tp`` = the worker's GPUs), whose all-gather +
+    reduce-scatter of the whole prompt replaces the rank's FFN AllReduces. ``comm_overlap`` ``φ`` in [0, 1] is the share of each step's TP
+    AllReduce / All-to-All time that runs under its compute (chapter 6.4.3):
+    ``time = max(work, φ·comm) + (1-φ)·comm``; 0 (the default) is the sum, every existing figure.
+
+    Raises:
+        ValueError: an unknown ``cp_kv_exchange`` or ``cp_ffn``, or ``comm_overlap`` outside [0, 1].
     """
 
     def __init__(self, spec: ModelSpec, hw: Hardware, weight_bytes: float = 2.0, kv_bytes: Optional[float] = None,
-                 reserve_bytes: float = 0.0, weight_dtype: Optional[str] = None, kv_dtype: Optional[str] = None):
+                 reserve_bytes: float = 0.0, weight_dtype: Optional[str] = None, kv_dtype: Optional[str] = None,
+                 cp_kv_exchange: str = "ring", comm_overlap: float = 0.0, cp_ffn: str = "rank"):
+        from optimizer.model.sequence import check_cp_ffn, check_cp_kv_exchange, check_overlap
+
+        self.cp_kv_exchange = check_cp_kv_exchange(cp_kv_exchange)
+        self.cp_ffn = check_cp_ffn(cp_ffn)
+        self.comm_overlap = check_overlap(comm_overlap)
         self.spec = spec
         self.hw = hw
         self.w: Weights = weights(spec, weight_bytes, kv_bytes)
@@ -279,11 +299,20 @@ class PerfModel:
 
     def kv_bytes_per_gpu(self, lay: Layout, context: int, new: int) -> float:
         """KV (and state) bytes one session holds per GPU of its attention rank for the whole run,
-        worst stage: ``kv_token·(context+new)/min(TP,KVH) + state/TP``."""
+        worst stage: ``kv_token·(context+new)/min(TP,KVH)/cp_split + state/TP`` (``cp_split`` of
+        :meth:`cp_kv_split`: ``cp`` under the ring exchange, else 1)."""
         return max(self._kv_session(st, lay, context + new) for st in self.stages(lay.pp))
+
+    def cp_kv_split(self, lay: Layout) -> int:
+        """Ranks a session's KV is split over along the sequence: ``cp`` under the ``ring``
+        exchange (each rank keeps its own zig-zag blocks), 1 under ``allgather`` (every rank keeps
+        the whole KV) and for ``cp = 1``."""
+        return lay.cp if lay.cp > 1 and self.cp_kv_exchange == "ring" else 1
 
     def _kv_session(self, st: Stage, lay: Layout, tokens) -> float:
         kv = st.kv_token * tokens / self.kv_shards(lay)
+        if lay.cp > 1:
+            kv = kv / self.cp_kv_split(lay)
         return kv + st.state / lay.attention_tp if st.state else kv
 
     def memory_per_gpu(self, lay: Layout, sessions: list[tuple[int, int]], rank: Optional[list[int]] = None) -> float:
@@ -390,13 +419,22 @@ class PerfModel:
         elif st.moe_layers:
             # dispatch and combine All-to-All per MoE layer among the GPUs of the stage; each
             # attention-TP GPU sends its 1/tp slice of its rank's tokens to k experts
-            n = lay.gpus_per_stage
+            n = lay.gpus_per_cp_rank
             out_bytes = b_max / p * m.moe.experts_per_token * H * ACTIVATION_BYTES * (n - 1) / n
             a2a = 2 * st.moe_layers * hw.alltoall_s(n, out_bytes)
             if lay.experts_tp > 1:
                 a2a += st.moe_layers * hw.allreduce_s(lay.experts_tp, tokens_busiest * H * ACTIVATION_BYTES)
-        ar = ar_count * hw.allreduce_s(p, b_max * H * ACTIVATION_BYTES)
-        time = np.maximum(local, compute) + ar + a2a
+        if lay.sp:  # Megatron SP: each AllReduce becomes ReduceScatter + AllGather (Korthikanti et al. 2022)
+            from optimizer.model.sequence import sp_collective_s
+
+            ar = ar_count * sp_collective_s(hw, p, b_max * H * ACTIVATION_BYTES)
+        else:
+            ar = ar_count * hw.allreduce_s(p, b_max * H * ACTIVATION_BYTES)
+        phi = self.comm_overlap
+        if phi:  # chapter 6.4.3: the overlapped share runs under the compute
+            time = np.maximum(np.maximum(local, compute), phi * (ar + a2a)) + (1.0 - phi) * (ar + a2a)
+        else:
+            time = np.maximum(local, compute) + ar + a2a
         return StageStep(time, local, compute, ar, a2a, weight_read, kv_read, flops, active)
 
     def single_session_step_s(self, lay: Layout, positions) -> np.ndarray:
@@ -434,7 +472,7 @@ class PerfModel:
         Returns:
             :class:`StepBreakdown`; weight/KV bytes and FLOP are per GPU, summed over stages.
         Raises:
-            ValueError: ``expert_loads`` of the wrong shape.
+            ValueError: ``expert_loads`` of the wrong shape; a context-parallel layout.
 
         Attention-DP ranks without sessions still run every layer (they join the MoE
         All-to-Alls, as vLLM and SGLang run a dummy batch), so they read their weights too.
@@ -447,6 +485,9 @@ class PerfModel:
             ``T_AR(TP, b_r·H·2)`` (one per layer, one per dense FFN, one per MoE layer when experts
             follow attention TP), else two All-to-Alls per MoE layer; plus PP hand-offs ``α + b·H·2/B``.
         """
+        if lay.cp != 1:
+            raise ValueError(f"{lay.label()}: decode on context-parallel ranks is not modelled "
+                             "(see optimizer.model.sequence.cp_decode_merge_s for the merge)")
         pos = np.asarray(positions, dtype=np.float64).reshape(-1)
         n = pos.size
         dp = lay.attention_dp
@@ -540,8 +581,12 @@ class BatchStepTable:
         j = np.arange(steps, dtype=np.float64)[:, None]
         ctx = ctx0[None, :] + j * b_rank[None, :]  # [steps, dp]
         total = np.zeros(steps)
+        phi = self.perf.comm_overlap
         for l0, l1, c0, c1, comm, hand in self._coefficients(lay, b_rank):
-            t = np.maximum(l0 + l1 * ctx, c0 + c1 * ctx) + comm
+            if phi:
+                t = np.maximum(np.maximum(l0 + l1 * ctx, c0 + c1 * ctx), phi * comm) + (1.0 - phi) * comm
+            else:
+                t = np.maximum(l0 + l1 * ctx, c0 + c1 * ctx) + comm
             total = total + t.max(axis=1) + hand
         return total
 

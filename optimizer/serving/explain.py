@@ -115,7 +115,42 @@ def bindings(solution: ServingSolution, m: Optional[ModePlan]) -> tuple[Binding,
         used = sum(workers[j].gpus * n for j, n in m.result.counts.items() if workers[j].pool == i)
         out.append(Binding(ConstraintKey("gpus", f"pool {pool.name}"), pool.count - used, "GPUs",
                            f"{used} of {pool.count} {pool.gpu} GPUs used"))
+    out += [b for j in sorted(m.result.counts) if workers[j].layout.cp > 1
+            for b in [why_context_parallel(p, workers, workers[j])] if b is not None]
     return tuple(sorted(out, key=lambda b: b.slack))
+
+
+def why_context_parallel(p: Problem, workers, w) -> Optional[Binding]:
+    """Why a context-parallel prefill worker ``w`` is in the plan: the fastest prefill worker
+    without CP on the same pool and at most as many GPUs, its zero-load TTFT against the target
+    (slack = target - that TTFT, ms: negative when only CP meets the TTFT, i.e. TTFT binds), and
+    ``w``'s own prefill terms (:func:`optimizer.model.prefill.prefill_terms`). None when no such
+    worker was timed."""
+    from optimizer.model.prefill import prefill_terms
+
+    rivals = [v for v in workers if v.role == w.role and v.pool == w.pool and v.layout.cp == 1
+              and v.gpus <= w.gpus and "ttft_s" in (v.zero_load or {})]
+    pool = p.pools[w.pool]
+    isl = int(p.traffic.isl_quantile(p.quantile))
+    t = prefill_terms(pool.perf, w.layout, isl, p.eff)
+    own = (f"{w.layout.label()} prefills the {isl}-token prompt in {w.zero_load.get('prefill_s', t.total_s) * 1e3:.0f} ms "
+           f"({t.tokens_per_rank:.0f} tokens and {t.pairs_per_rank:.3g} causal pairs per CP rank, zig-zag; K/V "
+           f"{pool.perf.cp_kv_exchange} {t.kv_exchange_s * 1e3:.0f} ms, {t.kv_exposed_s * 1e3:.0f} ms not hidden)")
+    if not rivals:
+        nothing = [v for v in workers if v.role == w.role and v.pool == w.pool and v.layout.cp == 1 and v.gpus <= w.gpus]
+        why = f"; {nothing[0].layout.label()}: {nothing[0].detail}" if nothing else ""
+        return Binding(ConstraintKey("context_parallel", w.label(p)), 0.0, "ms",
+                       f"CP chosen: no prefill worker without CP on up to {w.gpus} GPUs holds the prompt{why}; {own}")
+    best = min(rivals, key=lambda v: v.zero_load["ttft_s"])
+    tb = best.zero_load["ttft_s"]
+    slack = (p.ttft_s - tb) * 1e3
+    if tb > p.ttft_s:
+        head = (f"CP chosen, TTFT binding: the fastest prefill without CP on up to {w.gpus} GPUs, {best.layout.label()}, "
+                f"reaches TTFT {tb * 1e3:.0f} ms even without load > target {p.ttft_s * 1e3:g} ms")
+    else:
+        head = (f"CP chosen by the objective (TTFT {p.ttft_s * 1e3:g} ms is met without CP too: {best.layout.label()} "
+                f"{tb * 1e3:.0f} ms at zero load, {best.rate:.3g} req/s per worker vs {w.rate:.3g})")
+    return Binding(ConstraintKey("context_parallel", w.label(p)), slack, "ms", f"{head}; {own}")
 
 
 def best_achievable_slo(p: Problem, workers) -> dict | None:

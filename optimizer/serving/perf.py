@@ -173,9 +173,21 @@ class ServingModel:
     def layouts(self, pool: Pool, role: str) -> list[Layout]:
         """pp = 1 layouts on one server that the engines launch: dense TP (DP attention only for
         MoE); MoE experts either follow attention TP (EP 1) or spread over every GPU (EP = TP x DP).
-        ``serving.<role>.tp`` / ``max_gpus`` restrict them."""
+        ``serving.<role>.tp`` / ``max_gpus`` restrict them. Prefill workers also get each of those
+        layouts with every CP degree of ``serving.prefill.cp`` that still fits the server
+        (``cp x GPUs``; chapter 6.2.4), after the ``cp = 1`` ones."""
         role_in = self.p.roles[role]
         max_g = min(role_in.max_gpus or pool.hw.server.gpus, pool.hw.server.gpus)
+        base = self._base_layouts(role_in, max_g)
+        cps = [c for c in (getattr(role_in, "cp", None) or [1]) if c > 1] if role == "prefill" else []
+        if not cps:
+            return base
+        from dataclasses import replace
+
+        keep = base if 1 in (role_in.cp or [1]) else []
+        return keep + [replace(lay, cp=c) for c in sorted(cps) for lay in base if lay.gpus * c <= max_g]
+
+    def _base_layouts(self, role_in, max_g: int) -> list[Layout]:
         out = []
         m = self.p.model
         for lay in enumerate_layouts(m, max_g):

@@ -7,7 +7,7 @@ from typing import Any
 
 from optimizer.result import Status, envelope
 from optimizer.serving.explain import ServingExplanation, plan_conflict
-from optimizer.serving.launch import commands
+from optimizer.serving.launch import commands, launch_notes
 from optimizer.serving.schema import HF_ID_PLACEHOLDER
 from optimizer.serving.solution import NOT_BEGUN, ModePlan, RateResult, ServingSolution
 
@@ -95,6 +95,8 @@ class ServingReport:
                         "rate_per_worker_rps": w.rate,
                         "load_rps": lam, "limited_by": w.limit, "limit_detail": w.detail, "analytic": an,
                         "launch": commands(p, w)})
+            if w.layout.cp > 1:
+                out[-1]["launch_notes"] = launch_notes(p, w)
         return out
 
     def _analytic(self, groups: list[dict], m: ModePlan) -> dict[str, Any]:
@@ -175,6 +177,13 @@ class ServingReport:
         if p.weight_dtype == "int4":
             notes.append("weights int4: serve a 4-bit checkpoint (AWQ/GPTQ) as the launch commands' model; the engines "
                          "read its quantization from it (a BF16 checkpoint would not fit the planned GPUs)")
+        cp_workers = [self.workers[j] for j in sorted((best.result.counts or {}) if best is not None else {})
+                      if self.workers[j].layout.cp > 1]
+        if cp_workers:
+            labels = ", ".join(sorted({w.layout.label() for w in cp_workers}))
+            notes.append(f"context-parallel prefill ({labels}): timed with the K/V {p.pools[0].perf.cp_kv_exchange} "
+                         f"exchange (serving.cp_kv_exchange); "
+                         + ("; ".join(launch_notes(p, cp_workers[0])) or "SGLang --attn-cp-size command"))
         cut = self.cut_short()
         if cut:
             notes.append("cut short by the time limit: " + "; ".join(cut))
@@ -328,6 +337,8 @@ class ServingReport:
         for x in best["workers"]:
             for engine, cmd in x["launch"].items():
                 console.print(escape(f"  [{x['role']} x{x['count']}] {cmd}"), soft_wrap=True)
+            for note in x.get("launch_notes", []):
+                console.print(escape(f"  [{x['role']} x{x['count']}] ({note})"), soft_wrap=True)
         at = f" at {o['rate_rps']:g} req/s" if o.get("rate_rps") is not None else ""
         console.print(f"solver highs: {d['solver']['status']}, {d['solver']['solves']} solves, "
                       f"{d['solver']['time_s']:.2f} s, {o['name']} = {o['value']:.4g} {o['unit']}{at} "

@@ -29,7 +29,7 @@ from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
 from optimizer.model.steptimes import Performance
 from optimizer.model.steptimes import resolve as resolve_steps
-from optimizer.schema_base import MAX_SERVERS, StrictModel, existing_file, validate
+from optimizer.schema_base import MAX_SERVERS, RopeScalingIn, StrictModel, existing_file, validate
 
 GB = 1e9
 GIB = 2 ** 30
@@ -53,6 +53,8 @@ class ModelIn(_In):
     hf_id: Optional[str] = Field(default=None, min_length=1, description="model name in launch commands")
     weight_dtype: str = "bf16"
     kv_dtype: Optional[str] = None
+    rope_scaling: Optional[RopeScalingIn] = Field(default=None, description=(
+        "RoPE scaling enabled at serving time (null: the config's own), as in deployment"))
 
 
 class LinkIn(_In):
@@ -101,6 +103,7 @@ class FixedWorkerIn(_In):
     tp: PosInt = 1
     dp: PosInt = 1
     ep: Optional[PosInt] = None
+    cp: PosInt = Field(default=1, description="context-parallel ranks (prefill workers only)")
     max_batch: Optional[PosInt] = None
     pool: Optional[str] = Field(default=None, min_length=1, description="pool name (GPU); default the first pool")
 
@@ -127,6 +130,8 @@ class EfficiencyIn(_In):
 class RoleIn(_In):
     tp: Optional[list[PosInt]] = Field(default=None, min_length=1)
     max_gpus: Optional[PosInt] = None
+    cp: Optional[list[PosInt]] = Field(default=None, min_length=1, description=(
+        "context-parallel degrees tried for prefill workers (chapter 6.2.4), e.g. [1, 2, 4, 8]; default [1] (no CP)"))
 
 
 class SimulationIn(_In):
@@ -152,6 +157,12 @@ class ServingIn(_In):
     engine: Literal["vllm", "sglang", "both"] = "both"
     fixed: Optional[FixedIn] = None
     slo_margin: Literal["none", "band"] = "none"
+    cp_kv_exchange: Literal["ring", "allgather"] = Field(default="allgather", description=(
+        "how CP prefill ranks see each other's K/V: allgather (SGLang 0.5.14: every rank keeps the whole KV) or ring"))
+    cp_ffn: Literal["worker", "rank"] = Field(default="worker", description=(
+        "where a CP prefill worker's dense FFN is split: over all its GPUs (worker, SGLang 0.5.14) or per CP rank"))
+    comm_overlap: Annotated[float, Field(ge=0, le=1, description=(
+        "share of each step's TP AllReduce / All-to-All time hidden under its compute (chapter 6.4.3); 0 = none"))] = 0.0
 
 
 class PerformanceIn(_In):
@@ -475,7 +486,8 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
 
 
 def _pools(hw: HardwareIn, model: ModelSpec, wd: str, kd: str, reserve: float, path: Path,
-           steps_for=None) -> tuple[Pool, ...]:
+           steps_for=None, cp_kv_exchange: str = "ring", comm_overlap: float = 0.0,
+           cp_ffn: str = "rank") -> tuple[Pool, ...]:
     if hw.pools is not None:
         if any(v is not None for v in (hw.gpu, hw.server, hw.servers, hw.dollars_per_gpu_hour)):
             raise InputError(path, "hardware", "give either hardware.pools or hardware.gpu/server/servers, not both")
@@ -500,10 +512,31 @@ def _pools(hw: HardwareIn, model: ModelSpec, wd: str, kd: str, reserve: float, p
         link = lambda d: LinkSpec(d["bandwidth_gb_s"] * GB, d["latency_us"] * 1e-6)  # noqa: E731
         h = Hardware(gpu_spec_from_catalog(gpu, g),
                      ServerSpec(server, int(s["gpus"]), link(s["scale_up"]), link(s["scale_out"])), hw.allreduce)
-        pm = PerfModel(model, h, DTYPE_BYTES[wd], DTYPE_BYTES[kd], reserve, weight_dtype=wd, kv_dtype=kd)
+        pm = PerfModel(model, h, DTYPE_BYTES[wd], DTYPE_BYTES[kd], reserve, weight_dtype=wd, kv_dtype=kd,
+                       cp_kv_exchange=cp_kv_exchange, comm_overlap=comm_overlap, cp_ffn=cp_ffn)
         out.append(Pool(name, gpu, server, count, price if price is not None else g.get("dollars_per_gpu_hour"), h,
                         pm, steps_for(pm, gpu) if steps_for is not None else None))
     return tuple(out)
+
+
+def _check_cp(cp: Optional[list[int]], role: str, s: ServingIn, path: Path) -> None:
+    """``serving.<role>.cp``: context parallelism is modelled for prefill workers only (whole-prompt
+    prefill, :func:`optimizer.model.prefill.prefill_terms`); degrees distinct; a CP degree above 1
+    needs prefill workers, i.e. ``mode`` disaggregated or both, and measured step times have no CP.
+
+    Raises:
+        InputError: one line naming the field.
+    """
+    if cp is None:
+        return
+    where = f"serving.{role}.cp"
+    if role != "prefill" and any(c != 1 for c in cp):
+        raise InputError(path, where, f"context parallelism is modelled for prefill workers only (chunked prefill and "
+                                      f"decode on CP ranks are not); use serving.prefill.cp")
+    if len(set(cp)) != len(cp):
+        raise InputError(path, where, f"degrees must be distinct (got {cp})")
+    if role == "prefill" and any(c > 1 for c in cp) and s.mode == "aggregated":
+        raise InputError(path, where, "CP prefill workers need disaggregated serving (mode: disaggregated or both)")
 
 
 def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], objectives: dict) -> Problem:
@@ -526,7 +559,11 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
     cfg = Path(inst.model.config)
     cfg = cfg if cfg.is_absolute() else path.parent / cfg
     existing_file(path, "model.config", cfg)
-    spec = read_hf_config(cfg)
+    rope = inst.model.rope_scaling
+    if rope is not None and rope.rope_type == "yarn" and rope.original_max_position_embeddings is None:
+        raise InputError(path, "model.rope_scaling.original_max_position_embeddings",
+                         "YaRN needs the original context length (e.g. 32768 for Qwen3)")
+    spec = read_hf_config(cfg, rope.model_dump(exclude_none=True) if rope is not None else None)
     from optimizer.model.layout import Layout, layout_problem
 
     for role in ("prefill", "decode", "aggregated"):  # a degree that cannot split the heads is a typo, as in deployment
@@ -534,6 +571,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
             bad = layout_problem(spec, Layout.tp(d))
             if bad is not None:
                 raise InputError(path, f"serving.{role}.tp", bad[1])
+        _check_cp(getattr(s, role).cp, role, s, path)
     wd = inst.model.weight_dtype
     kd = inst.model.kv_dtype or wd
     reserve = s.reserve_gib_per_gpu * GIB
@@ -544,7 +582,12 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
     def steps_for(pm: PerfModel, gpu: str):
         return resolve_steps(performance, pm, cfg, gpu, eff, wd, kd, inst.model.hf_id)
 
-    pools = _pools(inst.hardware, spec, wd, kd, reserve, path, steps_for)
+    pools = _pools(inst.hardware, spec, wd, kd, reserve, path, steps_for, s.cp_kv_exchange, s.comm_overlap, s.cp_ffn)
+    if s.prefill.cp and max(s.prefill.cp) > 1:
+        small = min(p.hw.server.gpus for p in pools)
+        if max(s.prefill.cp) > small:
+            raise InputError(path, "serving.prefill.cp", f"CP{max(s.prefill.cp)} needs {max(s.prefill.cp)} GPUs per "
+                                                         f"worker at TP1; a server has {small} (workers stay in one server)")
     traffic, rates = _traffic(s.traffic, path)
     if spec.max_context is not None and traffic.max_len > spec.max_context:
         raise InputError(path, "serving.traffic", f"a request of {traffic.max_len} tokens (isl + osl) exceeds the model's "
