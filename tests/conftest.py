@@ -25,7 +25,7 @@ INSTANCES = REPO / "instances"
 
 TIERS = ("unit", "integration", "slow")
 UNIT_MODULES = frozenset({
-    "test_catalog_peaks", "test_connections", "test_experts_eplb", "test_fabric", "test_model_inventory",
+    "test_catalog_peaks", "test_connections", "test_experts_eplb", "test_fabric", "test_overlap", "test_model_inventory",
     "test_model_layout", "test_perf_golden", "test_perf_layouts", "test_perf_memory_property", "test_serving_model",
     "test_serving_properties", "test_supernode_inventory",
 })
