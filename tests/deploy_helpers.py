@@ -270,6 +270,8 @@ def brute_force_batched(problem, objective, most_on_time: bool = False):
     objective over the scenario of its timings; the best plan is re-checked by the evaluator.
     Returns the optimum (None when no plan exists), or with ``most_on_time`` the most
     sessions on time over every valid plan."""
+    from dataclasses import replace
+
     from optimizer.deployment.evaluate import _batched_timeline, scenario_from_timings
 
     perf = PerfModel(problem)
@@ -296,7 +298,7 @@ def brute_force_batched(problem, objective, most_on_time: bool = False):
                 inst = PlannedInstance("x", lay.gpus, (0,), tuple(range(lay.gpus)), list(order), lay, b)
                 tl = _batched_timeline(perf, inst, by_id)
                 k = (max(t.finish_s for t in tl), -sum(t.on_time for t in tl), sum(t.finish_s for t in tl))
-                best.setdefault(k, (list(order), b))
+                best.setdefault(k, (list(order), b, tl))
         keep = []
         for k in sorted(best):
             if not any(o[1] <= k[1] and o[2] <= k[2] for o in keep):
@@ -324,12 +326,13 @@ def brute_force_batched(problem, objective, most_on_time: bool = False):
             for pick in itertools.product(*per_block):
                 used = {lay: 0 for lay in slots}
                 insts = []
-                for i, ((order, b), lay) in enumerate(zip(pick, combo)):
+                timings = []
+                for i, ((order, b, tl), lay) in enumerate(zip(pick, combo)):
                     srv, gl = slots[lay][used[lay]]
                     used[lay] += 1
                     insts.append(PlannedInstance(f"i{i}", lay.gpus, srv, gl, order, lay, b))
+                    timings += [replace(t, instance=f"i{i}") for t in tl]  # the replica's own timeline
                 plan = Plan(insts)
-                timings = [t for inst in insts for t in _batched_timeline(perf, inst, by_id)]
                 sc = scenario_from_timings(problem, plan, timings)
                 most = sc.on_time if most is None else max(most, sc.on_time)
                 if sc.on_time < need:
