@@ -32,6 +32,8 @@ def define(model, p) -> None:
     its evaluated options ``results``, variables ``x`` and option ``labels``)."""
     for r, x, label in zip(model.results, model.x, model.labels):
         for family in r.violations:
+            if family not in KEY_FAMILIES:  # the fabric's per-option families have their own modules
+                continue
             model.add(key(family, label), x == 0)
 
 

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from constraints.supernode import cards as sn_cards
+from constraints.supernode import connection_state as sn_connection_state
+from constraints.supernode import fabric_budget as sn_fabric_budget
+from constraints.supernode import fabric_choice as sn_fabric_choice
+from constraints.supernode import fabric_ports as sn_fabric_ports
 from constraints.supernode import deploy as sn_deploy
 from constraints.supernode import option_limits as sn_option_limits
 from constraints.supernode import pool as sn_pool
@@ -23,7 +27,8 @@ from optimizer.supernode.perf import OptionResult
 from optimizer.supernode.schema import Problem
 
 # the formulation: every constraint family, in the order it is added
-FAMILIES = (sn_cards, sn_deploy, sn_option_limits, sn_pool, sn_target)
+FAMILIES = (sn_cards, sn_deploy, sn_option_limits, sn_pool, sn_target, sn_fabric_ports, sn_connection_state,
+            sn_fabric_choice, sn_fabric_budget)
 
 
 def family_module(family: str):
@@ -49,6 +54,7 @@ class SupernodeModel:
     labels: list[str]
     x: list[Any]
     y: list[Any] = field(default_factory=list)
+    f: list[Any] = field(default_factory=list)  # one Boolean per candidate fabric (fabric_choice)
 
     @property
     def cp(self):
@@ -62,6 +68,11 @@ class SupernodeModel:
     @property
     def cards_used(self):
         return sum(r.option.size * x for r, x in zip(self.results, self.x))
+
+    @property
+    def fabric_cost(self):
+        """USD of the fabrics of all built instances (``sum_o x_o round(cost_o)``; 0 without fabric)."""
+        return sum(int(round(r.fabric.cost_usd)) * x for r, x in zip(self.results, self.x) if r.fabric is not None)
 
     @property
     def sessions(self):
