@@ -56,7 +56,9 @@ def test_64_cards_the_cheapest_fabric_is_a_torus_and_pairwise_fits_8_hosts():
     s = alts["S=64 switched 1 level pairwise"]["fabric_figures"]
     assert (s["port_links"], s["switch_chips"], s["max_hops"]) == (1152, 18, 2)
     bill = rep.to_dict()["plan"]["fabric_bill"]
-    assert bill == {"switch_chips": 0, "port_links": 512, "power_kw": pytest.approx(1.024), "cost_usd": 1_702_400}
+    assert bill == {"switch_chips": 0, "port_links": 512, "power_kw": pytest.approx(1.024), "fabric_cost_usd": 102_400,
+                    "cost_usd": 1_702_400, "per_domain": [{"domains": 1, "cards": 64, "switch_chips": 0, "port_links": 512,
+                                                           "power_kw": 1.024, "cost": 102_400}]}
 
 
 @needs_config

@@ -161,6 +161,22 @@ class SupernodeReport:
             out[tier] = {"fetch_us": float(t) * 1e6, "window_us": window * 1e6, "fits": bool(t <= window)}
         return out
 
+    def fabric_bill(self) -> dict[str, Any]:
+        """Switch chips, port links, power and cost of every built domain's fabric (from the
+        independent evaluation), and per domain the ``buildout.scale_up_domains`` entry the
+        build-out problem takes (one per built option)."""
+        ev, res, p = self.evaluation, self.solution, self.problem
+        domains = []
+        for j, count in sorted(res.plan.counts.items()):
+            fg = res.results[j].fabric
+            if fg is not None:
+                domains.append({"domains": count, "cards": fg.size, "switch_chips": fg.switch_chips,
+                                "port_links": fg.port_links, "power_kw": round(fg.power_w / 1e3, 6),
+                                "cost": round(fg.cost_usd, 2)})
+        fabric_cost = sum(d["domains"] * d["cost"] for d in domains)
+        return {"switch_chips": ev.switch_chips, "port_links": ev.port_links, "power_kw": ev.fabric_power_w / 1e3,
+                "fabric_cost_usd": fabric_cost, "cost_usd": ev.cost_usd, "per_domain": domains}
+
     def plan_dict(self) -> dict[str, Any] | None:
         res, ev, p = self.solution, self.evaluation, self.problem
         if res.plan is None or ev is None:
@@ -173,9 +189,7 @@ class SupernodeReport:
             "instances": [self._instance(j, c) for j, c in sorted(res.plan.counts.items())],
             "tiers": self.tiers(),
             "flip_thresholds": self.thresholds,
-            **({"fabric_bill": {"switch_chips": ev.switch_chips, "port_links": ev.port_links,
-                                "power_kw": ev.fabric_power_w / 1e3, "cost_usd": ev.cost_usd}}
-               if p.fabric is not None else {}),
+            **({"fabric_bill": self.fabric_bill()} if p.fabric is not None else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -270,7 +284,12 @@ class SupernodeReport:
             console.print(ft)
             bill = plan["fabric_bill"]
             console.print(escape(f"fabric bill: {bill['switch_chips']:,} switch chips, {bill['port_links']:,} port "
-                                 f"links, {bill['power_kw']:,.2f} kW, {bill['cost_usd']:,.0f} USD with the cards"))
+                                 f"links, {bill['power_kw']:,.2f} kW, {bill['fabric_cost_usd']:,.0f} USD "
+                                 f"({bill['cost_usd']:,.0f} USD with the cards)"))
+            for dm in bill["per_domain"]:
+                console.print(escape(f"for build-out: scale_up_domains: {{cards: {dm['cards']}, switch_chips: "
+                                     f"{dm['switch_chips']}, port_links: {dm['port_links']}, power_kw: "
+                                     f"{dm['power_kw']:g}, cost: {dm['cost']:.0f}}}"))
         tiers = plan["tiers"]
         lk = tiers["lookups"]
         lines = [f"lookups: {lk['rows_per_token']:g} rows = {lk['bytes_per_token']:,.0f} B per token; "
