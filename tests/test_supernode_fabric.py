@@ -296,6 +296,16 @@ def test_random_instances_exercise_both_state_outcomes_and_the_limits(tmp_path):
     assert {"connection_state", "fabric_ports"} <= seen
 
 
+@needs_config
+def test_json_envelope_is_strict_json():
+    import json
+
+    code, out, _err = run_cli(I512, "--objective", "cost", "--format", "json")
+    assert code == 0
+    d = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert d["plan"]["instances"][0]["fabric"] == "switched 32/32 UB"
+
+
 def test_instance_files_name_a_source_for_every_fabric_figure():
     for path in (I64, I512):
         fab = yaml.safe_load(path.read_text())["supernode"]["fabric"]

@@ -261,7 +261,7 @@ def alternatives(p: Problem, res: SupernodeSolution, limit: int = 16) -> list[di
             "weights_per_card_gb": r.weights_per_card / GB,
             "step_ms": None if f is None else f.step * 1e3,
             "tokens_per_s_per_card": None if f is None else f.tokens_per_s_card,
-            "single_user_ms": r.single.token * 1e3,
+            "single_user_ms": r.single.token * 1e3 if math.isfinite(r.single.token) else None,  # None: no fabric
             "limited_by": LIMIT_NAMES.get(r.limit, r.limit) if f is not None else None,
             "limit_detail": limit_text(p, r),
             "why": why,

@@ -258,7 +258,7 @@ class SupernodeReport:
             a.add_row(escape(x["option"]), f"{x['weights_per_card_gb']:.1f}", str(x["sessions_per_card"]),
                       "-" if x["step_ms"] is None else f"{x['step_ms']:.1f}",
                       "-" if x["tokens_per_s_per_card"] is None else f"{x['tokens_per_s_per_card']:,.0f}",
-                      f"{x['single_user_ms']:.2f}",
+                      "-" if x["single_user_ms"] is None else f"{x['single_user_ms']:.2f}",
                       escape(x["why_short"]))
         if self.problem.fabric is None:
             console.print(a)
