@@ -206,7 +206,7 @@ BLOCKS: list[Block] = [
     Block("supernode-brief", command="optimize instances/supernode_v41_flash.yaml", until="Sizes and placements compared"),
     Block("serving-brief", command="optimize instances/serving_llama70b_h100.yaml", until="Workers of the best plan"),
     Block("supernode-fabric-brief", command="optimize instances/supernode_fabric_512.yaml --objective cost",
-          until="for build-out:"),
+          until="Fabrics compared"),
     # docs/
     Block("deployment-example", command="optimize instances/qwen32b_128k.yaml --objective cost"),
     Block("experts-example", command="optimize instances/deepseek_v3_ep32.yaml --output out/", volatile="experts"),
