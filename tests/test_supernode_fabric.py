@@ -297,6 +297,13 @@ def test_random_instances_exercise_both_state_outcomes_and_the_limits(tmp_path):
 
 
 @needs_config
+def test_pairwise_only_at_512_cards_is_infeasible_and_says_why():
+    code, out, _err = run_cli(I512, "--objective", "cost", "--set", "supernode.fabric.connections=[pairwise]")
+    assert code == 3
+    assert "limits broken: connection_state, fabric_ports" in " ".join(out.split())
+
+
+@needs_config
 def test_json_envelope_is_strict_json():
     import json
 

@@ -11,6 +11,7 @@ an option that breaks one cannot be built (``x_o = 0`` under the family's key):
 
     x_o = 0      <family>[<option label>], every option o that breaks the family's limit
 
+The fabric's per-option families (``fabric_ports``, ``connection_state``) have their own modules.
 The ``pool_capacity`` family also holds the pool's shared capacity (:mod:`.pool`,
 ``pool_capacity[pool]``); this module's keys are the per-option ones.
 """

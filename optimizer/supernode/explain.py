@@ -414,8 +414,10 @@ def achievable(p: Problem, res: SupernodeSolution) -> dict | None:
     # fresh user was pointed to one 21 GB short)
     buildable = [r for r in res.results if set(r.violations) <= {"slo"}]
     if not buildable:
+        fams = sorted({f for r in res.results for f in r.violations})
         return {"requirement": "options", "best": None, "required": None,
-                "detail": "no option fits memory and the other limits even with one session per card"}
+                "detail": "no option fits memory and the other limits even with one session per card"
+                          + (f" (limits broken: {', '.join(fams)})" if p.fabric is not None else "")}
     fastest = min(buildable, key=lambda r: r.single.token)
     t = fastest.single.token * 1e3
     return {"requirement": "slo_ms_per_token", "best": t, "required": p.slo_s * 1e3,

@@ -2,7 +2,8 @@
 
 Variables: ``x_o`` instances built as option o (size S_o, fabric, a tier per table, KV tier),
 ``0 <= x_o <= cards`` (the cards family, not the domain, limits it, so conflicts name it); for the single-user objective also ``y_o`` (option o is built)
-and ``t`` (ns). Per-option figures (sessions per card N_o, tokens/s, batch-1 token time,
+and ``t`` (ns); with a ``supernode.fabric`` section ``f_c``, one Boolean per candidate fabric
+(:mod:`constraints.supernode.fabric_choice`: exactly one chosen). Per-option figures (sessions per card N_o, tokens/s, batch-1 token time,
 pool bytes) are precomputed by :mod:`optimizer.supernode.perf`; families live in
 ``constraints/supernode/``: each ``define(model, problem)`` adds its constraints under
 :class:`~optimizer.result.ConstraintKey` names and ``describe(key, problem)`` explains one in a
