@@ -205,6 +205,8 @@ BLOCKS: list[Block] = [
     Block("buildout-brief", command="optimize instances/hgx_h100_120kw.yaml", until="Racks:"),
     Block("supernode-brief", command="optimize instances/supernode_v41_flash.yaml", until="Sizes and placements compared"),
     Block("serving-brief", command="optimize instances/serving_llama70b_h100.yaml", until="Workers of the best plan"),
+    Block("supernode-fabric-brief", command="optimize instances/supernode_fabric_512.yaml --objective cost",
+          until="Fabrics compared"),
     # docs/
     Block("deployment-example", command="optimize instances/qwen32b_128k.yaml --objective cost"),
     Block("experts-example", command="optimize instances/deepseek_v3_ep32.yaml --output out/", volatile="experts"),
@@ -217,6 +219,9 @@ BLOCKS: list[Block] = [
     Block("buildout-cli-benchmark", bench=bench_buildout_cli_text, volatile="buildout-cli-benchmark"),
     Block("cli-benchmark", bench=bench_cli_text, volatile="cli-benchmark"),
     Block("supernode-example", command="optimize instances/supernode_v41_flash.yaml"),
+    Block("supernode-fabric-64-example", command="optimize instances/supernode_fabric_64.yaml --objective cost"),
+    Block("supernode-fabric-512-example", command="optimize instances/supernode_fabric_512.yaml --objective cost"),
+    Block("buildout-scale-up-example", command="optimize instances/hgx_h100_supernode_512.yaml"),
     Block("serving-example", command="optimize instances/serving_llama70b_h100.yaml"),
     Block("serving-infeasible-example", command="optimize instances/serving_qwen3_32b_slow_link.yaml "
                                                 "--set serving.mode=disaggregated"),

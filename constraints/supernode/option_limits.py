@@ -11,6 +11,7 @@ an option that breaks one cannot be built (``x_o = 0`` under the family's key):
 
     x_o = 0      <family>[<option label>], every option o that breaks the family's limit
 
+The fabric's per-option families (``fabric_ports``, ``connection_state``) have their own modules.
 The ``pool_capacity`` family also holds the pool's shared capacity (:mod:`.pool`,
 ``pool_capacity[pool]``); this module's keys are the per-option ones.
 """
@@ -32,6 +33,8 @@ def define(model, p) -> None:
     its evaluated options ``results``, variables ``x`` and option ``labels``)."""
     for r, x, label in zip(model.results, model.x, model.labels):
         for family in r.violations:
+            if family not in KEY_FAMILIES:  # the fabric's per-option families have their own modules
+                continue
             model.add(key(family, label), x == 0)
 
 

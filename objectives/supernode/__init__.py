@@ -17,6 +17,7 @@ class SupernodeObjective(Objective):
         secondary: name of the objective of the second lexicographic stage (ties on this one;
             maximised).
         needs_target: the instance must give ``target_sessions``.
+        needs_fabric: the instance must give ``supernode.fabric``.
 
     The model-facing methods take the supernode model (``optimizer.supernode.model.SupernodeModel``:
     ``x`` instances per option, ``cards_used``, ``sessions``), the explanation-facing ones a
@@ -25,6 +26,7 @@ class SupernodeObjective(Objective):
 
     secondary: str = "throughput"
     needs_target: bool = False
+    needs_fabric: bool = False  # the instance must give ``supernode.fabric`` (the cost objective)
 
     def needs_built_flags(self) -> bool:
         """The model needs the Booleans ``y_o`` (option o is built) for this objective."""

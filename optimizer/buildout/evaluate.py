@@ -28,6 +28,7 @@ class Evaluation:
     gpu_links: int
     uplinks: int
     violations: list[str] = field(default_factory=list)
+    domains: int = 0
 
 
 def power_kw(p: Problem, servers: dict[str, int], chips: int = 0) -> float:
@@ -67,6 +68,12 @@ def evaluate(p: Problem, plan: BuildoutPlan) -> Evaluation:
     gpus = sum(p.type(n).gpus * c for n, c in servers.items())
     chips = sum(c for _d, _u, c in leaves or []) + spine
     kw = power_kw(p, servers, chips)
+    if p.domains is not None:
+        kw += plan.domains * p.domains.power_kw
+        if plan.domains * p.domains.cards < gpus:
+            v.append(f"{plan.domains} scale-up domains of {p.domains.cards} cards hold fewer than {gpus} GPUs")
+    elif plan.domains:
+        v.append("scale-up domains without a scale_up_domains section")
     if kw > p.power_budget_kw + EPS_KW:
         v.append(f"power {kw:.3f} kW > budget {p.power_budget_kw} kW")
     u = p.install_unit_servers
@@ -130,4 +137,4 @@ def evaluate(p: Problem, plan: BuildoutPlan) -> Evaluation:
         if not tier2 and (ups or spine):
             v.append("a one-tier fabric has no spine")
     n_units = sum(ceil(c / u) for c in servers.values())
-    return Evaluation(gpus, round(kw, 6), tier2, count, n_units, n_leaves, spine, links, ups, v)
+    return Evaluation(gpus, round(kw, 6), tier2, count, n_units, n_leaves, spine, links, ups, v, plan.domains)

@@ -170,20 +170,24 @@ def next_unit(p: Problem, servers: dict[str, int], ev: Evaluation, whatifs: What
             if need is None:
                 continue
             chips = max(0.0, need - chips_now * f.switch_power_kw)
-        cand = (srv + tier + chips, -t.gpus, t.name, srv, tier, chips)
+        dom = 0.0  # a new scale-up domain's fabric when the domains built are full
+        if p.domains is not None and ev.gpus + u * t.gpus > ev.domains * p.domains.cards:
+            dom = p.domains.power_kw * (-(-(ev.gpus + u * t.gpus) // p.domains.cards) - ev.domains)
+        cand = (srv + tier + chips + dom, -t.gpus, t.name, srv, tier, chips, dom)
         if best is None or cand < best:
             best = cand
     if best is None:
         return None
-    total, _g, name, srv, tier, chips = best
+    total, _g, name, srv, tier, chips, dom = best
     phrase = f"one more {name} server" if u == 1 else f"one more install unit ({u} x {name})"
-    return phrase, srv, tier, chips, total
+    return phrase, srv, tier, chips, total, dom
 
 
-def _need_phrase(nu: tuple[str, float, float, float, float], left_kw: float) -> str:
-    phrase, srv, tier, chips, total = nu
+def _need_phrase(nu: tuple, left_kw: float) -> str:
+    phrase, srv, tier, chips, total, dom = nu
     extra = [f"{kw(tier)} kW second tier"] if tier else []
     extra += [f"{kw(chips)} kW switch chips"] if chips else []
+    extra += [f"{kw(dom)} kW for a new scale-up domain's fabric"] if dom else []
     parts = f"{kw(total)} kW" if not extra else f"{kw(total)} kW ({kw(srv)} kW servers + {' + '.join(extra)})"
     return f"{phrase} needs {parts}, {kw(left_kw)} kW left"
 

@@ -7,6 +7,8 @@ Integer units: power in watts, cost in hundredths of the cost unit (see
 * ``y[p]`` racks filled by rack pattern p (:mod:`optimizer.buildout.patterns`); the items a
   pattern counts are the server types and, when switch chips take rack units or power
   (``fabric.switch_rack_units``/``switch_power_kw``), the switch chips as one more kind;
+* with ``scale_up_domains``: ``domains`` (scale-up domains built, each with its fabric's chips,
+  links, power and cost; :mod:`constraints.buildout.scale_up_domains`);
 * with a fabric: ``z`` (second tier built), ``l1`` one-tier leaf chips, ``w[d]`` two-tier
   leaf chips with split d, ``s`` spine chips (:mod:`constraints.buildout.fabric`).
 
@@ -33,6 +35,7 @@ from constraints.buildout import rack_power as buildout_rack_power
 from constraints.buildout import rack_units as buildout_rack_units
 from constraints.buildout import racks as buildout_racks
 from constraints.buildout import second_tier as buildout_second_tier
+from constraints.buildout import scale_up_domains as buildout_domains
 from constraints.buildout import target as buildout_target
 from optimizer.buildout.patterns import RackPattern, rack_patterns
 from optimizer.buildout.plan import BuildoutPlan, LeafGroup, RackGroup
@@ -51,6 +54,7 @@ FAMILIES = (
     buildout_rack_units,
     buildout_racks,
     buildout_fabric,
+    buildout_domains,
 )
 
 
@@ -105,6 +109,7 @@ class BuildoutModel:
     n_ub: dict[str, int] = field(default_factory=dict)
     gpus_ub: int = 0
     leaf_ub: int = 0
+    domains: Any = 0  # scale-up domains built (an integer variable with ``scale_up_domains``)
 
     @property
     def cp(self) -> cp_model.CpModel:
@@ -118,7 +123,7 @@ class BuildoutModel:
     def all_variables(self) -> list:
         """Every decision variable (for solution hints between stages)."""
         out = list(self.n.values()) + list(self.k.values()) + list(self.y) + list(self.w)
-        for v in (self.z, self.l1, self.s):
+        for v in (self.z, self.l1, self.s, self.domains):
             if not isinstance(v, int):
                 out.append(v)
         return out
@@ -132,11 +137,13 @@ class BuildoutModel:
         p = self.problem
         tier2 = p.fabric.second_tier_power_w * self.z if p.fabric is not None else 0
         chips = p.fabric.switch_power_w * (self.leaves + self.s) if p.fabric is not None else 0
-        return p.fixed_w + sum(t.power_w * self.n[t.name] for t in p.types) + tier2 + chips
+        dom = p.domains.power_w * self.domains if p.domains is not None else 0
+        return p.fixed_w + sum(t.power_w * self.n[t.name] for t in p.types) + tier2 + chips + dom
 
     @property
     def cost_c(self):
-        return sum(t.cost_c * self.n[t.name] for t in self.problem.types)
+        dom = self.problem.domains.cost_c * self.domains if self.problem.domains is not None else 0
+        return sum(t.cost_c * self.n[t.name] for t in self.problem.types) + dom
 
     def racks(self, cooling: str | None = None):
         return sum(y for pat, y in zip(self.patterns, self.y) if cooling in (None, pat.cooling))
@@ -215,6 +222,8 @@ def build(p: Problem, explain: bool = False, omit: frozenset[str] = frozenset(),
         model.l1 = m.new_int_var(0, model.leaf_ub, "leaf[one tier]")
         model.w = [m.new_int_var(0, ceil(model.leaf_ub / d), f"leaf[{d}down/{up}up]") for d, up in model.splits]
         model.s = m.new_int_var(0, model.leaf_ub, "spine")
+    if p.domains is not None:
+        model.domains = m.new_int_var(0, max(1, ceil(gpus_ub / p.domains.cards)), "scale_up_domains")
     if u == 1:
         for t in p.types:  # k is unused; tie it to n so it reports install units
             m.add(k[t.name] == n[t.name])
@@ -294,9 +303,10 @@ def values(solver: cp_model.CpSolver, model: BuildoutModel) -> BuildoutPlan:
         if p.fabric.switches_in_racks:
             items.append(sum(g.count for g in leaves) + spine)
     racks = installed_racks(p, [(pat, int(val(y))) for pat, y in zip(model.patterns, model.y) if val(y) > 0], items)
+    domains = int(val(model.domains)) if p.domains is not None else 0
     return BuildoutPlan(
         servers=servers,
         install_units={t.name: int(val(model.k[t.name])) for t in p.types},
         second_tier=bool(val(model.z)) if p.fabric is not None else False,
         racks=tuple(RackGroup(pat, mult) for pat, mult in racks),
-        leaves=tuple(leaves), spine=spine)
+        leaves=tuple(leaves), spine=spine, domains=domains)

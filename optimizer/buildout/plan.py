@@ -47,6 +47,7 @@ class BuildoutPlan:
         racks: the racks as installed, groups of identical racks.
         leaves: leaf chips by port split; the one-tier group (all ports down) first.
         spine: spine chips.
+        domains: scale-up domains built (``scale_up_domains``; 0 without).
     """
 
     servers: dict[str, int]
@@ -55,6 +56,7 @@ class BuildoutPlan:
     racks: tuple[RackGroup, ...]
     leaves: tuple[LeafGroup, ...] = ()
     spine: int = 0
+    domains: int = 0
 
     @property
     def switch_chips(self) -> int:

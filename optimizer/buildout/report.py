@@ -104,6 +104,14 @@ class BuildoutReport:
         cost = None
         if all(t.cost is not None for t in p.types):
             cost = round(sum(p.type(n).cost * c for n, c in servers.items()), 2)
+            if p.domains is not None:
+                cost = round(cost + ev.domains * p.domains.cost, 2)
+        domains = None
+        if p.domains is not None:
+            dm = p.domains
+            domains = {"domains": ev.domains, "cards_per_domain": dm.cards, "switch_chips": ev.domains * dm.switch_chips,
+                       "port_links": ev.domains * dm.port_links, "power_kw": round(ev.domains * dm.power_kw, 6),
+                       "cost": round(ev.domains * dm.cost, 2), "source": dm.source}
         return {
             "servers": servers,
             "gpus": ev.gpus,
@@ -118,6 +126,7 @@ class BuildoutReport:
             "cost_unit": p.cost_unit if cost is not None else None,
             "rack_layout": layout,
             "fabric": fabric,
+            **({"scale_up_domains": domains} if domains is not None else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,10 +193,17 @@ class BuildoutReport:
             parts.append(f"{kw(p.fabric.second_tier_power_kw)} kW second tier")
         if plan["fabric"] is not None and plan["fabric"]["switch_power_kw"]:
             parts.append(f"{kw(plan['fabric']['switch_power_kw'])} kW switch chips")
+        if plan.get("scale_up_domains"):
+            parts.append(f"{kw(plan['scale_up_domains']['power_kw'])} kW scale-up fabric")
         extra = f" incl. {' and '.join(parts)}" if parts else ""
         console.print(f"GPUs {plan['gpus']}, power {kw(plan['power_kw'])} of {kw(p.power_budget_kw)} kW{extra}, "
                       f"install units {plan['install_units']} x {p.install_unit_servers} servers"
                       + (f", cost {num(plan['cost'])} {plan['cost_unit']}" if plan["cost"] is not None else ""))
+        if plan.get("scale_up_domains"):
+            sd = plan["scale_up_domains"]
+            console.print(escape(f"scale-up domains: {sd['domains']} x {sd['cards_per_domain']} cards, "
+                                 f"{sd['switch_chips']:,} switch chips, {sd['port_links']:,} links, "
+                                 f"{kw(sd['power_kw'])} kW of fabric" + (f" ({sd['source']})" if sd["source"] else "")))
         feeds = ""
         if p.feed_kw is not None:
             from constraints.buildout.rack_feed import feed_text

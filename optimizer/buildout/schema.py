@@ -90,6 +90,19 @@ class FabricIn(StrictModel):
     switch_rack_units: NonNegInt = 0
 
 
+class ScaleUpDomainsIn(StrictModel):
+    """Scale-up domains of ``cards`` GPUs, each with the fabric the supernode problem chose for it
+    (its ``fabric_bill`` per domain: ``optimize instances/supernode_fabric_512.yaml --objective cost``):
+    switch chips, port links, fabric power and cost per domain."""
+
+    cards: PosInt
+    switch_chips: NonNegInt
+    port_links: NonNegInt
+    power_kw: NonNegKw
+    cost: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)] = 0.0
+    source: Optional[Annotated[str, Field(strict=True, min_length=1)]] = None
+
+
 class BuildoutIn(StrictModel):
     power_budget_kw: Kw
     fixed_power_kw: NonNegKw = 0.0
@@ -98,6 +111,7 @@ class BuildoutIn(StrictModel):
     target_gpus: Optional[PosInt] = None
     racks: RacksIn
     fabric: Optional[FabricIn] = None
+    scale_up_domains: Optional[ScaleUpDomainsIn] = None
 
     @field_validator("server_types")
     @classmethod
@@ -169,6 +183,28 @@ class Fabric:
 
 
 @dataclass(frozen=True)
+class ScaleUpDomains:
+    """GPUs grouped in scale-up domains of ``cards``, each domain's fabric with ``switch_chips``
+    switch chips, ``port_links`` links, ``power_kw`` and ``cost`` (the cost unit)."""
+
+    cards: int
+    switch_chips: int
+    port_links: int
+    power_kw: float
+    cost: float = 0.0
+    source: str = ""
+
+    @property
+    def power_w(self) -> int:
+        """One domain's fabric power, whole watts rounded up."""
+        return kw_to_w_up(self.power_kw)
+
+    @property
+    def cost_c(self) -> int:
+        return int(round(self.cost * 100))
+
+
+@dataclass(frozen=True)
 class Problem:
     """The resolved build-out problem (see the module docstring for units)."""
 
@@ -189,6 +225,7 @@ class Problem:
     feeds_per_rack: int = 1
     redundant_feeds: bool = False
     objective: Optional["BuildoutObjective"] = None  # the objective resolved by load (objectives/buildout/)
+    domains: ScaleUpDomains | None = None  # scale-up domains and their fabric (None: not counted)
 
     @property
     def feed_usable_kw(self) -> float | None:
@@ -347,7 +384,10 @@ def resolve(inst: InstanceIn, path: str | Path, objective: "BuildoutObjective",
         rack_units=b.racks.rack_units, fabric=fab,
         cost_unit=cost_unit if costs_from_file else "cost unit",
         feed_kw=r.feed_kw, max_utilization=r.max_utilization, feeds_per_rack=feeds, redundant_feeds=redundant,
-        objective=objective)
+        objective=objective,
+        domains=None if b.scale_up_domains is None else ScaleUpDomains(
+            **{k: v for k, v in b.scale_up_domains.model_dump().items() if k != "source"},
+            source=b.scale_up_domains.source or ""))
 
 
 def load(raw: dict[str, Any], path: str | Path, objective: str | None) -> Problem:

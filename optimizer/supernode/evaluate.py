@@ -38,13 +38,84 @@ class Evaluation:
     tokens_per_s: float
     tokens_per_s_per_card: float
     violations: list[str] = field(default_factory=list)
+    cost_usd: float | None = None  # cards + fabrics (with a supernode.fabric section), USD
+    fabric_power_w: float = 0.0
+    switch_chips: int = 0
+    port_links: int = 0
 
 
-def _a2a(p: Problem, size: int, fabric: str, tokens: float) -> float:
+def _ring_share(n: int, forward: bool) -> float:
+    """Sum over ring offsets of the hops one direction takes (shorter way, a tie split in half)."""
+    total = 0.0
+    for d in range(1, n):
+        fwd, back = d, n - d
+        total += fwd if fwd < back else (fwd / 2 if fwd == back else 0.0)
+    return total
+
+
+def fabric_check(p: Problem, cand, size: int) -> dict:
+    """Closed forms for a candidate fabric of ``size`` cards, by scalar arithmetic (not the fabric
+    model's routing): ports, links, switch chips, worst hops, the busiest directed link's seconds
+    per byte leaving each card in a uniform All-to-All, connection state, cost and power.
+
+    Torus (dimension-ordered, shortest way, translation invariant): every directed link of
+    dimension k carries ``w x (C / n_k) x sum_d h(d)`` for w bytes to each peer; switched: a card
+    port ``B / P``, a leaf uplink ``m (C - m) / (C - 1) x B / (up x P)`` for a leaf of m cards.
+    """
+    fs = p.fabric
+    hosts = max(1, -(-size // p.hw.server_cards))
+    a = fs.endpoints_per_host
+    state = 512 * a * a * (hosts - 1) + 32 * a if cand.organisation == "pairwise" else 52 * a + 56 * (hosts - 1)
+    out = {"state_ok": state <= fs.cache_bytes, "buildable": True}
+    if cand.kind == "torus":
+        dims = list(cand.dims)
+        bundle = fs.card_ports // (2 * len(dims)) if 2 * len(dims) <= fs.card_ports else 0
+        if not bundle:
+            return dict(out, buildable=False)
+        bw = bundle * fs.port_bandwidth
+        w = 1.0 / (size - 1)
+        per_byte = max(w * (size / n) * _ring_share(n, True) for n in dims) / bw
+        links = size * 2 * len(dims) // 2 * bundle
+        chips, hops = 0, sum(n // 2 for n in dims)
+        latency_chips = hops - 1
+    else:
+        ports = cand.ports_per_card or fs.card_ports
+        bw = min(fs.port_bandwidth, fs.switch_bandwidth)
+        if ports > fs.card_ports:
+            return dict(out, buildable=False)
+        per_byte = 1.0 / ports / bw
+        if cand.levels == 1:
+            if size > fs.switch_ports:
+                return dict(out, buildable=False)
+            chips = -(-ports // (fs.switch_ports // size))
+            links, hops = ports * size, 2
+        else:
+            dn, up = cand.down_ports, cand.up_ports
+            leaves = -(-size // dn)
+            if dn + up > fs.switch_ports or leaves > fs.switch_ports:
+                return dict(out, buildable=False)
+            spines = -(-(leaves * up) // fs.switch_ports)
+            chips = ports * (leaves + spines)
+            links = ports * (size + leaves * up)
+            hops = 4 if leaves > 1 else 2
+            sizes = [min(dn, size - i * dn) for i in range(leaves)]
+            if leaves > 1:
+                per_byte = max(per_byte, max(m * (size - m) / (size - 1) for m in sizes) / (up * ports) / bw)
+        latency_chips = hops - 1
+    cost = links * fs.link_cost_usd + chips * fs.switch_cost_usd + (
+        fs.ub_cost_usd_per_host * hosts if cand.organisation == "endpoint+channel" else 0.0)
+    return dict(out, per_byte=per_byte, latency=latency_chips * fs.hop_latency_s, links=links, chips=chips,
+                hops=hops, cost=cost, power=links * fs.link_power_w + chips * fs.switch_power_w)
+
+
+def _a2a(p: Problem, size: int, fabric: str, tokens: float, cand=None) -> float:
     hw, inv = p.hw, p.inventory
     if size <= 1 or inv.moe_layers == 0:
         return 0.0
     b = tokens * inv.dispatch_bytes_per_token
+    if cand is not None:
+        f = fabric_check(p, cand, size)
+        return hw.nvlink_latency_s + f["latency"] + b * (size - 1) / size * f["per_byte"]
     if fabric == "scale_up":
         return hw.nvlink_latency_s + b * (size - 1) / size / hw.nvlink_bandwidth
     s = min(size, hw.server_cards)
@@ -92,10 +163,29 @@ def evaluate(p: Problem, plan: SupernodePlan) -> Evaluation:
     cards = sessions = 0
     tps = 0.0
     pool_used = 0.0
+    cost = power = 0.0
+    chips = links = 0
+    fabrics_used = set()
     for built in plan.instances:
         o, n, count = built.option, built.sessions_per_card, built.count
         size, fabric, tables, kv = o.size, o.fabric, o.tables, o.kv
         label = f"S={size} {fabric} tables {','.join(tables)} KV {kv}"
+        cand = None
+        if o.candidate is not None:
+            cand = p.fabric.candidates[o.candidate]
+            fabrics_used.add(o.candidate)
+            fc = fabric_check(p, cand, size)
+            if not fc["buildable"]:
+                bad.append(f"{label}: fabric {cand.label} cannot be built for {size} cards")
+                continue
+            if not fc["state_ok"]:
+                bad.append(f"{label}: {cand.organisation} connection state exceeds the NIC cache")
+            cost += count * fc["cost"]
+            power += count * fc["power"]
+            chips += count * fc["chips"]
+            links += count * fc["links"]
+        if p.fabric is not None:
+            cost += count * size * p.fabric.card_cost_usd
         cards += size * count
         sessions += size * n * count
         tab_in = lambda tier: sum(t.bytes * (1 + extra) for t, tn in zip(inv.tables, tables) if tn == tier)
@@ -121,14 +211,14 @@ def evaluate(p: Problem, plan: SupernodePlan) -> Evaluation:
         kv_bw = hw.hbm_bandwidth if kv == "hbm" else hw.tiers[kv].bandwidth
         t_kv = 0.0 if kv == "hbm" else n * kv_read / kv_bw
         base = max(reads / hw.hbm_bandwidth, t_kv, n * flop / hw.flops) \
-            + 2 * inv.moe_layers * _a2a(p, size, fabric, n) + p.fixed_s
+            + 2 * inv.moe_layers * _a2a(p, size, fabric, n, cand) + p.fixed_s
         step = base + max(0.0, _fetch_excess(p, tables, n, base))
         if step > p.slo_s * (1 + 1e-9):
             bad.append(f"{label}: step {step * 1e3:.3f} ms > {p.slo_s * 1e3:g} ms per token")
         # eq 6-15
         t_w = (inv.replicated_read_bytes + lookups / max(n, 1)) / hw.hbm_bandwidth
         b1 = max(t_w, kv_read / kv_bw, flop / hw.flops) / p.overlap_efficiency \
-            + p.single_user_a2a * inv.moe_layers * _a2a(p, size, fabric, 1) + p.fixed_s
+            + p.single_user_a2a * inv.moe_layers * _a2a(p, size, fabric, 1, cand) + p.fixed_s
         t1 = b1 + max(0.0, _fetch_excess(p, tables, 1, b1))
         tps += count * size * n / step
         out.append(InstanceCheck(label, size, count, n, w, used, step, n / step, t1))
@@ -140,4 +230,11 @@ def evaluate(p: Problem, plan: SupernodePlan) -> Evaluation:
         bad.append(f"{sessions} sessions < target {p.target_sessions}")
     if not plan.instances:
         bad.append("no instance built")
-    return Evaluation(out, cards, sessions, tps, tps / p.cards, bad)
+    if len(fabrics_used) > 1:
+        bad.append(f"{len(fabrics_used)} different fabrics built, one allowed")
+    fs = p.fabric
+    if fs is not None and fs.max_power_w is not None and power > fs.max_power_w * (1 + 1e-9):
+        bad.append(f"fabric power {power / 1e3:.2f} kW > {fs.max_power_w / 1e3:g} kW")
+    if fs is not None and fs.max_switch_chips is not None and chips > fs.max_switch_chips:
+        bad.append(f"{chips} switch chips > {fs.max_switch_chips}")
+    return Evaluation(out, cards, sessions, tps, tps / p.cards, bad, None if fs is None else cost, power, chips, links)

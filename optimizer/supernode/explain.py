@@ -90,6 +90,60 @@ def step_text(f) -> str:
                                           if f.prefetch_excess else ""))
 
 
+def bytes_out(p: Problem, r: OptionResult) -> float:
+    """Bytes leaving each card in one All-to-All at the option's batch: ``N d (S-1)/S``."""
+    S = r.option.size
+    return r.sessions_per_card * p.inventory.dispatch_bytes_per_token * (S - 1) / S
+
+
+def fabric_busiest(p: Problem, r: OptionResult) -> str:
+    """The candidate fabric's busiest link in one All-to-All at the option's batch, in words."""
+    from optimizer.supernode.fabric import busiest_text
+
+    c = p.fabric.candidates[r.option.candidate]
+    return f"{r.fabric.label}; busiest link {busiest_text(p.fabric, c, r.fabric, bytes_out(p, r))}"
+
+
+def fabric_why_short(p: Problem, r: OptionResult, chosen: OptionResult) -> str | None:
+    """:func:`fabric_why` in a few words for the table (``pairwise state > 256 KiB NIC cache beyond
+    8 hosts``, ``leaf uplinks 400 GB/s bind: N 193 < 201``)."""
+    fg = r.fabric
+    c = p.fabric.candidates[r.option.candidate]
+    if "fabric_ports" in r.violations:
+        return "cannot be built: " + r.violations["fabric_ports"].split(":")[0].split(",")[0]
+    if "connection_state" in r.violations:
+        return f"{c.organisation} state > {p.fabric.cache_bytes / 1024:g} KiB cache beyond {fg.state_max_hosts:,} hosts"
+    if r.feasible and r.limit == "slo" and r.sessions_per_card < chosen.sessions_per_card:
+        if "leaf" in fg.busiest_link:
+            what = f"leaf uplinks {c.up_ports * fg.link_bandwidth / 1e9:g} GB/s bind"
+        elif c.kind == "torus":
+            what = f"torus links {fg.link_bandwidth / 1e9:g} GB/s bind"
+        else:
+            what = "card ports bind"
+        return f"{what}: N {r.sessions_per_card} < {chosen.sessions_per_card}"
+    return None
+
+
+def fabric_why(p: Problem, r: OptionResult, chosen: OptionResult) -> str | None:
+    """Why a candidate fabric lost to the chosen one when a fabric limit decides it (None
+    otherwise): a violated limit (``pairwise state exceeds the 256 KiB NIC cache beyond 8
+    hosts``) or the per-token target with the binding link (``leaf 0 up: uplinks 16 x 25 =
+    400 GB/s per plane ... binds``)."""
+    from optimizer.supernode.fabric import busiest_text
+
+    fg = r.fabric
+    c = p.fabric.candidates[r.option.candidate]
+    if "fabric_ports" in r.violations:
+        return f"cannot be built: {r.violations['fabric_ports']}"
+    if "connection_state" in r.violations:
+        return (f"{c.organisation} state {fg.state_bytes / 1024:,.1f} KiB exceeds the {p.fabric.cache_bytes / 1024:g} "
+                f"KiB NIC cache beyond {fg.state_max_hosts:,} hosts ({fg.hosts} here)")
+    if r.feasible and r.limit == "slo" and r.sessions_per_card < chosen.sessions_per_card:
+        return (f"per-token target holds N to {r.sessions_per_card} < {chosen.sessions_per_card}; All-to-All "
+                f"{busiest_text(p.fabric, c, fg, bytes_out(p, r))}")
+    return None
+
+
 def bindings(p: Problem, res: SupernodeSolution) -> list[Binding]:
     """Limits that bind (or nearly bind) at the plan, each with its slack."""
     ev = res.evaluation
@@ -124,7 +178,16 @@ def bindings(p: Problem, res: SupernodeSolution) -> list[Binding]:
         out.append(Binding(ConstraintKey("all_to_all", lab), round(f.t_comm * 1e3, 6), "ms",
                            f"2 x {p.inventory.moe_layers} MoE layers x {f.t_a2a * 1e6:.2f} us "
                            f"= {f.t_comm / f.step:.0%} of the step"
-                           + (" (NVLink)" if r.option.fabric == SCALE_UP else " (NVLink inside a server, NIC across)")))
+                           + (" (NVLink)" if r.option.fabric == SCALE_UP else
+                              f" ({fabric_busiest(p, r)})" if r.fabric is not None else
+                              " (NVLink inside a server, NIC across)")))
+        if r.fabric is not None:
+            fg = r.fabric
+            cache = p.fabric.cache_bytes
+            org = p.fabric.candidates[r.option.candidate].organisation
+            out.append(Binding(ConstraintKey("connection_state", lab), round((cache - fg.state_bytes) / 1024, 6), "KiB",
+                               f"{org} state {fg.state_bytes / 1024:,.2f} KiB per NIC for {fg.hosts} hosts of "
+                               f"{cache / 1024:g} KiB; {org} fits up to {fg.state_max_hosts:,} hosts"))
         for tier, d in f.prefetch.items():
             out.append(Binding(ConstraintKey("prefetch", f"{tier}, {lab}"), round((d["window_s"] - d["fetch_s"]) * 1e6, 6),
                                "us", f"rows from {tier} arrive in {d['fetch_s'] * 1e6:.2f} us; window "
@@ -148,7 +211,8 @@ def alternatives(p: Problem, res: SupernodeSolution, limit: int = 16) -> list[di
     best_chosen = max((metric(p, res.results[j]) for j in chosen), default=None)
     groups: dict[tuple, list[int]] = {}
     for j, r in enumerate(res.results):
-        groups.setdefault((r.option.size, r.option.fabric), []).append(j)
+        groups.setdefault((r.option.size, r.option.fabric, r.option.candidate if r.option.candidate is not None
+                           else -1), []).append(j)
     picks: list[int] = []
     for key, idx in sorted(groups.items()):
         feas = [j for j in idx if res.results[j].feasible]
@@ -158,10 +222,11 @@ def alternatives(p: Problem, res: SupernodeSolution, limit: int = 16) -> list[di
             picks.append(max(feas, key=lambda j: (metric(p, res.results[j]), -j)))
         else:
             picks.append(idx[0])
-    chosen_sizes = {(res.results[j].option.size, res.results[j].option.fabric) for j in chosen}
+    chosen_sizes = {(res.results[j].option.size, res.results[j].option.fabric, res.results[j].option.candidate)
+                    for j in chosen}
     seen_place = set()
     for j, r in enumerate(res.results):
-        if (r.option.size, r.option.fabric) in chosen_sizes and j not in picks:
+        if (r.option.size, r.option.fabric, r.option.candidate) in chosen_sizes and j not in picks:
             place = (r.option.tables, r.option.kv)
             if place not in seen_place and r.feasible:
                 seen_place.add(place)
@@ -182,6 +247,13 @@ def alternatives(p: Problem, res: SupernodeSolution, limit: int = 16) -> list[di
         else:
             why = f"equal {obj.metric_text(p, r)}; lost the secondary objective or the tie-break"
             short = "tie on the objective; lost the secondary or the tie-break"
+        if r.fabric is not None and j not in chosen:
+            ch = res.results[min(chosen)]
+            fw = fabric_why(p, r, ch)
+            if fw is not None:
+                why, short = fw, fabric_why_short(p, r, ch)
+            elif ch.fabric is not None and r.fabric.cost_usd > ch.fabric.cost_usd and m is not None:
+                short = f"{obj.name}: fabric {r.fabric.cost_usd - ch.fabric.cost_usd:+,.0f} USD"
         out.append({
             "option": r.option.label(p), "size": r.option.size, "fabric": r.option.fabric,
             "tables": dict(zip([t.name for t in p.inventory.tables], r.option.tables)), "kv": r.option.kv,
@@ -189,13 +261,32 @@ def alternatives(p: Problem, res: SupernodeSolution, limit: int = 16) -> list[di
             "weights_per_card_gb": r.weights_per_card / GB,
             "step_ms": None if f is None else f.step * 1e3,
             "tokens_per_s_per_card": None if f is None else f.tokens_per_s_card,
-            "single_user_ms": r.single.token * 1e3,
+            "single_user_ms": r.single.token * 1e3 if math.isfinite(r.single.token) else None,  # None: no fabric
             "limited_by": LIMIT_NAMES.get(r.limit, r.limit) if f is not None else None,
             "limit_detail": limit_text(p, r),
             "why": why,
             "why_short": short,
+            **({"fabric_figures": fabric_dict(p, r)} if r.fabric is not None else {}),
         })
     return out
+
+
+def fabric_dict(p: Problem, r: OptionResult) -> dict[str, Any]:
+    """A candidate fabric's counts and figures for the report (links, switch chips, worst-case
+    hops, busiest link, connection state, cost, power)."""
+    fg = r.fabric
+    c = p.fabric.candidates[r.option.candidate]
+    d = {"candidate": c.label, "topology": c.topology_label(), "organisation": c.organisation,
+         "links": fg.links, "port_links": fg.port_links, "switch_chips": fg.switch_chips,
+         "max_hops": fg.max_hops, "max_chips": fg.max_chips, "link_bandwidth_gb_s": fg.link_bandwidth / 1e9,
+         "hosts": fg.hosts, "connection_state_kib": fg.state_bytes / 1024,
+         "connection_state_max_hosts": fg.state_max_hosts, "cost_usd": fg.cost_usd, "power_kw": fg.power_w / 1e3}
+    if "fabric_ports" not in r.violations:
+        b = bytes_out(p, r) if r.sessions_per_card else 0.0
+        d.update(busiest_link=fg.busiest_link, busiest_link_gb_s=fg.busiest_link_bandwidth / 1e9,
+                 a2a_us=None if r.figures is None else r.figures.t_a2a * 1e6,
+                 busiest_link_mb=b * fg.a2a_s_per_byte * fg.busiest_link_bandwidth / 1e6)
+    return d
 
 
 # ------------------------------------------------------------------ flip thresholds
@@ -323,8 +414,10 @@ def achievable(p: Problem, res: SupernodeSolution) -> dict | None:
     # fresh user was pointed to one 21 GB short)
     buildable = [r for r in res.results if set(r.violations) <= {"slo"}]
     if not buildable:
+        fams = sorted({f for r in res.results for f in r.violations})
         return {"requirement": "options", "best": None, "required": None,
-                "detail": "no option fits memory and the other limits even with one session per card"}
+                "detail": "no option fits memory and the other limits even with one session per card"
+                          + (f" (limits broken: {', '.join(fams)})" if p.fabric is not None else "")}
     fastest = min(buildable, key=lambda r: r.single.token)
     t = fastest.single.token * 1e3
     return {"requirement": "slo_ms_per_token", "best": t, "required": p.slo_s * 1e3,

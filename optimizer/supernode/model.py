@@ -2,7 +2,8 @@
 
 Variables: ``x_o`` instances built as option o (size S_o, fabric, a tier per table, KV tier),
 ``0 <= x_o <= cards`` (the cards family, not the domain, limits it, so conflicts name it); for the single-user objective also ``y_o`` (option o is built)
-and ``t`` (ns). Per-option figures (sessions per card N_o, tokens/s, batch-1 token time,
+and ``t`` (ns); with a ``supernode.fabric`` section ``f_c``, one Boolean per candidate fabric
+(:mod:`constraints.supernode.fabric_choice`: exactly one chosen). Per-option figures (sessions per card N_o, tokens/s, batch-1 token time,
 pool bytes) are precomputed by :mod:`optimizer.supernode.perf`; families live in
 ``constraints/supernode/``: each ``define(model, problem)`` adds its constraints under
 :class:`~optimizer.result.ConstraintKey` names and ``describe(key, problem)`` explains one in a
@@ -14,6 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from constraints.supernode import cards as sn_cards
+from constraints.supernode import connection_state as sn_connection_state
+from constraints.supernode import fabric_budget as sn_fabric_budget
+from constraints.supernode import fabric_choice as sn_fabric_choice
+from constraints.supernode import fabric_ports as sn_fabric_ports
 from constraints.supernode import deploy as sn_deploy
 from constraints.supernode import option_limits as sn_option_limits
 from constraints.supernode import pool as sn_pool
@@ -23,7 +28,8 @@ from optimizer.supernode.perf import OptionResult
 from optimizer.supernode.schema import Problem
 
 # the formulation: every constraint family, in the order it is added
-FAMILIES = (sn_cards, sn_deploy, sn_option_limits, sn_pool, sn_target)
+FAMILIES = (sn_cards, sn_deploy, sn_option_limits, sn_pool, sn_target, sn_fabric_ports, sn_connection_state,
+            sn_fabric_choice, sn_fabric_budget)
 
 
 def family_module(family: str):
@@ -49,6 +55,7 @@ class SupernodeModel:
     labels: list[str]
     x: list[Any]
     y: list[Any] = field(default_factory=list)
+    f: list[Any] = field(default_factory=list)  # one Boolean per candidate fabric (fabric_choice)
 
     @property
     def cp(self):
@@ -62,6 +69,11 @@ class SupernodeModel:
     @property
     def cards_used(self):
         return sum(r.option.size * x for r, x in zip(self.results, self.x))
+
+    @property
+    def fabric_cost(self):
+        """USD of the fabrics of all built instances (``sum_o x_o round(cost_o)``; 0 without fabric)."""
+        return sum(int(round(r.fabric.cost_usd)) * x for r, x in zip(self.results, self.x) if r.fabric is not None)
 
     @property
     def sessions(self):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from optimizer.supernode.schema import GB, Problem
 
 SCALE_UP = "scale_up"
 CROSS_SERVER = "cross_server"
+FABRIC = "fabric"  # a candidate of ``supernode.fabric`` (optimizer/supernode/fabric.py)
 
 
 @dataclass(frozen=True)
@@ -50,9 +52,13 @@ class Option:
     fabric: str
     tables: tuple[str, ...]
     kv: str
+    candidate: int | None = None  # index into ``p.fabric.candidates`` when ``fabric == FABRIC``
 
     def label(self, p: Problem) -> str:
-        fab = "NVLink" if self.fabric == SCALE_UP else "NIC"
+        if self.fabric == FABRIC:
+            fab = p.fabric.candidates[self.candidate].label
+        else:
+            fab = "NVLink" if self.fabric == SCALE_UP else "NIC"
         tabs = ",".join(self.tables) if self.tables else "-"
         return f"S={self.size} {fab}, tables {tabs}, KV {self.kv}"
 
@@ -115,6 +121,7 @@ class OptionResult:
     pool_bytes: float
     card_tier_bytes: dict[str, float] = field(default_factory=dict)
     caps: dict[str, int] = field(default_factory=dict)
+    fabric: Any = None  # the candidate fabric's figures (optimizer.supernode.fabric.CandidateFigures), or None
 
     @property
     def feasible(self) -> bool:
@@ -152,12 +159,28 @@ def experts_read_per_card(p: Problem, size: int, tokens_in_instance):
     return inv.moe_layers * (inv.routed_experts / size) * (1.0 - miss) * inv.expert_bytes
 
 
+def fabric_figures(p: Problem, opt: Option):
+    """The candidate fabric of ``opt`` built for its size (:func:`optimizer.supernode.fabric.figures`),
+    None for an option without one."""
+    if opt.fabric != FABRIC:
+        return None
+    from optimizer.supernode.fabric import figures as fabric_figs
+
+    return fabric_figs(p.fabric, p.fabric.candidates[opt.candidate], opt.size, p.hw.server_cards)
+
+
 def a2a_time(p: Problem, opt: Option, tokens_per_card):
-    """One All-to-All (dispatch or combine) for ``tokens_per_card`` tokens per card, seconds."""
+    """One All-to-All (dispatch or combine) for ``tokens_per_card`` tokens per card, seconds.
+
+    On a candidate fabric: ``alpha + (max chips x hop latency) + N d (S-1)/S x k`` with ``k`` the
+    busiest directed link's seconds per byte leaving a card (:mod:`optimizer.supernode.fabric`)."""
     hw, inv, S = p.hw, p.inventory, opt.size
     b = np.asarray(tokens_per_card, dtype=float) * inv.dispatch_bytes_per_token
     if S <= 1 or inv.moe_layers == 0:
         return 0.0 * b
+    if opt.fabric == FABRIC:
+        fg = fabric_figures(p, opt)
+        return hw.nvlink_latency_s + fg.a2a_latency_s + b * (S - 1) / S * fg.a2a_s_per_byte
     if opt.fabric == SCALE_UP:
         return hw.nvlink_latency_s + b * (S - 1) / S / hw.nvlink_bandwidth
     s = min(S, hw.server_cards)
@@ -263,20 +286,26 @@ def single_user(p: Problem, opt: Option) -> SingleUser:
 
 
 def options(p: Problem) -> list[Option]:
-    """Every option the instance allows: sizes x fabrics x a tier per table x a KV tier."""
+    """Every option the instance allows: sizes x fabrics x a tier per table x a KV tier. With a
+    ``supernode.fabric`` section the fabrics of a size are the candidates that join it (instead
+    of the system's NVLink domain), in the order listed, each organisation in turn."""
     inv, hw = p.inventory, p.hw
     out = []
     per_table = [p.table_tiers[t.name] for t in inv.tables]
     for S in p.sizes:
-        fabrics = []
-        if S <= hw.max_scale_up_cards:
-            fabrics.append(SCALE_UP)
+        fabrics: list[tuple[str, int | None]] = []
+        if p.fabric is not None:
+            from optimizer.supernode.fabric import applies
+
+            fabrics += [(FABRIC, c.index) for c in p.fabric.candidates if applies(c, S)]
+        elif S <= hw.max_scale_up_cards:
+            fabrics.append((SCALE_UP, None))
         if p.allow_cross_server and S > hw.server_cards and S % hw.server_cards == 0:
-            fabrics.append(CROSS_SERVER)
-        for fab in fabrics:
+            fabrics.append((CROSS_SERVER, None))
+        for fab, cand in fabrics:
             for tabs in itertools.product(*per_table):
                 for kv in p.kv_tiers:
-                    out.append(Option(S, fab, tuple(tabs), kv))
+                    out.append(Option(S, fab, tuple(tabs), kv, cand))
     return out
 
 
@@ -328,6 +357,11 @@ def evaluate_option(p: Problem, opt: Option, max_sessions: int = 100_000) -> Opt
             violations["pool_capacity"] = (f"one instance needs {pool_tables / GB:,.1f} GB of tables"
                                            f"{' plus KV' if opt.kv == 'pool' else ''} in the pool, "
                                            f"which holds {cap / GB:,.0f} GB")
+    fg = fabric_figures(p, opt)
+    if fg is not None:
+        violations.update(fg.violations)
+        if "fabric_ports" in fg.violations:  # no topology to time: the option cannot be built
+            return OptionResult(opt, 0, "", violations, None, _no_single(), w, 0.0, 0.0, card_tier, caps, fg)
     single = single_user(p, opt)
     n_cap = min(list(caps.values()) + [max_sessions])
     n_best, limit, fig = 0, "", None
@@ -344,7 +378,13 @@ def evaluate_option(p: Problem, opt: Option, max_sessions: int = 100_000) -> Opt
             fig = figures(p, opt, n_best)
     pool_bytes = pool_tables + (n_best * S * k if opt.kv == "pool" else 0.0)
     host_total = host_per_server + (n_best * hw.server_cards * k if opt.kv == "host" else 0.0)
-    return OptionResult(opt, n_best, limit, violations, fig, single, w, host_total, pool_bytes, card_tier, caps)
+    return OptionResult(opt, n_best, limit, violations, fig, single, w, host_total, pool_bytes, card_tier, caps,
+                        fg)
+
+
+def _no_single() -> SingleUser:
+    nan = float("nan")
+    return SingleUser(nan, nan, nan, nan, nan, nan, nan, nan, {})
 
 
 def evaluate_all(p: Problem) -> list[OptionResult]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from optimizer.result import print_no_plan, Binding, Conflict, Status, envelope, group_conflicts
 from optimizer.supernode.evaluate import Evaluation
-from optimizer.supernode.explain import LIMIT_NAMES, SupernodeExplanation, limit_text
+from optimizer.supernode.explain import LIMIT_NAMES, SupernodeExplanation, fabric_dict, limit_text
 from optimizer.supernode.perf import SCALE_UP
 from optimizer.supernode.schema import GB, Problem
 from optimizer.supernode.solve import SupernodeSolution
@@ -33,6 +33,12 @@ DEFINITIONS = {
     "objective.sessions": "concurrent sessions of all instances, sessions",
     "objective.cards": "cards used by the instances, cards",
     "objective.single_user": "slowest batch-1 token among the instances built, ms per token",
+    "objective.cost": "cards x card_cost_usd + every built domain's fabric cost, USD",
+    "fabric_figures": "a candidate fabric for one domain: links (torus links or card/leaf links), port_links "
+                      "(card ports used + leaf uplinks), switch_chips, max_hops (links on the farthest path), "
+                      "busiest directed link of one uniform All-to-All at the option's batch (MB, GB/s), "
+                      "connection state per NIC (KiB) for hosts = S / server_cards, cost (USD), power (kW)",
+    "fabric_bill": "switch chips, port links, power (kW) and cost (USD, cards included) of every built domain",
 }
 
 
@@ -91,7 +97,8 @@ class SupernodeReport:
         f = r.figures
         return {
             "option": r.option.label(p), "size": r.option.size, "count": count,
-            "fabric": "NVLink" if r.option.fabric == SCALE_UP else "NIC-joined servers",
+            "fabric": (p.fabric.candidates[r.option.candidate].label if r.fabric is not None else
+                       "NVLink" if r.option.fabric == SCALE_UP else "NIC-joined servers"),
             "tables": dict(zip([t.name for t in p.inventory.tables], r.option.tables)), "kv": r.option.kv,
             "sessions_per_card": r.sessions_per_card, "sessions": r.sessions_instance * count,
             "limited_by": LIMIT_NAMES.get(r.limit, r.limit), "limit_detail": limit_text(p, r),
@@ -108,6 +115,7 @@ class SupernodeReport:
             "single_user_parts_ms": {"weight": r.single.t_weight * 1e3, "kv": r.single.t_kv * 1e3,
                                      "compute": r.single.t_compute * 1e3, "comm": r.single.t_comm * 1e3,
                                      "fixed": r.single.t_fixed * 1e3, "prefetch_excess": r.single.prefetch_excess * 1e3},
+            **({"fabric_figures": fabric_dict(p, r)} if r.fabric is not None else {}),
             "prefetch_window_us": r.single.window_first_block * 1e6,
             "prefetch": {t: {(k[:-2] + "_us" if k.endswith("_s") else k): (v * 1e6 if k.endswith("_s") else v)
                              for k, v in d.items()} for t, d in f.prefetch.items()},
@@ -153,6 +161,22 @@ class SupernodeReport:
             out[tier] = {"fetch_us": float(t) * 1e6, "window_us": window * 1e6, "fits": bool(t <= window)}
         return out
 
+    def fabric_bill(self) -> dict[str, Any]:
+        """Switch chips, port links, power and cost of every built domain's fabric (from the
+        independent evaluation), and per domain the ``buildout.scale_up_domains`` entry the
+        build-out problem takes (one per built option)."""
+        ev, res, p = self.evaluation, self.solution, self.problem
+        domains = []
+        for j, count in sorted(res.plan.counts.items()):
+            fg = res.results[j].fabric
+            if fg is not None:
+                domains.append({"domains": count, "cards": fg.size, "switch_chips": fg.switch_chips,
+                                "port_links": fg.port_links, "power_kw": round(fg.power_w / 1e3, 6),
+                                "cost": round(fg.cost_usd, 2)})
+        fabric_cost = sum(d["domains"] * d["cost"] for d in domains)
+        return {"switch_chips": ev.switch_chips, "port_links": ev.port_links, "power_kw": ev.fabric_power_w / 1e3,
+                "fabric_cost_usd": fabric_cost, "cost_usd": ev.cost_usd, "per_domain": domains}
+
     def plan_dict(self) -> dict[str, Any] | None:
         res, ev, p = self.solution, self.evaluation, self.problem
         if res.plan is None or ev is None:
@@ -165,6 +189,7 @@ class SupernodeReport:
             "instances": [self._instance(j, c) for j, c in sorted(res.plan.counts.items())],
             "tiers": self.tiers(),
             "flip_thresholds": self.thresholds,
+            **({"fabric_bill": self.fabric_bill()} if p.fabric is not None else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -233,9 +258,38 @@ class SupernodeReport:
             a.add_row(escape(x["option"]), f"{x['weights_per_card_gb']:.1f}", str(x["sessions_per_card"]),
                       "-" if x["step_ms"] is None else f"{x['step_ms']:.1f}",
                       "-" if x["tokens_per_s_per_card"] is None else f"{x['tokens_per_s_per_card']:,.0f}",
-                      f"{x['single_user_ms']:.2f}",
+                      "-" if x["single_user_ms"] is None else f"{x['single_user_ms']:.2f}",
                       escape(x["why_short"]))
-        console.print(a)
+        if self.problem.fabric is None:
+            console.print(a)
+        else:
+            ft = Table(title="Fabrics compared (one domain each; why each lost)")
+            for col in ("fabric", "links/chips/hops", "busiest link, All-to-All", "N/card", "tok/s/card",
+                        "fabric USD", "why not"):
+                ft.add_column(col)
+            for x in d["alternatives"]:
+                fx = x.get("fabric_figures")
+                if fx is None:
+                    continue
+                busy = (f"{fx['busiest_link'].split(' (')[0]} {fx['a2a_us']:,.1f} us"
+                        if fx.get("busiest_link") and fx.get("a2a_us") else "-")
+                ft.add_row(escape(fx["candidate"] if len({a["size"] for a in d["alternatives"]}) == 1
+                                  else f"S={x['size']} {fx['candidate']}"), 
+                           f"{fx['port_links']:,}/{fx['switch_chips']:,}/{fx['max_hops']}" if fx["port_links"] else "-",
+                           escape(busy),
+                           str(x["sessions_per_card"]),
+                           "-" if x["tokens_per_s_per_card"] is None else f"{x['tokens_per_s_per_card']:,.0f}",
+                           f"{fx['cost_usd']:,.0f}",
+                           escape(x["why_short"]))
+            console.print(ft)
+            bill = plan["fabric_bill"]
+            console.print(escape(f"fabric bill: {bill['switch_chips']:,} switch chips, {bill['port_links']:,} port "
+                                 f"links, {bill['power_kw']:,.2f} kW, {bill['fabric_cost_usd']:,.0f} USD "
+                                 f"({bill['cost_usd']:,.0f} USD with the cards)"))
+            for dm in bill["per_domain"]:
+                console.print(escape(f"for build-out: scale_up_domains: {{cards: {dm['cards']}, switch_chips: "
+                                     f"{dm['switch_chips']}, port_links: {dm['port_links']}, power_kw: "
+                                     f"{dm['power_kw']:g}, cost: {dm['cost']:.0f}}}"))
         tiers = plan["tiers"]
         lk = tiers["lookups"]
         lines = [f"lookups: {lk['rows_per_token']:g} rows = {lk['bytes_per_token']:,.0f} B per token; "

@@ -22,6 +22,7 @@ from optimizer.errors import InputError
 if TYPE_CHECKING:
     from objectives.supernode import SupernodeObjective
 from optimizer.model.decode import DecodeInventory
+from optimizer.supernode.fabric import FabricSectionIn, FabricSpec, resolve_fabric
 from optimizer.schema_base import StrictModel, existing_file, read_yaml, validate, validation_error_to_input_error
 
 PosFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
@@ -122,6 +123,8 @@ class SupernodeIn(StrictModel):
     table_tiers: Union[list[Name], dict[str, list[Name]]] = Field(default_factory=lambda: ["hbm"])
     kv_tiers: list[Name] = Field(default_factory=lambda: ["hbm"])
     target_sessions: Optional[PosInt] = None
+    # the scale-up fabric as a decision (optimizer/supernode/fabric.py); None: the system's NVLink
+    fabric: Optional["FabricSectionIn"] = None
 
 
 class InstanceIn(StrictModel):
@@ -193,6 +196,7 @@ class Problem:
     kv_tiers: tuple[str, ...]
     target_sessions: int | None
     objective: "SupernodeObjective"  # resolved by load (objectives/supernode/)
+    fabric: FabricSpec | None = None  # candidate scale-up fabrics (None: the system's NVLink domain)
 
 
 def pool_bandwidth(path_bandwidth: float, in_flight: int, transaction_bytes: float, round_trip_s: float) -> float:
@@ -330,11 +334,11 @@ def resolve(inst: InstanceIn, path: str | Path, objective: "SupernodeObjective")
         where = f"supernode.sizes[{i}]"
         if s.cards % S:
             raise InputError(path, where, f"size {S} does not divide the {s.cards} cards")
-        if S > hw.max_scale_up_cards:
+        if S > hw.max_scale_up_cards and s.fabric is None:
             if not s.allow_cross_server:
                 raise InputError(path, where, f"size {S} exceeds the largest scale-up domain "
                                               f"({hw.max_scale_up_cards} cards): set allow_cross_server: true")
-        if S > hw.max_scale_up_cards and S % hw.server_cards:
+        if S > hw.max_scale_up_cards and s.fabric is None and S % hw.server_cards:
             raise InputError(path, where, f"size {S} spanning servers must be a multiple of {hw.server_cards} cards")
     if inv.max_context is not None and s.context_tokens > inv.max_context:
         raise InputError(path, "supernode.context_tokens",
@@ -391,13 +395,23 @@ def resolve(inst: InstanceIn, path: str | Path, objective: "SupernodeObjective")
                                                        f"tier it may use at the largest size ({listed})")
     if objective.needs_target and s.target_sessions is None:
         raise InputError(path, "supernode.target_sessions", f"the {objective.name} objective needs a target_sessions")
+    fabric = None if s.fabric is None else resolve_fabric(s.fabric, path)
+    if objective.needs_fabric and fabric is None:
+        raise InputError(path, "supernode.fabric", f"the {objective.name} objective needs a fabric section")
+    if fabric is not None:
+        from optimizer.supernode.fabric import applies
+
+        for i, S in enumerate(s.sizes):
+            if not any(applies(c, S) for c in fabric.candidates):
+                raise InputError(path, f"supernode.sizes[{i}]", f"no fabric candidate joins {S} cards "
+                                                                f"(a torus's dims must multiply to the size)")
     return Problem(
         name=inst.name or path.stem, file=str(path), inventory=inv, hw=hw, cards=s.cards, sizes=sizes,
         allow_cross_server=s.allow_cross_server, context_tokens=s.context_tokens,
         reserve_bytes=s.reserve_gib_per_card * GIB, slo_s=s.slo_ms_per_token * 1e-3,
         overlap_efficiency=s.overlap_efficiency, fixed_s=s.fixed_us_per_token * 1e-6,
         single_user_a2a=s.single_user_all_to_all_per_moe_layer, table_tiers=per_table, kv_tiers=tuple(dict.fromkeys(s.kv_tiers)), target_sessions=s.target_sessions,
-        objective=objective)
+        objective=objective, fabric=fabric)
 
 
 def load(raw: dict[str, Any], path: str | Path, objective: str | None) -> Problem:

@@ -5,6 +5,7 @@ in the stage's direction):
 
 1. the primary objective (``throughput``, ``sessions``, ``cards`` or ``single_user``);
 2. a secondary: most sessions after ``throughput``, most tokens/s after the others;
+   with a ``supernode.fabric`` section then the least fabric cost (USD) unless the primary is ``cost``;
 3. a deterministic tie-break between options with equal figures: the earliest option in
    :func:`optimizer.supernode.perf.options` order (smaller sizes, tiers in the order listed).
 
@@ -76,12 +77,17 @@ def solve(p: Problem, budget: Budget, results: list[OptionResult] | None = None)
     stages: list[tuple[str, Status, float]] = []
     secondary = objective_registry()[obj.secondary]
     sequence = [(obj.name, obj, obj.sense), (secondary.name, secondary, "max"), ("tie-break", None, "min")]
+    if p.fabric is not None and obj.name != "cost" and any(r.fabric is not None and round(r.fabric.cost_usd) > 0
+                                                           for r in results):  # with a fabric, the cheapest fabric among equals
+        sequence.insert(2, ("fabric cost", "fabric_cost", "min"))
     primary = None
     solver_time = 0.0
     values = None
     for i, (name, stage_obj, sense) in enumerate(sequence):
         if stage_obj is None:
             expr = sum(j * x for j, x in enumerate(model.x))
+        elif stage_obj == "fabric_cost":
+            expr = model.fabric_cost
         else:
             expr = stage_obj.expr(model)
         m.minimize(expr) if sense == "min" else m.maximize(expr)
