@@ -194,7 +194,9 @@ def brute_force_all(problem, objectives) -> dict:
 # ---------------------------------------------------------------------------- layouts and batching
 
 
-def random_batched(seed: int, folder, deadlines=range(30, 300, 7)):
+def random_batched(seed: int, folder, deadlines=range(30, 300, 7), cp: bool = False):
+    """A small random batched instance; ``cp``: its layouts also include TP1xCP2 (context
+    parallelism over 2 GPUs), after the same random draws."""
     rng = random.Random(seed)
     cfg = write_tiny_config(folder)
     gpus, servers = rng.choice([(2, 1), (4, 1), (2, 2)])
@@ -221,6 +223,8 @@ def random_batched(seed: int, folder, deadlines=range(30, 300, 7)):
         "deployment": {"reserve_gib_per_gpu": 0.01, "layouts": rng.sample(layouts, rng.randint(1, 4)),
                        "max_batch": rng.choice([2, 3, None])},
     }
+    if cp:
+        raw["deployment"]["layouts"].append({"attention": {"tp": 1}, "cp": 2})
     return build_problem(raw, folder / "batched.yaml")
 
 

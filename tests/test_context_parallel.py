@@ -207,10 +207,10 @@ def test_layout_cp_sp_fields_label_dict_and_rules(qwen32b):
     assert layout_problem(qwen32b, lay, 4)[0] == "gpus"
 
 
-def test_decode_and_chunked_prefill_on_cp_ranks_are_refused(qwen32b, hgx):
+def test_allgather_decode_and_chunked_prefill_on_cp_ranks_are_refused(qwen32b, hgx):
     perf = _perf(qwen32b, hgx)
     with pytest.raises(ValueError, match="context-parallel"):
-        perf.step(LAYOUTS[1], [100])
+        _perf(qwen32b, hgx, "allgather").step(LAYOUTS[1], [100])
     with pytest.raises(ValueError, match="context-parallel"):
         mixed_step_s(perf, LAYOUTS[1], 2048, 0, 4, 100)
     with pytest.raises(ValueError, match="zig-zag"):

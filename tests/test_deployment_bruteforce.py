@@ -94,6 +94,21 @@ def test_batched_solver_equals_brute_force(seed, tmp_path):
     assert out.value == pytest.approx(best, rel=1e-6, abs=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_batched_solver_with_context_parallel_layouts_equals_brute_force(seed, tmp_path):
+    """The random batched instances with a TP1xCP2 layout added: the search equals the exhaustive one."""
+    problem = random_batched(seed, tmp_path, cp=True)
+    objective = BATCHED_OBJECTIVES[seed % len(BATCHED_OBJECTIVES)]
+    best = brute_force_batched(problem, objective)
+    out = solve_deployment(problem, objective, time_limit_s=60)
+    if best is None:
+        assert out.status == Status.INFEASIBLE
+        return
+    assert out.status == Status.OPTIMAL, out.notes
+    assert out.evaluation.violations == []
+    assert out.value == pytest.approx(best, rel=1e-6, abs=1e-9)
+
+
 @pytest.mark.parametrize("seed", range(16, 24))
 def test_most_on_time_equals_brute_force(seed, tmp_path):
     """The infeasibility explanation's 'at most k on time' is the brute-force maximum."""

@@ -132,7 +132,9 @@ class LayoutIn(_In):
     attention: AttentionLayoutIn = Field(description="the attention's split (tp, dp); required")
     experts: Optional[ExpertsLayoutIn] = Field(default=None, description="MoE only; default: follows attention")
     pp: int = Field(default=1, description="pipeline stages")
-    gpus: Optional[int] = Field(default=None, description="GPUs of the instance (checked: pp x attention.tp x attention.dp)")
+    cp: int = Field(default=1, description="context-parallel ranks (a power of two): copies of the attention TP x DP group "
+                                           "with the same weights, each holding 1/cp of every session's KV")
+    gpus: Optional[int] = Field(default=None, description="GPUs of the instance (checked: pp x attention.tp x attention.dp x cp)")
 
 
 class DeploymentIn(_In):
@@ -443,7 +445,10 @@ def _layout(m: ModelShape, lay_in: LayoutIn, path: Path, prefix: str) -> Layout:
         if m.moe is None:
             raise InputError(path, f"{prefix}.experts", f"{m.name} is a dense model: it has no experts to lay out")
         etp, eep = lay_in.experts.tp, lay_in.experts.ep
-    lay = Layout(a.tp, a.dp, etp, eep, lay_in.pp)
+    cp = lay_in.cp
+    if isinstance(cp, int) and cp >= 1 and cp & (cp - 1):
+        raise InputError(path, f"{prefix}.cp", f"must be a power of two (1, 2, 4, ...; got {cp})")
+    lay = Layout(a.tp, a.dp, etp, eep, lay_in.pp, cp)
     bad = layout_problem(m, lay, lay_in.gpus)
     if bad:
         raise InputError(path, f"{prefix}.{bad[0]}", bad[1])

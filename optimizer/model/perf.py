@@ -362,6 +362,12 @@ class PerfModel:
         """
         m, hw, wb = self.spec, self.hw, self.w.weight_bytes
         p = lay.attention_tp
+        if lay.cp > 1:  # decode on CP ranks: each rank's attention reads its 1/cp of the sessions' KV
+            split = self.cp_kv_split(lay)
+            if split == 1:
+                raise ValueError(f"{lay.label()}: decode on context-parallel ranks needs the KV split over the ranks "
+                                 "(cp_kv_exchange 'ring'; under 'allgather' every rank holds the whole KV)")
+            ctx_rank = np.asarray(ctx_rank, dtype=np.float64) / split
         sharded_read = st.sharded_read / p + st.replicated_read
         active = 0.0
         routed_read = 0.0
@@ -430,12 +436,31 @@ class PerfModel:
             ar = ar_count * sp_collective_s(hw, p, b_max * H * ACTIVATION_BYTES)
         else:
             ar = ar_count * hw.allreduce_s(p, b_max * H * ACTIVATION_BYTES)
+        if lay.cp > 1:  # merge of the CP ranks' partial attention outputs, one per KV layer (counted in alltoall)
+            a2a = a2a + self.cp_merge_s(st, lay, b_max)
         phi = self.comm_overlap
         if phi:  # chapter 6.4.3: the overlapped share runs under the compute
             time = np.maximum(np.maximum(local, compute), phi * (ar + a2a)) + (1.0 - phi) * (ar + a2a)
         else:
             time = np.maximum(local, compute) + ar + a2a
         return StageStep(time, local, compute, ar, a2a, weight_read, kv_read, flops, active)
+
+    def cp_merge_s(self, st: Stage, lay: Layout, batch: float) -> float:
+        """Per decode step of stage ``st``, the merge of the ``cp`` ranks' partial attention outputs
+        (s): one :func:`~optimizer.model.sequence.cp_decode_merge_s` per layer holding K/V (a
+        linear-attention layer keeps a whole state on every rank), ``batch`` tokens, over the tier
+        the stage's ``cp x TP x DP`` GPUs span (scale-up within a server, scale-out across). MLA
+        merges its ``v_head_dim`` value vectors. Zero for cp = 1."""
+        if lay.cp <= 1 or batch <= 0:
+            return 0.0
+        from optimizer.model.sequence import cp_decode_merge_s
+
+        m = self.spec
+        kv_layers = int(np.count_nonzero(self.w.kv_bytes_per_token_layer[list(st.layers)] > 0))
+        head_dim = m.mla.v_head_dim if m.mla else m.head_dim
+        link = self.hw.link(lay.gpus_per_stage)
+        return kv_layers * cp_decode_merge_s(lay.cp, lay.attention_tp, batch, m.q_heads, head_dim,
+                                             link.alpha_s, link.bandwidth_bytes_per_s)
 
     def single_session_step_s(self, lay: Layout, positions) -> np.ndarray:
         """Step time (s) of one session alone at each context position in ``positions`` (shape
@@ -472,7 +497,17 @@ class PerfModel:
         Returns:
             :class:`StepBreakdown`; weight/KV bytes and FLOP are per GPU, summed over stages.
         Raises:
-            ValueError: ``expert_loads`` of the wrong shape; a context-parallel layout.
+            ValueError: ``expert_loads`` of the wrong shape; a context-parallel layout under the
+                ``allgather`` KV exchange (decode needs the KV split over the ranks).
+
+        Context parallelism (``cp > 1``, decode of sessions already in the KV cache): each CP
+        rank is a copy of the TP x DP group with the same weights and every rank computes the
+        batch's projections and FFN (GEMMs and their AllReduces as without CP), while its
+        attention reads only its ``1/cp`` of each session's KV (``S_r/cp`` in the KV read and
+        attention FLOP); the ranks then merge their partial outputs by their softmax statistics
+        (:meth:`cp_merge_s`, added to ``alltoall``), as vLLM's decode context parallel and Helix
+        (Bhatia et al. 2025) merge KV-split attention. Unlike vLLM's DCP, which splits the KV
+        inside the TP group, the CP ranks here are extra GPUs holding the weights again.
 
         Attention-DP ranks without sessions still run every layer (they join the MoE
         All-to-Alls, as vLLM and SGLang run a dummy batch), so they read their weights too.
@@ -485,9 +520,6 @@ class PerfModel:
             ``T_AR(TP, b_r·H·2)`` (one per layer, one per dense FFN, one per MoE layer when experts
             follow attention TP), else two All-to-Alls per MoE layer; plus PP hand-offs ``α + b·H·2/B``.
         """
-        if lay.cp != 1:
-            raise ValueError(f"{lay.label()}: decode on context-parallel ranks is not modelled "
-                             "(see optimizer.model.sequence.cp_decode_merge_s for the merge)")
         pos = np.asarray(positions, dtype=np.float64).reshape(-1)
         n = pos.size
         dp = lay.attention_dp
