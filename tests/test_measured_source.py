@@ -267,6 +267,13 @@ def test_estimate_max_batch_above_kv_refused(tmp_path):
     assert_one_line_error(run("estimate", write(tmp_path, raw)), "serving.fixed.workers[0].max_batch", "KV cache")
 
 
+def test_estimate_of_more_workers_than_the_gpus_is_refused(tmp_path):
+    """A fresh user's 100 x TP8 on 32 GPUs was estimated (tokens/s per GPU over 800 GPUs)."""
+    raw = estimate_raw()
+    raw["serving"]["fixed"]["workers"][0]["count"] = 100
+    assert_one_line_error(run("estimate", write(tmp_path, raw)), "serving.fixed.workers", "more than the")
+
+
 # ------------------------------------------------------------------ fidelity
 def _slice(tmp_path: Path, n: int, keep) -> Path:
     out = tmp_path / "rows.csv"

@@ -51,7 +51,7 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
     Raises:
         InputError: no ``serving.fixed``; a pool that is not in the instance; a layout the model
             cannot take; prefill without decode workers (or the reverse) or aggregated mixed with them;
-            a max batch above what the KV cache holds.
+            a max batch above what the KV cache holds; workers needing more GPUs than a pool has.
     """
     if p.fixed is None:
         raise InputError(p.path, "serving.fixed", "required field is missing (optimize estimate evaluates a fixed "
@@ -90,6 +90,11 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
             w.max_batch = f.max_batch or cap
         counts[len(workers)] = f.count
         workers.append(w)
+    for k, pl in enumerate(p.pools):  # the plan must fit the GPUs the instance has
+        used = sum(workers[j].gpus * c for j, c in counts.items() if workers[j].pool == k)
+        if used > pl.count:
+            raise InputError(p.path, "serving.fixed.workers", f"the workers on {pl.name} need {used} GPUs, more than "
+                                                              f"the {pl.count} the instance has")
     roles = {w.role for w in workers}
     if "aggregated" in roles and roles != {"aggregated"}:
         raise InputError(p.path, "serving.fixed.workers", "aggregated workers do not mix with prefill/decode workers")

@@ -506,7 +506,7 @@ def _pools(hw: HardwareIn, model: ModelSpec, wd: str, kd: str, reserve: float, p
         if count > MAX_SERVERS * int(s["gpus"]):
             field_ = "hardware.servers" if where == "hardware" else f"{where}.count"
             raise InputError(path, field_, f"{count} GPUs is more than {MAX_SERVERS} servers of {server} "
-                                           f"({MAX_SERVERS * int(s['gpus'])} GPUs), the limit of every problem")
+                                           f"({MAX_SERVERS * int(s['gpus'])} GPUs), the limit deployment and serving share")
         name = gpu if gpu not in seen else f"{gpu}#{len(out)}"
         seen.add(gpu)
         link = lambda d: LinkSpec(d["bandwidth_gb_s"] * GB, d["latency_us"] * 1e-6)  # noqa: E731
