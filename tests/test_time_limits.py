@@ -52,3 +52,10 @@ def test_more_servers_than_every_problem_allows_is_bad_input(servers, tmp_path):
                               f"hardware.servers={servers}"], capture_output=True, text=True, cwd=ROOT)
         assert res.returncode == 2 and "hardware.servers" in res.stderr and "Traceback" not in res.stderr
         assert len([l for l in res.stderr.splitlines() if l.strip()]) == 1, res.stderr
+
+
+def test_supernode_cards_beyond_the_server_limit_are_bad_input():
+    res = subprocess.run([sys.executable, "-m", "optimizer.cli", str(INSTANCES / "supernode_v41_flash.yaml"), "--set",
+                          "supernode.cards=1000000"], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 2 and "supernode.cards" in res.stderr and "4096 servers" in res.stderr
+    assert len([l for l in res.stderr.splitlines() if l.strip()]) == 1, res.stderr

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from objectives.supernode import SupernodeObjective
 from optimizer.model.decode import DecodeInventory
 from optimizer.supernode.fabric import FabricSectionIn, FabricSpec, resolve_fabric
-from optimizer.schema_base import StrictModel, existing_file, read_yaml, validate, validation_error_to_input_error
+from optimizer.schema_base import MAX_SERVERS, StrictModel, existing_file, read_yaml, validate, validation_error_to_input_error
 
 PosFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
@@ -327,6 +327,9 @@ def resolve(inst: InstanceIn, path: str | Path, objective: "SupernodeObjective")
     sys_in, sys_name = _system(s, path)
     hw = resolve_hardware(sys_in, sys_name, path)
     inv = _inventory(inst.model, path)
+    if s.cards > MAX_SERVERS * hw.server_cards:
+        raise InputError(path, "supernode.cards", f"{s.cards} cards is more than {MAX_SERVERS} servers of "
+                                                  f"{hw.server_cards} cards (the server limit of deployment and serving too)")
     sizes = tuple(sorted(set(s.sizes)))
     if len(sizes) != len(s.sizes):
         raise InputError(path, "supernode.sizes", "a size is listed twice")
