@@ -383,3 +383,24 @@ def random_orders_instance(seed: int, folder):
                        "max_batch": rng.randint(2, 4)},
     }
     return build_problem(raw, folder / "orders.yaml")
+
+
+def assert_solver_equals_brute_force(problem, objective, abs_tol: float = 1e-9):
+    """The product's batched solve against :func:`brute_force_batched`: ``infeasible`` exactly when
+    no plan exists, else ``optimal`` with a plan the evaluator accepts, equal to the exhaustive
+    optimum within 1e-6 relative (and ``abs_tol``; the search counts time in 10 ns ticks, rounded
+    up). Returns the outcome."""
+    import pytest
+
+    from optimizer.deployment.strategy import solve_deployment
+    from optimizer.result import Status
+
+    best = brute_force_batched(problem, objective)
+    out = solve_deployment(problem, objective, time_limit_s=60)
+    if best is None:
+        assert out.status == Status.INFEASIBLE
+        return out
+    assert out.status == Status.OPTIMAL, (out.status, out.scope, out.notes)
+    assert out.evaluation.violations == []
+    assert out.value == pytest.approx(best, rel=1e-6, abs=abs_tol)
+    return out

@@ -13,7 +13,8 @@ from optimizer.deployment.schema import build_problem
 from optimizer.deployment.strategy import solve_deployment
 from optimizer.result import Status
 from optimizer.deployment.perf import PerfModel
-from tests.deploy_helpers import brute_force, brute_force_batched, random_batched, write_tiny_config
+from tests.deploy_helpers import (assert_solver_equals_brute_force, brute_force, brute_force_batched, random_batched,
+                                  write_tiny_config)
 
 OBJECTIVES = ["cost", "makespan", "latency", "energy", "gpus", "dollars"]
 
@@ -81,32 +82,14 @@ BATCHED_OBJECTIVES = ["cost", "makespan", "energy", "gpus", "dollars", "latency"
 
 @pytest.mark.parametrize("seed", range(20))
 def test_batched_solver_equals_brute_force(seed, tmp_path):
-    problem = random_batched(seed, tmp_path)
-    objective = BATCHED_OBJECTIVES[seed % len(BATCHED_OBJECTIVES)]
-    best = brute_force_batched(problem, objective)
-    out = solve_deployment(problem, objective, time_limit_s=60)
-    if best is None:
-        assert out.status == Status.INFEASIBLE
-        return
-    assert out.status == Status.OPTIMAL, out.notes
-    assert out.evaluation.violations == []
-    # the search counts time in 10 ns ticks (rounded up): equal to the brute force within that
-    assert out.value == pytest.approx(best, rel=1e-6, abs=1e-9)
+    assert_solver_equals_brute_force(random_batched(seed, tmp_path), BATCHED_OBJECTIVES[seed % len(BATCHED_OBJECTIVES)])
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_batched_solver_with_context_parallel_layouts_equals_brute_force(seed, tmp_path):
     """The random batched instances with a TP1xCP2 layout added: the search equals the exhaustive one."""
-    problem = random_batched(seed, tmp_path, cp=True)
-    objective = BATCHED_OBJECTIVES[seed % len(BATCHED_OBJECTIVES)]
-    best = brute_force_batched(problem, objective)
-    out = solve_deployment(problem, objective, time_limit_s=60)
-    if best is None:
-        assert out.status == Status.INFEASIBLE
-        return
-    assert out.status == Status.OPTIMAL, out.notes
-    assert out.evaluation.violations == []
-    assert out.value == pytest.approx(best, rel=1e-6, abs=1e-9)
+    assert_solver_equals_brute_force(random_batched(seed, tmp_path, cp=True),
+                                     BATCHED_OBJECTIVES[seed % len(BATCHED_OBJECTIVES)])
 
 
 @pytest.mark.parametrize("seed", range(16, 24))

@@ -62,15 +62,19 @@ CP_FFNS = ("rank", "worker")
 FP32_BYTES = 4.0
 
 
+def _choice(field: str, mode: str, allowed: tuple[str, ...]) -> str:
+    if mode not in allowed:
+        raise ValueError(f"{field} must be one of {', '.join(allowed)} (got {mode!r})")
+    return mode
+
+
 def check_cp_kv_exchange(mode: str) -> str:
     """``mode`` if it is ``ring`` or ``allgather``.
 
     Raises:
         ValueError: any other value.
     """
-    if mode not in CP_KV_EXCHANGES:
-        raise ValueError(f"cp_kv_exchange must be one of {', '.join(CP_KV_EXCHANGES)} (got {mode!r})")
-    return mode
+    return _choice("cp_kv_exchange", mode, CP_KV_EXCHANGES)
 
 
 def check_cp_ffn(mode: str) -> str:
@@ -80,9 +84,7 @@ def check_cp_ffn(mode: str) -> str:
     Raises:
         ValueError: any other value.
     """
-    if mode not in CP_FFNS:
-        raise ValueError(f"cp_ffn must be one of {', '.join(CP_FFNS)} (got {mode!r})")
-    return mode
+    return _choice("cp_ffn", mode, CP_FFNS)
 
 
 def check_overlap(phi: float) -> float:
