@@ -54,10 +54,13 @@ def test_a_plan_below_the_attainment_is_resolved_with_more_capacity(monkeypatch)
     monkeypatch.setattr(serving, "simulate", fake)
     d = serving.solve_instance(p).to_dict()
     m = d["plan"]["rates"][0]["modes"]["aggregated"]
-    assert calls["n"] == 2 and m["capacity_margin"] == 1.1
+    # the miss (attainment 0, shortfall 0.9) doubles the capacity asked; the plan passes there, then
+    # the bisection between 1x and 2x keeps the cheapest passing plan it simulates
+    assert calls["n"] >= 2 and 1.0 < m["capacity_margin"] <= 2.0
+    assert m["capacity_margin_by_role"] == {"aggregated": m["capacity_margin"]}
     assert d["status"] == "feasible"                             # optimal only for the inflated rate
     cap = sum(g["rate_per_worker_rps"] * g["count"] for g in m["workers"])
-    assert cap >= 1.1 * 10 - 1e-9
+    assert cap >= m["capacity_margin"] * 10 - 1e-9
     assert m["gpus"] >= base["plan"]["rates"][0]["modes"]["aggregated"]["gpus"]
 
 

@@ -14,6 +14,7 @@ result envelope, tables, launch scripts from :mod:`.launch`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
@@ -21,6 +22,7 @@ from typing import Any, Optional
 from objectives.serving import registry as objective_registry
 from optimizer.budget import Budget, ProgressSink, no_progress
 from optimizer.result import Status
+from optimizer.serving.bursts import fluid_margin
 from optimizer.serving.explain import ServingExplanation, best_achievable_slo, explain
 from optimizer.serving.perf import ServingModel
 from optimizer.serving.report import ServingReport
@@ -99,6 +101,8 @@ def plan_mode(p: Problem, workers, mode: str, objective, rate: float, budget: Bu
 
 
 def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim: bool) -> ModePlan:
+    if do_sim and objective.sense == "min" and p.concurrency is None:
+        return _size_on_simulation(p, workers, mode, objective, rate, budget)
     goodput = objective.sense == "max"
     first = None
 
@@ -140,6 +144,188 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
                     return ModePlan(mode, _with_margin(replace(res2, value=served), first, m2), sim, served, m2)
             break
     return failed
+
+
+def start_margins(p: Problem, mode: str, rate: float) -> dict[str, float]:
+    """Where the capacity search starts, ``{role: m}``: for a trace, the role that takes the
+    prompts (prefill or aggregated) starts at :func:`~optimizer.serving.bursts.fluid_margin` of
+    the trace's own arrivals at ``rate`` (their q-quantile pooled wait within the TTFT target,
+    :attr:`Problem.quantile`); Poisson arrivals start at 1."""
+    tr = p.traffic
+    if tr.arrivals is None or len(tr.arrivals) < 2:
+        return {}
+    own = (len(tr.arrivals) - 1) / max(float(tr.arrivals[-1]), 1e-12)
+    m = fluid_margin(tr.arrivals * (own / rate), tr.trace_isl, rate, p.ttft_s, p.quantile)
+    return {MODE_ROLES[mode][0]: m} if m > 1.0 else {}
+
+
+def _growth(shortfall: float) -> float:
+    """Capacity factor for the next round after a simulated attainment ``shortfall`` below target."""
+    return 1.1 if shortfall <= 0.02 else 1.25 if shortfall <= 0.1 else 1.5 if shortfall <= 0.3 else 2.0
+
+
+def _grow(p: Problem, mode: str, margins: dict[str, float], sim: SimResult) -> dict[str, float]:
+    """The next round's margins after ``sim`` missed: aggregated workers grow with the joint
+    shortfall; disaggregated, prefill with the TTFT-only shortfall and decode with the TPOT-only one
+    (and, when each alone passes but not both, the lower of the two by the joint shortfall)."""
+    out = dict(margins)
+    if mode == "aggregated":
+        out["aggregated"] = out.get("aggregated", 1.0) * _growth(p.attainment - sim.attainment)
+        return out
+    miss = {"prefill": p.attainment - sim.ttft_attainment, "decode": p.attainment - sim.tpot_attainment}
+    grown = False
+    for role, short in miss.items():
+        if short > 0:
+            out[role] = out.get(role, 1.0) * _growth(short)
+            grown = True
+    if not grown:
+        role = max(miss, key=miss.get)
+        out[role] = out.get(role, 1.0) * _growth(p.attainment - sim.attainment)
+    return out
+
+
+MAX_ROUNDS = 24  # capacity rounds of one (rate, mode) before it answers with what it has
+REFINE_ROUNDS = 4  # bisection rounds between the last failing and the first passing margins
+
+
+def _size_on_simulation(p: Problem, workers, mode: str, objective, rate: float, budget: Budget) -> ModePlan:
+    """The cheapest plan found whose simulated attainment meets the target, sizing on the
+    simulation itself (the trace replayed, or the seeded Poisson stream).
+
+    Rounds: solve the MILP with the ``simulated`` cuts ``{role: m}`` (:func:`start_margins` at first),
+    simulate, and on a miss raise the missing roles' margins by the shortfall (:func:`_grow`)
+    until a plan passes, or the MILP has no plan (the GPUs run out). Then: when a plan passed
+    after a miss, bisect the margins between the last miss and the pass (:data:`REFINE_ROUNDS`)
+    for a cheaper passing plan; when the GPUs ran out first, simulate the most capacity they hold
+    (the largest feasible margins on the line to the infeasible ones, and the goodput plan, the
+    most rate every role carries on the pools). Infeasible only when none of them passes, with
+    the best attainment reached and its GPUs.
+
+    A plan solved with margins > 1 is ``feasible`` with bound = the MILP's optimum without them
+    (a bound under the analytic model); with none it keeps the MILP's status."""
+    limit = _solve_limit_s
+
+    def solve(margins):
+        return solve_mode(p, workers, mode, objective, rate, limit(budget), margins)
+
+    def plan_of(res, sim, margins, failed=False, exhausted=False):
+        m = max(margins.values(), default=1.0)
+        if m > 1.0 and not failed:
+            res = replace(res, status=Status.FEASIBLE, bound=first.bound if first.bound is not None else res.bound)
+        return ModePlan(mode, res, sim, rate, m, sim_failed=failed, role_margins=dict(margins), exhausted=exhausted)
+
+    def run(res, margins):
+        try:
+            return simulate(p, workers, res.counts, mode, rate, deadline=budget.deadline)
+        except SimulationCut as cut:
+            raise SimulationCut(plan_of(res, None, margins), str(cut)) from None
+
+    first = solve({})
+    if first.counts is None:
+        return ModePlan(mode, first)
+    margins = start_margins(p, mode, rate)
+    res = first if not margins else solve(margins)
+    if res.counts is None:  # the trace's start asks more than the GPUs hold: search from 1
+        margins, res = {}, first
+    miss = None  # (margins, result) of the last miss
+    best = None  # the passing plan
+    worst = None  # the best attainment among the misses
+    for _ in range(MAX_ROUNDS):
+        sim = run(res, margins)
+        if sim.attainment >= p.attainment:
+            best = plan_of(res, sim, margins)
+            break
+        if worst is None or sim.attainment > worst.sim.attainment:
+            worst = plan_of(res, sim, margins, failed=True)
+        miss = (margins, res)
+        if budget.expired():
+            return worst
+        nxt = _grow(p, mode, margins, sim)
+        res2 = solve(nxt)
+        if res2.counts is None:  # the GPUs run out: the most capacity on the way there, then goodput
+            best, worst = _most_capacity(p, workers, mode, rate, budget, margins, nxt, worst, plan_of, run, solve)
+            worst = replace(worst, exhausted=True)
+            break
+        margins, res = nxt, res2
+    if best is None:
+        return worst
+    # cheaper passing plans between the last miss (or no margin) and the pass
+    lo = miss[0] if miss is not None else {}
+    hi = dict(best.role_margins)
+    for _ in range(REFINE_ROUNDS):
+        if budget.expired():
+            break
+        mid = {r: math.sqrt(lo.get(r, 1.0) * hi.get(r, 1.0)) for r in set(lo) | set(hi)}
+        if all(abs(mid[r] / hi.get(r, 1.0) - 1.0) < 0.02 for r in mid):
+            break
+        res = solve(mid)
+        if res.counts is None:
+            lo = mid
+            continue
+        if res.value is not None and best.result.value is not None and res.value >= best.result.value - 1e-9:
+            hi = mid  # no cheaper at this margin: look lower
+            continue
+        sim = run(res, mid)
+        if sim.attainment >= p.attainment:
+            best, hi = plan_of(res, sim, mid), mid
+        else:
+            lo = mid
+    return best
+
+
+def _most_capacity(p, workers, mode, rate, budget, ok_margins, bad_margins, worst, plan_of, run, solve):
+    """When the MILP has no plan at ``bad_margins``: the largest feasible margins on the line from
+    ``ok_margins`` (bisection on the MILP alone), the goodput plan (the most rate each role carries
+    on the pools) and, aggregated, each configuration alone filling its pool, each simulated;
+    the first that passes is returned. Returns ``(passing plan or None, best miss)``."""
+    lo, hi = 0.0, 1.0
+    roles = set(ok_margins) | set(bad_margins)
+
+    def at(t):
+        return {r: ok_margins.get(r, 1.0) ** (1 - t) * bad_margins.get(r, 1.0) ** t for r in roles}
+
+    found = None
+    for _ in range(8):
+        mid = (lo + hi) / 2
+        res = solve(at(mid))
+        if res.counts is None:
+            hi = mid
+        else:
+            lo, found = mid, (at(mid), res)
+    candidates = [found] if found is not None else []
+    g = solve_mode(p, workers, mode, objective_registry()["goodput"], rate, _solve_limit_s(budget))
+    if g.counts is not None:
+        cap = g.rate / max(rate, 1e-12)
+        candidates.append(({r: cap for r in MODE_ROLES[mode]}, replace(g, value=None)))
+    if mode == "aggregated":  # each configuration alone on the whole pool: the widest plans of one kind
+        for j, w in enumerate(workers):
+            n = p.pools[w.pool].count // w.gpus
+            if w.role == "aggregated" and w.rate > 0 and n > 0:
+                res = ModeResult(mode, Status.FEASIBLE, {j: n}, None, None, 0.0, rate)
+                candidates.append(({"aggregated": n * w.rate / max(rate, 1e-12)}, res))
+    for margins, res in candidates:
+        if budget.expired():
+            break
+        sim = run(res, margins)
+        if res.value is None:  # the goodput plan: its objective in the problem's unit
+            res = _revalue(p, workers, mode, res)
+        plan = plan_of(res, sim, margins, failed=sim.attainment < p.attainment, exhausted=True)
+        if not plan.sim_failed:
+            return plan, worst
+        if worst is None or sim.attainment > worst.sim.attainment:
+            worst = plan
+    return None, worst
+
+
+def _revalue(p: Problem, workers, mode: str, res: ModeResult) -> ModeResult:
+    """``res`` (a goodput plan) with its objective in the problem's unit (GPUs or $/hour) and the
+    rate asked."""
+    gpus = sum(workers[j].gpus * n for j, n in res.counts.items())
+    if p.objective == "dollars":
+        value = sum((p.pools[workers[j].pool].price or 0.0) * workers[j].gpus * n for j, n in res.counts.items())
+    else:
+        value = float(gpus)
+    return replace(res, value=value, bound=None, status=Status.FEASIBLE)
 
 
 def solve_problem(p: Problem, budget: Budget, progress: ProgressSink = no_progress,

@@ -42,9 +42,18 @@ def plan_conflict(solution: ServingSolution, m: ModePlan) -> Optional[Conflict]:
         return Conflict(list(m.result.conflict), list(m.result.details))
     if m.sim_failed:
         return Conflict([ConstraintKey("simulation", f"{m.mode} at {m.rate:g} req/s")],
-                        [f"the plan's simulated attainment {m.sim.attainment:.1%} stays below "
-                         f"{solution.problem.attainment:.0%} even with {m.margin:g}x the capacity"])
+                        [_miss_detail(solution, m)])
     return None
+
+
+def _miss_detail(solution: ServingSolution, m: ModePlan) -> str:
+    """Why a simulated plan is not a plan: its attainment, the capacity it was given and its GPUs."""
+    gpus = sum(solution.workers[j].gpus * n for j, n in m.result.counts.items())
+    cap = ", ".join(f"{r} {v:.3g}x" for r, v in sorted(m.role_margins.items())) or f"{m.margin:g}x"
+    where = ("on the most capacity the GPUs given hold" if m.exhausted else f"with {cap} the rate's capacity")
+    return (f"the best simulated attainment reached, {m.sim.attainment:.1%} (TTFT alone {m.sim.ttft_attainment:.1%}, "
+            f"TPOT alone {m.sim.tpot_attainment:.1%}), stays below {solution.problem.attainment:.0%} {where} "
+            f"({gpus} GPUs)")
 
 
 def conflict_groups(solution: ServingSolution) -> list[dict[str, Any]]:
@@ -111,6 +120,11 @@ def bindings(solution: ServingSolution, m: Optional[ModePlan]) -> tuple[Binding,
     for role, c in cap.items():
         out.append(Binding(ConstraintKey("capacity", role), c - m.rate, "requests/s",
                            f"{role} workers carry up to {c:.4g} req/s for {m.rate:g} req/s"))
+        k = m.role_margins.get(role, 1.0)
+        if k > 1.0:
+            out.append(Binding(ConstraintKey("simulated", role), c - k * m.rate, "requests/s",
+                               f"the simulation asked {role} for {k:.3g}x {m.rate:g} req/s of rated capacity "
+                               f"(the arrivals' bursts: fewer missed the attainment)"))
     for i, pool in enumerate(p.pools):
         used = sum(workers[j].gpus * n for j, n in m.result.counts.items() if workers[j].pool == i)
         out.append(Binding(ConstraintKey("gpus", f"pool {pool.name}"), pool.count - used, "GPUs",

@@ -24,6 +24,8 @@ DEFINITIONS = {
     "max_batch": "decodes a worker admits (--max-num-seqs / --max-running-requests): KV memory at the mean request "
                  "length (eq 6-1) capped by serving.max_batch; prompts in flight (one per DP rank) for prefill",
     "capacity_margin": "extra capacity the plan was solved for after a simulation below target (1 = none)",
+    "capacity_margin_by_role": "the simulated[role] cuts: rated capacity asked of each role as a factor of the rate "
+                               "(trace: from the trace's own bursts, then the simulated shortfall)",
     "binding": "what caps each chosen configuration's rate (ttft, tpot, kv_memory, kv_link, max_batch), pool GPUs "
                "and role capacity, with slack",
 }
@@ -119,6 +121,7 @@ class ServingReport:
         groups = self._groups(m)
         d.update({"objective": m.result.value, "bound": m.result.bound, "gpus": self.gpus(m),
                   "dollars_per_hour": self.dollars(m), "rate_rps": m.rate, "capacity_margin": m.margin,
+                  "capacity_margin_by_role": dict(m.role_margins),
                   "workers": groups, "analytic": self._analytic(groups, m),
                   "simulated": m.sim.to_dict() if m.sim is not None else None,
                   "simulation_cut_short": m.sim_cut,

@@ -6,7 +6,7 @@ needed), and picks the best plan of a rate (:meth:`ServingSolution.best`) and th
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from optimizer.result import Status
@@ -30,6 +30,8 @@ class ModePlan:
         margin: the capacity factor the plan was solved for (1 = none).
         sim_failed: the simulated attainment stayed below target even at the last margin (no plan).
         sim_cut: the time limit ended its simulation (what it had simulated): analytic checks only.
+        role_margins: ``{role: m}``, the ``simulated`` cuts of the plan's MILP (empty: none).
+        exhausted: the plan is the most capacity the GPUs hold (the capacity search ran out of GPUs).
     """
 
     mode: str
@@ -39,6 +41,8 @@ class ModePlan:
     margin: float = 1.0
     sim_failed: bool = False
     sim_cut: Optional[str] = None
+    role_margins: Mapping[str, float] = field(default_factory=dict)
+    exhausted: bool = False
 
     @property
     def ok(self) -> bool:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
 
 import highspy
 
@@ -22,6 +22,7 @@ from constraints.serving import capacity as c_capacity
 from constraints.serving import deploy as c_deploy
 from constraints.serving import gpus as c_gpus
 from constraints.serving import objective as c_objective
+from constraints.serving import simulated as c_simulated
 from constraints.serving import worker as c_worker
 from optimizer.highs import new_highs
 from optimizer.result import ConstraintKey, Status
@@ -29,7 +30,7 @@ from optimizer.serving.perf import Worker
 from optimizer.serving.schema import Problem
 
 MODE_ROLES = {"aggregated": ("aggregated",), "disaggregated": ("prefill", "decode")}
-ROW_FAMILIES = (c_capacity, c_deploy, c_gpus)  # the rows of stage 1, in this order
+ROW_FAMILIES = (c_capacity, c_simulated, c_deploy, c_gpus)  # the rows of stage 1, in this order
 MIN_LIMIT_S = 0.1  # the shortest time limit a stage is given (s): HiGHS needs some to presolve
 
 
@@ -46,6 +47,8 @@ class ModeData:
         rate: the target rate R (req/s); ``goodput`` makes R a variable and uses it for nothing.
         unusable: the configurations of those roles with no rate (no variable; their keys make up
             the conflict of a role without a usable one).
+        margins: ``{role: m}``, the capacity factor the simulation asked of a role (``simulated``
+            rows for m > 1; absent: 1).
     """
 
     problem: Problem
@@ -55,14 +58,17 @@ class ModeData:
     index: tuple[int, ...]
     rate: float
     unusable: tuple[Worker, ...] = ()
+    margins: Mapping[str, float] = field(default_factory=dict)
 
 
-def mode_data(p: Problem, workers: list[Worker], mode: str, rate: float) -> ModeData:
-    """The :class:`ModeData` of ``mode`` at ``rate`` req/s over the configurations ``workers``."""
+def mode_data(p: Problem, workers: list[Worker], mode: str, rate: float,
+              margins: Optional[Mapping[str, float]] = None) -> ModeData:
+    """The :class:`ModeData` of ``mode`` at ``rate`` req/s over the configurations ``workers``,
+    with the simulation's capacity factors ``margins`` (``{role: m >= 1}``, default none)."""
     roles = MODE_ROLES[mode]
     idx = tuple(j for j, w in enumerate(workers) if w.role in roles and w.rate > 0)
     unusable = tuple(w for role in roles for w in c_worker.unusable(workers, role))
-    return ModeData(p, mode, roles, tuple(workers[j] for j in idx), idx, rate, unusable)
+    return ModeData(p, mode, roles, tuple(workers[j] for j in idx), idx, rate, unusable, dict(margins or {}))
 
 
 class ServingMilp:
@@ -163,15 +169,16 @@ def _run(model: ServingMilp, expr, sense: str, limit_s: float) -> _Run:
 
 
 def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: float,
-               limit_s: float = 20.0) -> ModeResult:
+               limit_s: float = 20.0, margins: Optional[Mapping[str, float]] = None) -> ModeResult:
     """Solve one mode at request rate ``rate`` (req/s; ignored by ``goodput``) within ``limit_s``
-    seconds of HiGHS time (stage 2 gets what stage 1 left, at least :data:`MIN_LIMIT_S`).
+    seconds of HiGHS time (stage 2 gets what stage 1 left, at least :data:`MIN_LIMIT_S`);
+    ``margins`` ``{role: m}``: each role must carry ``m x rate`` (the ``simulated`` cuts).
 
     Returns an infeasible :class:`ModeResult` with the conflicting keys when a role has no usable
     configuration (their per-configuration limits), or when the pools cannot hold the workers
     (``gpus[pool ...]`` with ``capacity[role]``); a time_limit one when HiGHS found no plan in time.
     """
-    data = mode_data(p, workers, mode, rate)
+    data = mode_data(p, workers, mode, rate, margins)
     t0 = time.perf_counter()
     for role in data.roles:
         if not any(w.role == role for w in data.workers):
@@ -184,9 +191,11 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
     if first.solution is None:
         if not first.infeasible:
             return ModeResult(mode, Status.TIME_LIMIT, None, None, None, first.time_s, rate, solves=1)
-        keys = tuple(c_gpus.key(pl.name) for pl in p.pools) + tuple(c_capacity.key(role) for role in data.roles)
+        cut = tuple(c_simulated.key(r) for r in data.roles if data.margins.get(r, 1.0) > 1.0)
+        keys = (tuple(c_gpus.key(pl.name) for pl in p.pools) + tuple(c_capacity.key(role) for role in data.roles)
+                + cut)
         details = tuple(c_gpus.describe(c_gpus.key(pl.name), data) for pl in p.pools)
-        details += tuple(f"{role} capacity needed {rate:g} req/s; the best configuration on a whole pool carries at "
+        details += tuple(f"{role} capacity needed {rate * data.margins.get(role, 1.0):g} req/s; the best configuration on a whole pool carries at "
                          f"most {max((p.pools[w.pool].count // w.gpus) * w.rate for w in data.workers if w.role == role):.3g}"
                          f" req/s" for role in data.roles)
         return ModeResult(mode, Status.INFEASIBLE, None, None, None, first.time_s, rate, keys, details, 1)
