@@ -211,4 +211,8 @@ def test_serving_pools_use_the_weights_peak():
     raw["model"]["weight_dtype"] = "fp8"
     pool = problem(raw).pools[0]
     assert pool.hw.gpu.fp8_flops == 1978.9e12
-    assert (pool.perf.matmul_peak_flops, pool.perf.attention_peak_flops) == (1978.9e12, 1978.9e12)  # kv follows
+    # the KV cache stays BF16 unless asked (one default in every problem): attention at the BF16 peak
+    assert (pool.perf.matmul_peak_flops, pool.perf.attention_peak_flops) == (1978.9e12, 989.4e12)
+    raw["model"]["kv_dtype"] = "fp8"
+    pool = problem(raw).pools[0]
+    assert (pool.perf.matmul_peak_flops, pool.perf.attention_peak_flops) == (1978.9e12, 1978.9e12)

@@ -152,10 +152,11 @@ def test_transcribed_configs_keep_their_shapes():
     assert (m.kind, m.max_context, m.kv_heads) == ("dense", 131072, 8)
 
 
-@pytest.mark.parametrize("dtype,kv", [("bf16", 70_272), ("fp8", 35_136)])
-def test_decode_inventory_deepseek_v3(dtype, kv):
+@pytest.mark.parametrize("dtype,kv_dtype,kv", [("bf16", None, 70_272), ("fp8", None, 70_272), ("fp8", "fp8", 35_136)])
+def test_decode_inventory_deepseek_v3(dtype, kv_dtype, kv):
+    """MLA: (512 + 64) x 61 layers per token; KV in BF16 unless asked (DEFAULT_KV_DTYPE, the engines' auto)."""
     path = shared("models", "deepseek-ai--DeepSeek-V3.config.json")
-    inv = decode_inventory(path, dtype)
+    inv = decode_inventory(path, dtype, kv_dtype)
     w = weights(read_hf_config(path), {"bf16": 2.0, "fp8": 1.0}[dtype])
     assert inv.replicated_resident_bytes + inv.routed_bytes == pytest.approx(w.total_bytes, rel=1e-15)
     assert inv.kv_capacity_bytes.per_context_token == kv

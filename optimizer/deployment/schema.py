@@ -25,7 +25,9 @@ from optimizer.schema_base import MAX_GPUS_PER_SERVER, MAX_SERVERS  # shared wit
 from optimizer.schema_base import RopeScalingIn, StrictModel, existing_file, validate  # RopeScalingIn shared with serving
 
 # bytes per element of each weight / KV dtype (read-only)
-DTYPE_BYTES = MappingProxyType({"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5})
+from optimizer.model.decode import DEFAULT_KV_DTYPE, DTYPE_BYTES as _MODEL_DTYPE_BYTES  # noqa: E402
+
+DTYPE_BYTES = MappingProxyType(_MODEL_DTYPE_BYTES)  # one table: the performance model's
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
 GB = 1e9
@@ -48,7 +50,7 @@ MAX_SESSIONS_TOTAL = 500_000  # over all session groups
 class ModelIn(_In):
     config: str = Field(min_length=1, description="HuggingFace config.json, path relative to the instance file")
     weight_dtype: DType = "bf16"
-    kv_dtype: DType = "bf16"
+    kv_dtype: DType = DEFAULT_KV_DTYPE
     rope_scaling: Optional[RopeScalingIn] = Field(default=None, description="RoPE scaling enabled at serving time (null: the config's own)")
 
 

@@ -104,6 +104,10 @@ class DecodeInventory:
 
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
+DEFAULT_KV_DTYPE = "bf16"
+"""The KV-cache dtype of every problem when ``kv_dtype`` is not given, whatever the weights: the
+engines' default (vLLM and SGLang ``--kv-cache-dtype auto``: the model's activation dtype, BF16
+for BF16, FP8 and INT4 checkpoints alike); an FP8 cache is a choice (``kv_dtype: fp8``)."""
 
 
 def decode_inventory(config, weight_dtype: str = "bf16", kv_dtype: str | None = None,
@@ -113,7 +117,7 @@ def decode_inventory(config, weight_dtype: str = "bf16", kv_dtype: str | None = 
     Args:
         config: path of a ``config.json`` or an :class:`optimizer.model.config.ModelSpec`.
         weight_dtype: matrix dtype (``bf16``, ``fp8``, ...; norms and routers stay 16-bit).
-        kv_dtype: KV-cache dtype (default: ``weight_dtype``).
+        kv_dtype: KV-cache dtype (default :data:`DEFAULT_KV_DTYPE`).
         dispatch_bytes: bytes per hidden element in the MoE dispatch (2: bf16; DeepEP's FP8
             dispatch is about 1).
         rope_scaling: override of the config's ``rope_scaling`` (sets ``max_context``).
@@ -127,7 +131,7 @@ def decode_inventory(config, weight_dtype: str = "bf16", kv_dtype: str | None = 
     Raises:
         InputError: a bad config (see :func:`optimizer.model.config.parse_config`) or dtype.
     """
-    kv_dtype = kv_dtype or weight_dtype
+    kv_dtype = kv_dtype or DEFAULT_KV_DTYPE
     for name, d in (("weight_dtype", weight_dtype), ("kv_dtype", kv_dtype)):
         if d not in DTYPE_BYTES:
             raise InputError(None, name, f"unknown dtype {d!r} (one of {', '.join(DTYPE_BYTES)})")

@@ -37,6 +37,7 @@ import numpy as np
 from optimizer.model.layout import Layout, enumerate_layouts
 from optimizer.model.measured import LayoutNotTimed
 from optimizer.model.prefill import kv_bytes_per_request, kv_transfer_s
+from optimizer.model.prefix import no_reuse, prefill_s as prefix_prefill_s, weighted_quantile
 from optimizer.serving.schema import Pool, Problem
 
 ROLES = ("aggregated", "prefill", "decode")
@@ -145,6 +146,14 @@ class ServingModel:
         self.decode_steps = self.mean_osl - 1.0
         # a decode token at position s reads s+1 tokens; positions isl .. isl+osl-2
         self.decode_ctx = self.mean_isl + self.mean_osl / 2.0
+        # the prompts as computed: (new tokens, cached tokens, weight) points (optimizer/model/prefix.py)
+        pts = p.prefix.points(tr.isl, tr.weight) if p.prefix is not None else no_reuse(tr.isl, tr.weight)
+        self.pre_new, self.pre_cached, self.pre_w = pts
+        self.mean_new = float(np.dot(self.pre_new, self.pre_w))
+        self.mean_cached = float(np.dot(self.pre_cached, self.pre_w))
+        self.scv_new = float(np.dot(self.pre_w, (self.pre_new - self.mean_new) ** 2)) / self.mean_new ** 2
+        qi = int(np.argmin(np.abs(self.pre_new - weighted_quantile(self.pre_new, self.pre_w, p.quantile))))
+        self.new_q, self.cached_q = float(self.pre_new[qi]), float(self.pre_cached[qi])
         # this model's own caches (a cache on the class would keep every model of the process alive)
         self._prefill_s = lru_cache(maxsize=None)(self._prefill_s_uncached)
         self._table = lru_cache(maxsize=None)(self._table_uncached)
@@ -231,8 +240,8 @@ class ServingModel:
     def _perf(self, w: Worker):
         return self.p.pools[w.pool].perf
 
-    def _prefill_s_uncached(self, pool: int, lay: Layout, n: float) -> float:
-        return self.p.pools[pool].steps.prefill_s(lay, int(n))
+    def _prefill_s_uncached(self, pool: int, lay: Layout, n: float, cached: float = 0.0) -> float:
+        return prefix_prefill_s(self.p.pools[pool].steps, lay, int(n), cached)
 
     def _table_uncached(self, pool: int, lay: Layout, chunk: float, c0: float, ranks: int) -> tuple[np.ndarray, np.ndarray]:
         """Step time over a grid of decode batch sizes: every integer to 16, then 64 geometric points (about 10%
@@ -269,16 +278,19 @@ class ServingModel:
         """TTFT quantile (s) and its parts for a prefill worker at ``lam`` requests/s."""
         tr, p = self.p.traffic, self.p
         c = w.layout.attention_dp
-        s = np.array([self._prefill_s(w.pool, w.layout, float(n)) for n in tr.isl])
-        mean_s = float(np.dot(tr.weight, s))
-        scv_s = float(np.dot(tr.weight, (s - mean_s) ** 2)) / mean_s ** 2
+        pw = self.pre_w
+        s = np.array([self._prefill_s(w.pool, w.layout, float(n + k), float(k))
+                      for n, k in zip(self.pre_new, self.pre_cached)])
+        mean_s = float(np.dot(pw, s))
+        scv_s = float(np.dot(pw, (s - mean_s) ** 2)) / mean_s ** 2
         perf = self._perf(w)
         link_bw = w.gpus * p.kv_link.bandwidth_bytes_per_s
-        tx = np.array([kv_bytes_per_request(perf, int(n)) for n in tr.isl]) / link_bw
-        mean_tx = float(np.dot(tr.weight, tx))
-        scv_tx = float(np.dot(tr.weight, (tx - mean_tx) ** 2)) / mean_tx ** 2 if mean_tx > 0 else 0.0
-        sq = self._prefill_s(w.pool, w.layout, self.isl_q)
-        xq = self.transfer_s(w, self.isl_q, sq)
+        # a cached prefix is on the decode workers too: only the new tokens' KV goes over the link
+        tx = np.array([kv_bytes_per_request(perf, int(n)) for n in self.pre_new]) / link_bw
+        mean_tx = float(np.dot(pw, tx))
+        scv_tx = float(np.dot(pw, (tx - mean_tx) ** 2)) / mean_tx ** 2 if mean_tx > 0 else 0.0
+        sq = weighted_quantile(s, pw, p.quantile)
+        xq = self.transfer_s(w, self.new_q, sq)
         wq = wait_quantile_s(lam, mean_s, scv_s, c, p.quantile)
         wl = wait_quantile_s(lam, mean_tx, scv_tx, 1, p.quantile)
         return {"ttft_s": wq + sq + xq + wl, "wait_s": wq, "prefill_s": sq, "transfer_s": xq, "link_wait_s": wl,
@@ -299,7 +311,7 @@ class ServingModel:
             if without_link <= p.ttft_s:
                 w.limit = "kv_link"
                 w.detail = (f"prefill {z['prefill_s'] * 1e3:.0f} ms + KV transfer {z['transfer_s'] * 1e3:.0f} ms "
-                            f"({kv_bytes_per_request(perf, int(self.isl_q)) / 1e9:.2f} GB over {w.gpus} x "
+                            f"({kv_bytes_per_request(perf, int(self.new_q)) / 1e9:.2f} GB over {w.gpus} x "
                             f"{p.kv_link.bandwidth_bytes_per_s / 1e9:g} GB/s) > TTFT {p.ttft_s * 1e3:g} ms")
             else:
                 w.limit = "ttft"
@@ -369,12 +381,13 @@ class ServingModel:
                     f"step {self.decode_step_s(w, bq) * 1e3:.2f} ms vs TPOT {p.tpot_s * 1e3:g} ms")
 
     # ------------------------------------------------------------------ aggregated
-    def _chunks(self, n: float) -> list[tuple[float, float]]:
+    def _chunks(self, n: float, start: float = 0.0) -> list[tuple[float, float]]:
+        """``(chunk tokens, context before)`` of a prompt's ``n`` computed tokens after ``start`` cached ones."""
         c = self.p.chunk_tokens
         out, done = [], 0.0
         while done < n:
             k = min(c, n - done)
-            out.append((k, done))
+            out.append((k, start + done))
             done += k
         return out
 
@@ -383,8 +396,9 @@ class ServingModel:
         p = self.p
         dp = w.layout.attention_dp
         C = float(p.chunk_tokens)
-        c0 = max(0.0, (self.mean_isl - C) / 2.0)
-        kp = lam * self.mean_isl / (C * dp)
+        # the mean context before a chunk: the cached prefix, then half the rest before the last chunk
+        c0 = max(0.0, self.mean_cached + (self.mean_new - C) / 2.0)
+        kp = lam * self.mean_new / (C * dp)
         bad = {"ttft_s": math.inf, "tpot_s": math.inf, "mean_tpot_s": math.inf, "batch": math.inf, "batch_q": math.inf,
                "chunk_share": math.inf}
 
@@ -419,11 +433,12 @@ class ServingModel:
         # each adding E[ISL]/(C·dp) mixed steps of extra (t_mix - t_dec), spread over its OSL-1 tokens
         td_q = self._step(w.pool, w.layout, 0.0, 0.0, bq, 1)
         m = lam * self.decode_steps * t_mean
-        extra = poisson_quantile(m, p.quantile) * self.mean_isl / (C * dp) * (tmq - td_q) / self.decode_steps
+        extra = poisson_quantile(m, p.quantile) * self.mean_new / (C * dp) * (tmq - td_q) / self.decode_steps
         tq = max(tq, td_q + extra)
-        mean_s = self.mean_isl / C * tm
-        wq = wait_quantile_s(lam, mean_s, p.traffic.scv_isl, dp, p.quantile)
-        prefill = sum(self._step(w.pool, w.layout, k, c_before, b, dp) for k, c_before in self._chunks(self.isl_q))
+        mean_s = self.mean_new / C * tm
+        wq = wait_quantile_s(lam, mean_s, self.scv_new, dp, p.quantile)
+        prefill = sum(self._step(w.pool, w.layout, k, c_before, b, dp)
+                      for k, c_before in self._chunks(self.new_q, self.cached_q))
         return {"ttft_s": wq + prefill, "wait_s": wq, "prefill_s": prefill, "tpot_s": tq, "mean_tpot_s": t_mean,
                 "batch": b, "batch_q": bq, "chunk_share": f_mean, "tokens_per_s": lam * self.decode_steps}
 

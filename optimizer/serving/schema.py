@@ -23,10 +23,11 @@ from pydantic import ConfigDict, Field
 from optimizer.catalog import check_gpu_in_server, lookup
 from optimizer.errors import InputError
 from optimizer.model.config import ModelSpec, read_hf_config
-from optimizer.model.decode import DTYPE_BYTES
+from optimizer.model.decode import DEFAULT_KV_DTYPE, DTYPE_BYTES
 from optimizer.model.hardware import Hardware, LinkSpec, ServerSpec, gpu_spec_from_catalog
 from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
+from optimizer.model.prefix import PrefixReuse
 from optimizer.model.steptimes import Performance
 from optimizer.model.steptimes import resolve as resolve_steps
 from optimizer.schema_base import MAX_SERVERS, RopeScalingIn, StrictModel, existing_file, validate
@@ -93,6 +94,10 @@ class TrafficIn(_In):
     trace: Optional[str] = None
     trace_requests: Optional[PosInt] = None
     concurrency: Optional[Annotated[int, Field(strict=True, ge=1, le=100_000)]] = None
+    prefix_tokens: Optional[Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]] = Field(default=None, description=(
+        "tokens of a prompt prefix shared by the requests (a system prompt), served from the prefix cache on a hit"))
+    cache_hit_rate: Optional[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]] = Field(default=None, description=(
+        "share of requests whose prefix_tokens are in the worker's prefix cache (vLLM prefix caching, SGLang RadixAttention)"))
 
 
 class FixedWorkerIn(_In):
@@ -270,6 +275,7 @@ class Problem:
     slo_margin: Optional[dict] = None  # band: {ttft_ms, tpot_ms asked, band used}; targets divided by (1 + error)
     concurrency: Optional[int] = None  # closed-loop users (serving.traffic.concurrency), rates then empty
     fixed: Optional[FixedIn] = None
+    prefix: Optional[PrefixReuse] = None  # serving.traffic.prefix_tokens / cache_hit_rate (optimizer/model/prefix.py)
 
     @property
     def timing(self) -> dict:
@@ -573,7 +579,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
                 raise InputError(path, f"serving.{role}.tp", bad[1])
         _check_cp(getattr(s, role).cp, role, s, path)
     wd = inst.model.weight_dtype
-    kd = inst.model.kv_dtype or wd
+    kd = inst.model.kv_dtype or DEFAULT_KV_DTYPE
     reserve = s.reserve_gib_per_gpu * GIB
     e = s.efficiency
     eff = Efficiency(e.compute, e.memory, e.network)
@@ -616,4 +622,21 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         roles={"prefill": s.prefill, "decode": s.decode, "aggregated": s.aggregated},
         simulation=s.simulation, engine=s.engine, weight_dtype=wd, kv_dtype=kd, performance=performance,
         slo_margin=margin, concurrency=s.traffic.concurrency, fixed=s.fixed, scheduler=scheduler_of(inst.performance, performance),
+        prefix=_prefix(s.traffic, path),
     )
+
+
+def _prefix(tr: TrafficIn, path: Path) -> Optional[PrefixReuse]:
+    """``serving.traffic.prefix_tokens`` with ``cache_hit_rate`` (both or neither).
+
+    Raises:
+        InputError: one given without the other.
+    """
+    if tr.prefix_tokens is None and tr.cache_hit_rate is None:
+        return None
+    if tr.prefix_tokens is None:
+        raise InputError(path, "serving.traffic.cache_hit_rate", "goes with prefix_tokens (the shared prefix it hits)")
+    if tr.cache_hit_rate is None:
+        raise InputError(path, "serving.traffic.prefix_tokens", "needs cache_hit_rate (the share of requests whose "
+                                                                "prefix is in the cache, 0..1)")
+    return PrefixReuse(tr.prefix_tokens, float(tr.cache_hit_rate))

@@ -34,6 +34,7 @@ import numpy as np
 import simpy
 
 from optimizer.model.prefill import kv_bytes_per_request, kv_transfer_s
+from optimizer.model.prefix import prefill_s as prefix_prefill_s
 from optimizer.serving.perf import Worker
 from optimizer.serving.schema import Problem
 
@@ -47,6 +48,7 @@ class Req:
     first: float = math.nan
     done: float = math.nan
     left: int = 0  # prompt tokens still to prefill (aggregated)
+    cached: int = 0  # prompt tokens served from the prefix cache (serving.traffic.prefix_tokens on a hit)
     on_done: object = None  # closed loop: called when the last token is out (the user sends the next)
     # aggregated: the worker's (prefill s, decode s, steps) totals at arrival, first token and last
     # token (the linearisation a calibration fits on, :attr:`SimResult.linear`)
@@ -115,7 +117,18 @@ def warm_up(p: Problem, reqs: list[Req]) -> int:
 
 def arrivals(p: Problem, rate: float, n: int, seed: int) -> list[Req]:
     """``n`` requests: the trace (arrivals scaled to ``rate``) or Poisson at ``rate`` with lengths
-    drawn from the classes."""
+    drawn from the classes; with prefix reuse each request hits the cache with probability
+    ``cache_hit_rate`` (its own seeded stream, so the arrivals are those without reuse)."""
+    reqs = _arrivals(p, rate, n, seed)
+    if p.prefix is not None:
+        hits = np.random.default_rng([seed, 1]).random(len(reqs)) < p.prefix.hit_rate
+        for r, hit in zip(reqs, hits.tolist()):
+            if hit:
+                r.cached = int(p.prefix.cached(r.isl))
+    return reqs
+
+
+def _arrivals(p: Problem, rate: float, n: int, seed: int) -> list[Req]:
     tr = p.traffic
     rng = np.random.default_rng(seed)
     if tr.arrivals is not None:
@@ -282,7 +295,7 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                         dec.add(r, r.osl - 1, r.isl + 1)
 
         def dispatch(r: Req):
-            r.left = r.isl
+            r.left = r.isl - r.cached  # the chunks start after the cached prefix (c0 = isl - left)
             k = router.pick()
             r.c_arr = tuple(cum[k])
             queues[k].append(r)
@@ -301,24 +314,24 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         wake = [env.event() for _ in dec_w]
         pcache: dict = {}
 
-        def prefill_time(w: Worker, isl: int) -> float:
-            key = (id(w), isl)
+        def prefill_time(w: Worker, isl: int, cached: int) -> float:
+            key = (id(w), isl, cached)
             if key not in pcache:
-                pcache[key] = p.pools[w.pool].steps.prefill_s(w.layout, isl)
+                pcache[key] = prefix_prefill_s(p.pools[w.pool].steps, w.layout, isl, cached)
             return pcache[key]
 
         def rank_proc(k: int, w: Worker):
             perf = p.pools[w.pool].perf
             while True:
                 r = yield store.get()
-                t = prefill_time(w, r.isl)
+                t = prefill_time(w, r.isl, r.cached)
                 yield env.timeout(t)
                 env.process(send(k, w, r, t, perf))
 
         def send(k, w, r, t_pre, perf):
             with links[k].request() as req:
                 yield req
-                x = kv_transfer_s(kv_bytes_per_request(perf, r.isl), w.gpus, p.kv_link.bandwidth_bytes_per_s,
+                x = kv_transfer_s(kv_bytes_per_request(perf, r.isl - r.cached), w.gpus, p.kv_link.bandwidth_bytes_per_s,
                                   p.kv_link.alpha_s, t_pre, p.model.layers, p.kv_transfer)
                 yield env.timeout(x)
             r.first = env.now

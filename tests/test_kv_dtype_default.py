@@ -1,0 +1,21 @@
+"""One KV-cache dtype default for every problem (issue #27): BF16 unless kv_dtype is given."""
+from __future__ import annotations
+
+from optimizer.model.decode import DEFAULT_KV_DTYPE
+
+
+def test_serving_deployment_and_supernode_default_to_the_same_kv_dtype():
+    from optimizer.deployment.schema import ModelIn as DeployModelIn
+    from tests.serving_helpers import llama8b_raw, problem
+
+    assert DEFAULT_KV_DTYPE == "bf16"
+    raw = llama8b_raw(1.0, 1024, 128, 1000, 50)
+    raw["model"]["weight_dtype"] = "fp8"
+    assert problem(raw).kv_dtype == DEFAULT_KV_DTYPE
+    assert DeployModelIn.model_fields["kv_dtype"].default == DEFAULT_KV_DTYPE
+    from optimizer.model.decode import decode_inventory
+    from tests.serving_helpers import INSTANCES
+
+    cfg = INSTANCES / "models" / "llama-3.1-8b.json"
+    # 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 131,072 bytes per token with FP8 weights too
+    assert decode_inventory(cfg, "fp8").kv_capacity_bytes.per_context_token == 131072
