@@ -352,7 +352,7 @@ def test_sglang_runs_each_prefill_batch_alone(tmp_path):
     from optimizer.model.steptimes import AnalyticSteps
 
     pm = PerfModel(read_hf_config(INSTANCES / "models" / "qwen3-32b.json"), hardware_from_catalog("h200-sxm", "hgx-h200"),
-                   1.0, 1.0, weight_dtype="fp8", kv_dtype="fp8")
+                   1.0, 2.0, weight_dtype="fp8", kv_dtype="bf16")  # the KV default: bf16
     t = AnalyticSteps(pm).mixed_step_s(Layout.tp(8), 512, 0, 0, 0.0)
     f = _four_users(tmp_path, "sglang")
     assert f["ttft_ms"]["mean"] == pytest.approx(2.5 * t * 1e3, rel=1e-9)
