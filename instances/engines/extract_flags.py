@@ -103,7 +103,7 @@ def main(argv: list[str]) -> None:
         sha = hashlib.sha256(w.read_bytes()).hexdigest()
         text = (f"# {engine} {version}: every flag its argument parser registers (instances/engines/extract_flags.py)\n"
                 f"engine: {engine}\nversion: {version}\n"
-                f"source: {w.name} (PyPI wheel, sha256 {sha}): {', '.join(files)}\n"
+                f"source: \"{w.name} (PyPI wheel, sha256 {sha}): {', '.join(files)}\"\n"
                 f"env: [{', '.join(env)}]\nflags:\n" + "".join(f"  - \"{f}\"\n" for f in flags))
         (here / f"{engine}-{version}.yaml").write_text(text)
         print(f"{engine} {version}: {len(flags)} flags, env {env}")

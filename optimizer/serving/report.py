@@ -95,8 +95,9 @@ class ServingReport:
                         "rate_per_worker_rps": w.rate,
                         "load_rps": lam, "limited_by": w.limit, "limit_detail": w.detail, "analytic": an,
                         "launch": commands(p, w)})
-            if w.layout.cp > 1:
-                out[-1]["launch_notes"] = launch_notes(p, w)
+            notes = launch_notes(p, w)
+            if notes:
+                out[-1]["launch_notes"] = notes
         return out
 
     def _analytic(self, groups: list[dict], m: ModePlan) -> dict[str, Any]:
