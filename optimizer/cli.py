@@ -63,11 +63,15 @@ def _objective_help() -> str:
                    "Needs --output.")
 @click.option("--pareto-points", "pareto_points", type=click.IntRange(2, 200), default=None,
               help="TPOT targets of --pareto (geometric, 1/4 to 4x the instance's target; default 20).")
+@click.option("--deploy", "deploy", type=click.Choice(["kubernetes"]), default=None,
+              help="serving: also write OUTPUT/deploy/kubernetes-<engine>.yaml (StatefulSets and Services with "
+                   "nvidia.com/gpu requests per worker group, the P/D router's Deployment). Needs --output.")
 @click.option("--progress", is_flag=True, default=False,
               help="Show the incumbent, the proven bound and the gap as the solve goes on, one row per method (stderr; deployment, serving and expert placement).")
 def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
          overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None,
-         pareto: str | None = None, pareto_points: int | None = None, progress: bool = False) -> None:
+         pareto: str | None = None, pareto_points: int | None = None, progress: bool = False,
+         deploy: str | None = None) -> None:
     """Solve INSTANCE.yaml to a proven optimum and explain the result.
 
     Also: optimize calibrate MEASUREMENTS.csv --model ... (fit efficiency factors to measured
@@ -90,6 +94,10 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         if isinstance(raw, dict) and "grid" in raw and "base" in raw:
             raise InputError(instance, "grid", "this is a sweep grid: run `optimize sweep GRID.yaml --output DIR`")
         spec = problem_spec_for(raw, instance)
+        if deploy is not None and output_dir is None:
+            raise InputError("--deploy", deploy, "needs --output DIR (the manifests go to DIR/deploy/)")
+        if deploy is not None and spec.section != "serving":
+            raise InputError("--deploy", deploy, f"applies to the serving problem only (this instance is {spec.section})")
         if pareto is not None:
             if plot_dir is not None:
                 raise InputError("--plot", str(plot_dir), "does not apply with --pareto (pareto.png goes to --output)")
@@ -100,6 +108,11 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         budget = Budget.for_command(time_limit, started, reserve)
         report = run_problem(spec, raw, instance, objective, budget, output_dir, live_sink)
         files: list[str] = []
+        if deploy == "kubernetes":
+            from optimizer.serving.deploy import write_kubernetes
+
+            for tag, placed in report.placements():
+                report.outputs += write_kubernetes(report.problem, placed, output_dir, tag)
         if plot_dir is not None:
             from optimizer.plots import write_plots
 

@@ -243,7 +243,7 @@ def test_serving_picks_a_cp_prefill_worker_because_ttft_binds():
     assert why["slack"] == pytest.approx((3.9 - tp8_ttft) * 1e3, rel=1e-9)
     cmd = pre[0]["launch"]["sglang"]
     assert "--attn-cp-size 4" in cmd and "--enable-prefill-cp" in cmd and "--cp-strategy zigzag" in cmd
-    assert "--tp 8" in cmd and "--chunked-prefill-size -1" in cmd and "SGLANG_ENABLE_CP_V2=1" in cmd
+    assert "--tp-size 8" in cmd and "--chunked-prefill-size -1" in cmd and "SGLANG_ENABLE_CP_V2=1" in cmd
     assert any("context-parallel prefill (TP2xCP4)" in n for n in d["notes"])
 
 

@@ -129,7 +129,7 @@ def test_output_writes_launch_scripts_and_result(cli, tmp_path):
     assert any("decode" in s and s.endswith("_vllm.sh") for s in scripts)
     text = {f.name: f.read_text() for f in out.glob("launch_*.sh")}
     sg = next(t for n, t in text.items() if "prefill" in n and n.endswith("_sglang.sh"))
-    assert "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --dp 8 --enable-dp-attention" in sg
+    assert "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp-size 8 --dp-size 8 --enable-dp-attention" in sg
     assert "--ep-size 8" in sg and "--disaggregation-mode prefill" in sg
     vl = next(t for n, t in text.items() if "decode" in n and n.endswith("_vllm.sh"))
     assert "vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel" in vl

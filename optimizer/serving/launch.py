@@ -1,17 +1,61 @@
-"""Launch commands per worker group for vLLM (``vllm serve``) and SGLang (``sglang.launch_server``).
+"""Launch commands per worker for vLLM (``vllm serve``) and SGLang (``sglang.launch_server``).
 
-Flag meanings as the engines document them: vLLM ``--tensor-parallel-size`` (attention and
-dense TP), ``--data-parallel-size`` (DP attention ranks), ``--enable-expert-parallel`` (experts
-spread over TP x DP GPUs), ``--max-num-seqs`` (running requests), ``--max-num-batched-tokens``
-(chunked-prefill budget per step), ``--kv-transfer-config`` with the NIXL connector for
-disaggregated prefill; SGLang ``--tp`` (GPUs of the worker), ``--dp`` with
-``--enable-dp-attention`` (attention DP inside the TP group), ``--ep-size``,
-``--max-running-requests``, ``--chunked-prefill-size``, ``--disaggregation-mode prefill|decode``
-with ``--disaggregation-transfer-backend``; both ``--quantization fp8`` for FP8 weights (vLLM
-quantizes a BF16 checkpoint online, its FP8 docs). INT4 weights need a 4-bit checkpoint
-(AWQ/GPTQ) as MODEL, whose quantization the engines read from it (a note in the report). A
-disaggregated deployment also needs the engine's router in front (vLLM's proxy example,
-SGLang's router), not generated here.
+A command is built by a list of steps per engine (:data:`STEPS`; each step adds flags and
+environment variables to a :class:`Launch`); a later feature (speculative decoding, say) adds
+its step with :func:`add_step`. Every flag printed is checked against the flag list of the engine
+version named (``instances/engines/<engine>-<version>.yaml``, read from that release's argument
+parser by ``instances/engines/extract_flags.py``): a flag the version does not have is a
+programming error (:class:`UnknownFlag`). The version is ``performance.engine_version`` for the
+engine the plan was measured with, else the measured database's current one (:data:`DEFAULT_VERSION`).
+
+Flag meanings, as the engines' parsers and docs give them:
+
+* vLLM ``--tensor-parallel-size`` (attention and dense TP), ``--data-parallel-size`` (DP
+  attention ranks), ``--enable-expert-parallel`` (experts spread over TP x DP GPUs),
+  ``--max-num-seqs`` (running requests **per DP rank**: each DP engine core has its own scheduler,
+  ``SchedulerConfig.max_num_seqs``; the plan's batch divided by the DP ranks, rounded up),
+  ``--max-num-batched-tokens`` (chunked-prefill budget per step and DP rank, the plan's
+  ``chunk_tokens``), ``--kv-transfer-config`` with the NIXL connector for disaggregated prefill;
+  NIXL's handshake listens on ``VLLM_NIXL_SIDE_CHANNEL_HOST``:``VLLM_NIXL_SIDE_CHANNEL_PORT``
+  (``vllm/envs.py``; defaults ``localhost``, 5600; each DP rank takes base + dp_rank, vLLM's
+  ``docs/features/nixl_connector_usage.md``), over the NICs of ``UCX_NET_DEVICES``.
+* SGLang ``--tp-size`` (the worker's GPUs; ``--tp`` is only argparse's abbreviation of it),
+  attention DP ``--dp-size N --enable-dp-attention`` up to 0.5.16, ``--attn-dp-size N`` from 0.5.23
+  (which deprecates the former; the flag list decides), ``--ep-size``, ``--max-running-requests``
+  (the worker's total: SGLang divides it by the attention-DP size itself,
+  ``pool_configurator.py``), ``--chunked-prefill-size`` (divided by the attention-DP size at
+  start-up, ``server_args.py`` ``_handle_data_parallelism``: the command prints the plan's
+  per-rank ``chunk_tokens`` x DP), ``--disaggregation-mode prefill|decode`` with
+  ``--disaggregation-transfer-backend nixl``, the prefill side's bootstrap server on
+  ``--disaggregation-bootstrap-port`` (default 8998) and its NICs ``--disaggregation-ib-device``;
+  ``--host 0.0.0.0`` (default 127.0.0.1) so a router on another server reaches it.
+* Both ``--quantization fp8`` for FP8 weights (vLLM quantizes a BF16 checkpoint online, its FP8
+  docs). INT4 weights need a 4-bit checkpoint (AWQ/GPTQ) as MODEL, whose quantization the engines
+  read from it (a note in the report).
+
+Memory (:func:`memory_plan`): the engine must start with a KV pool at least as large as the plan
+assumed, and with the longest request of the traffic as its context limit:
+
+* ``--max-model-len`` / ``--context-length`` = the traffic's longest request (``isl + osl``,
+  ``Traffic.max_len``), not the model's default (131,072 for Llama-3.1: a TP2 70B BF16 prefill
+  worker holds about 25K tokens of KV at vLLM's default 0.92 and vLLM refuses to start).
+* KV the plan assumed per GPU, ``kv``: the worker's batch per DP rank at the mean request length
+  (decode, aggregated: ``ceil(max_batch / dp)`` requests of ``ceil(mean isl) + ceil(mean osl)``
+  tokens, as eq. 6-1 sized it) and at least one longest request; prefill: its prompts in flight
+  per rank (one) at the longest length. Bytes from :meth:`PerfModel.kv_bytes_per_gpu`.
+* vLLM ``--gpu-memory-utilization U = ceil_0.01((weights + reserve + kv) / memory)``, at most 1:
+  vLLM's budget ``U x memory`` holds weights, the profiled activations, non-torch memory and CUDA
+  graphs as well as the KV (``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``:
+  KV = requested - non-KV - CUDA-graph estimate), which the plan's ``serving.reserve_gib_per_gpu``
+  stands for. At most ``floor_0.01((memory - reserve) / memory)``: vLLM refuses to start when
+  less than ``U x memory`` is free (``request_memory``), and the CUDA context is not free; a worker
+  whose plan fills the GPU (``limited_by kv_memory``) then gets that cap and a note that its KV pool
+  is smaller than planned by what vLLM profiles inside its budget (raise ``serving.reserve_gib_per_gpu``).
+* SGLang ``--mem-fraction-static f = ceil_0.01((weights + kv) / memory)``: its static pool is the
+  weights and the KV only (``server_args.py`` help), activations live in the rest, ``>=`` the reserve.
+* Under ``performance.source: measured`` the plan's KV capacity came from that engine's memory
+  fraction (``performance.memory_fraction`` or the engine version's default, as
+  aiconfigurator-core records it): the engine's command prints that fraction.
 
 Context-parallel prefill workers (``cp > 1``), checked against the engines' argument parsers at
 the versions the measured database names (vLLM 0.24.0, SGLang 0.5.14; the released wheels):
@@ -32,31 +76,282 @@ the versions the measured database names (vLLM 0.24.0, SGLang 0.5.14; the releas
 """
 from __future__ import annotations
 
+import math
 import shlex
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Optional
 
+import yaml
+
+from optimizer.errors import InputError
 from optimizer.serving.perf import Worker
 from optimizer.serving.schema import Problem
 
+ENGINES_DIR = Path(__file__).resolve().parents[2] / "instances" / "engines"
+DEFAULT_VERSION = {"vllm": "0.24.0", "sglang": "0.5.14"}  # the measured database's current versions
+DEFAULT_PORT = {"vllm": 8000, "sglang": 30000}  # the engines' default HTTP ports
+NIXL_SIDE_CHANNEL_PORT = 5600  # vLLM VLLM_NIXL_SIDE_CHANNEL_PORT default (base + dp_rank)
+BOOTSTRAP_PORT = 8998  # SGLang --disaggregation-bootstrap-port default
+NIC_VARIABLE = "KV_NICS"  # the RDMA NICs of a server (e.g. mlx5_0,mlx5_1): the user sets it
+
+
+class UnknownFlag(RuntimeError):
+    """A command builder emitted a flag the named engine version does not have."""
+
+
+@lru_cache(maxsize=None)
+def flag_list(engine: str, version: str) -> frozenset[str]:
+    """The flags ``engine`` ``version``'s argument parser registers (``instances/engines``).
+
+    Raises:
+        InputError: no flag list for that version (the message names the versions there are).
+    """
+    f = ENGINES_DIR / f"{engine}-{version}.yaml"
+    if not f.is_file():
+        have = sorted(x.stem.split("-", 1)[1] for x in ENGINES_DIR.glob(f"{engine}-*.yaml"))
+        raise InputError(f, "performance.engine_version", f"no flag list for {engine} {version} (instances/engines "
+                                                          f"has {', '.join(have)}): launch commands need one")
+    return frozenset(yaml.safe_load(f.read_text())["flags"])
+
+
+def engine_version(p: Problem, engine: str) -> str:
+    """The version a command is for: ``performance.engine_version`` when ``performance.engine`` is
+    this engine, else the measured database's current version (:data:`DEFAULT_VERSION`)."""
+    perf = p.performance
+    if perf is not None and perf.engine == engine and perf.engine_version:
+        return perf.engine_version
+    return DEFAULT_VERSION[engine]
+
+
+@dataclass
+class Endpoint:
+    """Where one worker listens: its HTTP ``port``, the NIXL side-channel base port (vLLM, one per DP
+    rank from it) or the bootstrap port (SGLang prefill), and its server's address (a shell
+    variable such as ``${SERVER_0_HOST}``). Multi-server workers: ``nodes`` servers, this script's
+    ``node_rank`` and the first server's address ``head_host``."""
+
+    port: Optional[int] = None
+    side_port: int = NIXL_SIDE_CHANNEL_PORT
+    bootstrap_port: int = BOOTSTRAP_PORT
+    host: str = "${SERVER_HOST}"
+    nodes: int = 1
+    node_rank: int = 0
+    head_host: str = "${SERVER_HOST}"
+    dist_port: int = 29500
+
+
+@dataclass
+class Launch:
+    """One worker's command: ``env`` then ``args`` (shell variables ``${...}`` stay unquoted)."""
+
+    engine: str
+    version: str
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def flags(self) -> list[str]:
+        return [a.split("=", 1)[0] for a in self.args if a.startswith("--")]
+
+    def check(self) -> "Launch":
+        """Raise :class:`UnknownFlag` for a flag the engine version does not have."""
+        have = flag_list(self.engine, self.version)
+        bad = [f for f in self.flags() if f not in have]
+        if bad:
+            raise UnknownFlag(f"{self.engine} {self.version} has no {', '.join(bad)} "
+                              f"(instances/engines/{self.engine}-{self.version}.yaml)")
+        return self
+
+    def command(self) -> str:
+        env = " ".join(f"{k}={_q(v)}" for k, v in self.env.items())
+        return ("env " + env + " " if env else "") + " ".join(_q(a) for a in self.args)
+
+
+def _q(s: str) -> str:
+    return f'"{s}"' if s.startswith("${") else shlex.quote(s)
+
+
+def _ceil2(x: float) -> float:
+    return min(1.0, math.ceil(round(x * 100, 6)) / 100)
+
+
+def memory_plan(p: Problem, w: Worker) -> dict:
+    """The memory the plan assumed for worker ``w`` and the engines' fractions that give it (module
+    docstring): ``max_model_len``, ``kv_gib_per_gpu``, ``weights_gib_per_gpu``, ``reserve_gib_per_gpu``,
+    ``memory_gib_per_gpu``, ``vllm`` (gpu-memory-utilization), ``sglang`` (mem-fraction-static) and
+    ``source`` (``derived`` or ``measured``: the fraction the measured KV capacity used)."""
+    pool = p.pools[w.pool]
+    pm, lay = pool.perf, w.layout
+    mem = pm.hw.gpu.memory_bytes
+    weights = pm.weight_bytes_per_gpu(lay)
+    longest = p.traffic.max_len
+    dp = lay.attention_dp
+    one = pm.kv_bytes_per_gpu(lay, longest, 0)
+    if w.role == "prefill":
+        kv = one * max(1, math.ceil(w.max_batch / dp))
+    else:
+        mean = pm.kv_bytes_per_gpu(lay, int(math.ceil(p.traffic.mean_isl)), int(math.ceil(p.traffic.mean_osl)))
+        kv = max(one, mean * max(1, math.ceil(w.max_batch / dp)))
+    out = {"max_model_len": int(longest), "memory_gib_per_gpu": mem / 2 ** 30, "weights_gib_per_gpu": weights / 2 ** 30,
+           "reserve_gib_per_gpu": pm.reserve_bytes / 2 ** 30, "kv_gib_per_gpu": kv / 2 ** 30,
+           "vllm": _ceil2((weights + pm.reserve_bytes + kv) / mem), "sglang": _ceil2((weights + kv) / mem),
+           "source": "derived", "capped": False}
+    top = math.floor((mem - pm.reserve_bytes) / mem * 100) / 100  # vLLM needs U x memory free at start-up
+    if out["vllm"] > top:
+        out["vllm"], out["capped"] = top, True
+    measured = _measured_fraction(pool.steps, lay)
+    if measured is not None and p.performance is not None and p.performance.engine in ("vllm", "sglang"):
+        out[p.performance.engine] = measured
+        out["source"] = f"measured ({p.performance.engine})"
+    return out
+
+
+def _measured_fraction(steps, lay) -> Optional[float]:
+    """The of-total memory fraction a measured source sized the layout's KV with (None: analytic)."""
+    steps = getattr(steps, "base", steps)  # a calibrated source wraps its base
+    of = getattr(steps, "memory_fraction_of", None)
+    if of is None:
+        return None
+    try:
+        kind, value = of(lay)
+    except Exception:  # noqa: BLE001 - a layout the database cannot time is timed analytically
+        return None
+    return float(value) if kind == "of_total" else None
+
+
+@dataclass
+class Ctx:
+    """What a command step reads: the problem, the worker, its endpoint and the version's flags."""
+
+    p: Problem
+    w: Worker
+    end: Endpoint
+    version: str
+    have: frozenset[str]
+    mem: dict
+
+
+Step = Callable[[Ctx, Launch], None]
+
+
+# ------------------------------------------------------------------ vLLM steps
+def _vllm_parallel(c: Ctx, x: Launch) -> None:
+    lay = c.w.layout
+    x.args += ["--tensor-parallel-size", str(lay.attention_tp)]
+    if lay.attention_dp > 1:
+        x.args += ["--data-parallel-size", str(lay.attention_dp)]
+    if c.p.model.moe is not None and lay.experts_ep > 1:
+        x.args += ["--enable-expert-parallel"]
+
+
+def _vllm_batch(c: Ctx, x: Launch) -> None:
+    if c.w.role != "prefill":  # per DP rank (each DP engine core schedules its own)
+        x.args += ["--max-num-seqs", str(max(1, math.ceil(c.w.max_batch / c.w.layout.attention_dp)))]
+    if c.w.role == "aggregated":
+        x.args += ["--max-num-batched-tokens", str(c.p.chunk_tokens)]
+
+
+def _vllm_memory(c: Ctx, x: Launch) -> None:
+    x.args += ["--max-model-len", str(c.mem["max_model_len"]), "--gpu-memory-utilization", f"{c.mem['vllm']:.2f}"]
+
+
+def _vllm_dtype(c: Ctx, x: Launch) -> None:
+    if c.p.weight_dtype == "fp8":  # online FP8 quantization of a BF16 checkpoint (or an FP8 checkpoint as it is)
+        x.args += ["--quantization", "fp8"]
+    if c.p.kv_dtype == "fp8":
+        x.args += ["--kv-cache-dtype", "fp8"]
+
+
+def _vllm_pd(c: Ctx, x: Launch) -> None:
+    if c.w.role in ("prefill", "decode"):
+        x.args += ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']
+        x.env.update({"VLLM_NIXL_SIDE_CHANNEL_HOST": c.end.host, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(c.end.side_port),
+                      "UCX_NET_DEVICES": "${" + NIC_VARIABLE + "}"})
+
+
+def _vllm_port(c: Ctx, x: Launch) -> None:
+    x.args += ["--port", str(c.end.port if c.end.port is not None else DEFAULT_PORT["vllm"])]
+
+
+# ------------------------------------------------------------------ SGLang steps
+def _sglang_parallel(c: Ctx, x: Launch) -> None:
+    lay = c.w.layout
+    x.args += ["--tp-size", str(lay.gpus)]
+    if lay.cp > 1:  # SGLang 0.5.14 server_args: --attn-cp-size, --enable-prefill-cp, --cp-strategy {zigzag,interleave}
+        x.env["SGLANG_ENABLE_CP_V2"] = "1"
+        x.args += ["--attn-cp-size", str(lay.cp), "--enable-prefill-cp", "--cp-strategy", "zigzag"]
+    if lay.attention_dp > 1:
+        x.args += (["--attn-dp-size", str(lay.attention_dp)] if "--attn-dp-size" in c.have
+                   else ["--dp-size", str(lay.attention_dp), "--enable-dp-attention"])
+    if c.p.model.moe is not None and lay.experts_ep > 1:
+        x.args += ["--ep-size", str(lay.experts_ep)]
+    if c.end.nodes > 1:
+        x.args += ["--nnodes", str(c.end.nodes), "--node-rank", str(c.end.node_rank),
+                   "--dist-init-addr", f"{c.end.head_host}:{c.end.dist_port}"]
+
+
+def _sglang_batch(c: Ctx, x: Launch) -> None:
+    lay = c.w.layout
+    if c.w.role != "prefill":  # the worker's total: SGLang divides it over the attention-DP ranks
+        x.args += ["--max-running-requests", str(max(1, c.w.max_batch))]
+    # a CP worker prefills the whole prompt in one pass, as prefill_terms times it (-1: no chunking);
+    # SGLang divides the chunk by the attention-DP size: x DP gives the plan's per-rank chunk
+    x.args += ["--chunked-prefill-size", "-1" if lay.cp > 1 else str(c.p.chunk_tokens * lay.attention_dp)]
+
+
+def _sglang_memory(c: Ctx, x: Launch) -> None:
+    x.args += ["--context-length", str(c.mem["max_model_len"]), "--mem-fraction-static", f"{c.mem['sglang']:.2f}"]
+
+
+def _sglang_dtype(c: Ctx, x: Launch) -> None:
+    if c.p.weight_dtype == "fp8":
+        x.args += ["--quantization", "fp8"]
+    if c.p.kv_dtype == "fp8":
+        x.args += ["--kv-cache-dtype", "fp8_e4m3"]
+
+
+def _sglang_pd(c: Ctx, x: Launch) -> None:
+    if c.w.role in ("prefill", "decode"):
+        x.args += ["--disaggregation-mode", c.w.role, "--disaggregation-transfer-backend", "nixl",
+                   "--disaggregation-ib-device", "${" + NIC_VARIABLE + "}"]
+        x.env["UCX_NET_DEVICES"] = "${" + NIC_VARIABLE + "}"  # NIXL's UCX transport
+        if c.w.role == "prefill":
+            x.args += ["--disaggregation-bootstrap-port", str(c.end.bootstrap_port)]
+
+
+def _sglang_port(c: Ctx, x: Launch) -> None:
+    x.args += ["--host", "0.0.0.0", "--port", str(c.end.port if c.end.port is not None else DEFAULT_PORT["sglang"])]
+
+
+STEPS: dict[str, list[Step]] = {
+    "vllm": [_vllm_parallel, _vllm_batch, _vllm_memory, _vllm_dtype, _vllm_pd, _vllm_port],
+    "sglang": [_sglang_parallel, _sglang_batch, _sglang_memory, _sglang_dtype, _sglang_pd, _sglang_port],
+}
+HEAD = {"vllm": lambda p: ["vllm", "serve", p.hf_id], "sglang": lambda p: ["python", "-m", "sglang.launch_server",
+                                                                          "--model-path", p.hf_id]}
+
+
+def add_step(engine: str, step: Step, before: str = "port") -> None:
+    """Add a command step (e.g. speculative decoding's flags) before the engine's step named
+    ``_<engine>_<before>`` (the port step by default, which stays last)."""
+    steps = STEPS[engine]
+    i = next((k for k, s in enumerate(steps) if s.__name__ == f"_{engine}_{before}"), len(steps))
+    steps.insert(i, step)
+
+
+def launch(p: Problem, w: Worker, engine: str, end: Optional[Endpoint] = None) -> Launch:
+    """The worker's command for ``engine`` at its version, every flag checked (:meth:`Launch.check`)."""
+    version = engine_version(p, engine)
+    c = Ctx(p, w, end or Endpoint(), version, flag_list(engine, version), memory_plan(p, w))
+    x = Launch(engine, version, HEAD[engine](p))
+    for step in STEPS[engine]:
+        step(c, x)
+    return x.check()
+
 
 def vllm(p: Problem, w: Worker, port: int = 8000) -> str:
-    lay = w.layout
-    args = ["vllm", "serve", p.hf_id, "--tensor-parallel-size", str(lay.attention_tp)]
-    if lay.attention_dp > 1:
-        args += ["--data-parallel-size", str(lay.attention_dp)]
-    if p.model.moe is not None and lay.experts_ep > 1:
-        args += ["--enable-expert-parallel"]
-    if w.role != "prefill":
-        args += ["--max-num-seqs", str(max(1, w.max_batch))]
-    if w.role == "aggregated":
-        args += ["--max-num-batched-tokens", str(p.chunk_tokens)]
-    if p.weight_dtype == "fp8":  # online FP8 quantization of a BF16 checkpoint (or an FP8 checkpoint as it is)
-        args += ["--quantization", "fp8"]
-    if p.kv_dtype in ("fp8",):
-        args += ["--kv-cache-dtype", "fp8"]
-    if w.role in ("prefill", "decode"):
-        args += ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']
-    args += ["--port", str(port)]
-    return shlex.join(args)
+    return launch(p, w, "vllm", Endpoint(port=port)).command()
 
 
 VLLM_CP = ("vLLM 0.24.0 has --prefill-context-parallel-size but no attention backend in that release supports "
@@ -65,40 +360,32 @@ VLLM_CP = ("vLLM 0.24.0 has --prefill-context-parallel-size but no attention bac
 
 
 def sglang(p: Problem, w: Worker, port: int = 30000) -> str:
-    lay = w.layout
-    args = ["python", "-m", "sglang.launch_server", "--model-path", p.hf_id, "--tp", str(lay.gpus)]
-    if lay.cp > 1:  # SGLang 0.5.14 server_args: --attn-cp-size, --enable-prefill-cp, --cp-strategy {zigzag,interleave}
-        args = ["env", "SGLANG_ENABLE_CP_V2=1"] + args + ["--attn-cp-size", str(lay.cp), "--enable-prefill-cp",
-                                                        "--cp-strategy", "zigzag"]
-    if lay.attention_dp > 1:
-        args += ["--dp", str(lay.attention_dp), "--enable-dp-attention"]
-    if p.model.moe is not None and lay.experts_ep > 1:
-        args += ["--ep-size", str(lay.experts_ep)]
-    if w.role != "prefill":
-        args += ["--max-running-requests", str(max(1, w.max_batch))]
-    # a CP worker prefills the whole prompt in one pass, as prefill_terms times it (-1: no chunking, SGLang 0.5.14)
-    args += ["--chunked-prefill-size", "-1" if lay.cp > 1 else str(p.chunk_tokens)]
-    if p.weight_dtype == "fp8":
-        args += ["--quantization", "fp8"]
-    if p.kv_dtype in ("fp8",):
-        args += ["--kv-cache-dtype", "fp8_e4m3"]
-    if w.role in ("prefill", "decode"):
-        args += ["--disaggregation-mode", w.role, "--disaggregation-transfer-backend", "nixl"]
-    args += ["--port", str(port)]
-    return shlex.join(args)
+    return launch(p, w, "sglang", Endpoint(port=port)).command()
+
+
+def engines_for(p: Problem, w: Worker) -> list[str]:
+    """The engines asked (``serving.engine``) that can run the worker (no vLLM for a CP worker)."""
+    out = []
+    if p.engine in ("vllm", "both") and w.layout.cp == 1:
+        out.append("vllm")
+    if p.engine in ("sglang", "both"):
+        out.append("sglang")
+    return out
 
 
 def launch_notes(p: Problem, w: Worker) -> list[str]:
     """What the plan says instead of a command an engine cannot run (a CP worker under vLLM 0.24.0)."""
-    return [VLLM_CP] if w.layout.cp > 1 and p.engine in ("vllm", "both") else []
+    out = [VLLM_CP] if w.layout.cp > 1 and p.engine in ("vllm", "both") else []
+    if "vllm" in engines_for(p, w):
+        m = memory_plan(p, w)
+        if m["capped"]:
+            out.append(f"vLLM --gpu-memory-utilization {m['vllm']:.2f} (memory less the plan's reserve): the plan fills "
+                       f"the GPU, so vLLM's KV pool is short of the plan's {m['kv_gib_per_gpu']:.1f} GiB per GPU by the "
+                       f"activations it profiles inside that budget; plan with a larger serving.reserve_gib_per_gpu")
+    return out
 
 
 def commands(p: Problem, w: Worker) -> dict[str, str]:
     """``{engine: command}`` for the engines asked (``serving.engine``) that can run the worker
     (no vLLM command for a context-parallel worker, :func:`launch_notes`)."""
-    out = {}
-    if p.engine in ("vllm", "both") and w.layout.cp == 1:
-        out["vllm"] = vllm(p, w)
-    if p.engine in ("sglang", "both"):
-        out["sglang"] = sglang(p, w)
-    return out
+    return {e: launch(p, w, e).command() for e in engines_for(p, w)}

@@ -97,8 +97,9 @@ class ServingReport:
                         "rate_per_worker_rps": w.rate,
                         "load_rps": lam, "limited_by": w.limit, "limit_detail": w.detail, "analytic": an,
                         "launch": commands(p, w)})
-            if w.layout.cp > 1:
-                out[-1]["launch_notes"] = launch_notes(p, w)
+            notes = launch_notes(p, w)
+            if notes:
+                out[-1]["launch_notes"] = notes
         return out
 
     def _analytic(self, groups: list[dict], m: ModePlan) -> dict[str, Any]:
@@ -223,8 +224,23 @@ class ServingReport:
                 "attainment": p.attainment, "checked_quantile": p.quantile}
 
     # ------------------------------------------------------------------ scripts
+    def placements(self) -> list[tuple[str, list]]:
+        """Per solved rate: (folder tag, the best plan's workers placed on servers, :func:`deploy.place`)."""
+        from optimizer.serving.deploy import place
+
+        out = []
+        for rr in self.results:
+            b = self.best(rr)
+            if b is None or not b.result.counts:
+                continue
+            tag = f"_{rr.rate:g}rps" if len(self.results) > 1 else ""
+            out.append((tag, place(self.problem, self.workers, b.result.counts)))
+        return out
+
     def write(self, out: Path) -> list[Path]:
-        """``launch_<mode>_<role>_<layout>_<pool>_<engine>.sh`` for each worker group of each
+        """``deploy/`` (:mod:`optimizer.serving.deploy`: the workers placed on servers, one script per
+        worker, ``router.sh``, ``deployment.json``; ``optimize --deploy kubernetes`` adds the manifests) and
+        ``launch_<mode>_<role>_<layout>_<pool>_<engine>.sh`` for each worker group of each
         rate's best plan. A script is run once per worker with its slot on the server
         (``./launch_….sh 0``, ``1``, …): the slot picks the worker's own GPUs
         (``CUDA_VISIBLE_DEVICES``) and port (the engine's default port plus the slot), so workers
@@ -245,6 +261,10 @@ class ServingReport:
                     f.write_text(_slot_script(f.name, cmd, g, self.problem.weight_dtype))
                     f.chmod(0o755)
                     files.append(f)
+        from optimizer.serving import deploy
+
+        for tag, placed in self.placements():
+            files += deploy.write(self.problem, placed, out, tag)
         return files
 
     # ------------------------------------------------------------------ tables
