@@ -97,3 +97,17 @@ def test_no_prefix_keeps_every_figure():
     sm = ServingModel(problem(llama70b_raw()))
     assert np.array_equal(sm.pre_new, sm.p.traffic.isl) and not sm.pre_cached.any()
     assert sm.new_q == sm.isl_q and sm.mean_new == sm.mean_isl
+
+
+def test_the_launch_commands_keep_the_prefix_cache_on():
+    """vLLM gets --enable-prefix-caching (a flag of its version's list); SGLang's RadixAttention is on
+    unless --disable-radix-cache, which is never printed."""
+    from optimizer.serving.launch import commands
+
+    p = problem(_raw())
+    w = next(w for w in ServingModel(p).workers(("prefill",)) if w.rate > 0)
+    cmds = commands(p, w)
+    assert "--enable-prefix-caching" in cmds["vllm"].split()
+    assert "--disable-radix-cache" not in cmds["sglang"]
+    p0 = problem(_raw(prefix=None))
+    assert "--enable-prefix-caching" not in commands(p0, w)["vllm"]

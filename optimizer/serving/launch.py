@@ -263,6 +263,11 @@ def _vllm_dtype(c: Ctx, x: Launch) -> None:
         x.args += ["--kv-cache-dtype", "fp8"]
 
 
+def _vllm_cache(c: Ctx, x: Launch) -> None:
+    if c.p.prefix is not None:  # the plan counts on prefix hits: say so (on by default in the V1 engine)
+        x.args += ["--enable-prefix-caching"]
+
+
 def _vllm_pd(c: Ctx, x: Launch) -> None:
     if c.w.role in ("prefill", "decode"):
         x.args += ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']
@@ -325,7 +330,7 @@ def _sglang_port(c: Ctx, x: Launch) -> None:
 
 
 STEPS: dict[str, list[Step]] = {
-    "vllm": [_vllm_parallel, _vllm_batch, _vllm_memory, _vllm_dtype, _vllm_pd, _vllm_port],
+    "vllm": [_vllm_parallel, _vllm_batch, _vllm_memory, _vllm_dtype, _vllm_cache, _vllm_pd, _vllm_port],
     "sglang": [_sglang_parallel, _sglang_batch, _sglang_memory, _sglang_dtype, _sglang_pd, _sglang_port],
 }
 HEAD = {"vllm": lambda p: ["vllm", "serve", p.hf_id], "sglang": lambda p: ["python", "-m", "sglang.launch_server",
