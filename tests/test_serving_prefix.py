@@ -111,3 +111,23 @@ def test_the_launch_commands_keep_the_prefix_cache_on():
     assert "--disable-radix-cache" not in cmds["sglang"]
     p0 = problem(_raw(prefix=None))
     assert "--enable-prefix-caching" not in commands(p0, w)["vllm"]
+
+
+def test_a_trace_with_its_own_prefix_tokens_is_replayed_per_request(tmp_path):
+    """A trace's prefix_tokens column: each request reuses its own prefix on a hit; the analytic
+    model takes their mean; prefix_tokens in the instance as well is refused."""
+    rows = ["arrival_s,input_tokens,output_tokens,prefix_tokens"]
+    rows += [f"{i * 0.5:.3f},{2048 if i % 2 else 1024},64,{512 if i % 2 else 0}" for i in range(400)]
+    f = tmp_path / "t.csv"
+    f.write_text("\n".join(rows) + "\n")
+    raw = llama70b_raw(traffic={"trace": str(f), "cache_hit_rate": 1.0})
+    p = problem(raw)
+    assert p.prefix.prefix_tokens == 256 and p.prefix.per_request
+    reqs = arrivals(p, 2.0, 400, seed=1)
+    assert [r.cached for r in reqs[:4]] == [0, 512, 0, 512]
+    raw["serving"]["traffic"]["prefix_tokens"] = 100
+    with pytest.raises(InputError, match="prefix_tokens column"):
+        problem(raw)
+    del raw["serving"]["traffic"]["prefix_tokens"], raw["serving"]["traffic"]["cache_hit_rate"]
+    with pytest.raises(InputError, match="cache_hit_rate"):
+        problem(raw)

@@ -27,10 +27,12 @@ import numpy as np
 @dataclass(frozen=True)
 class PrefixReuse:
     """A shared prompt prefix of ``prefix_tokens`` tokens found in the cache with probability
-    ``hit_rate`` (0..1]."""
+    ``hit_rate`` (0..1]; with ``per_request`` each request of a trace has its own prefix and
+    ``prefix_tokens`` is their mean (the analytic model's figure)."""
 
     prefix_tokens: int
     hit_rate: float
+    per_request: bool = False  # a trace's own prefix_tokens per request (prefix_tokens is then their mean)
 
     def cached(self, isl) -> np.ndarray:
         """Tokens served from the cache on a hit, ``min(prefix, isl - 1)`` (shape of ``isl``)."""

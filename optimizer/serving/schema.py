@@ -217,6 +217,7 @@ class Traffic:
     arrivals: Optional[np.ndarray] = None
     trace_isl: Optional[np.ndarray] = None
     trace_osl: Optional[np.ndarray] = None
+    trace_prefix: Optional[np.ndarray] = None  # the trace's prefix_tokens column (tokens reused on a cache hit)
 
     @property
     def mean_isl(self) -> float:
@@ -358,15 +359,18 @@ def _validate(raw: dict, path: Path) -> InstanceIn:
     return validate(InstanceIn, raw, path)
 
 
-def read_trace(path: Path, field_name: str, instance: Path, limit: Optional[int] = None):
-    """Arrival times (s, from 0), input and output tokens of a trace CSV (see module docstring).
+def read_trace(path: Path, field_name: str, instance: Path, limit: Optional[int] = None, with_prefix: bool = False):
+    """Arrival times (s, from 0), input and output tokens of a trace CSV (see module docstring);
+    ``with_prefix``: also the optional ``prefix_tokens`` column (tokens of each prompt shared with
+    other requests, a cache hit's reuse; None when the trace has no such column).
 
     Raises:
         InputError: missing file, missing columns, a bad number or time on a line.
     """
     existing_file(instance, field_name, path, "trace file")
     try:
-        return _read_trace_rows(path, limit)
+        t, isl, osl, pre = _read_trace_rows(path, limit)
+        return (t, isl, osl, pre) if with_prefix else (t, isl, osl)
     except UnicodeDecodeError as exc:
         raise InputError(path, "", f"not a text CSV file ({exc.reason} at byte {exc.start})") from None
     except csv.Error as exc:
@@ -390,7 +394,8 @@ def _read_trace_rows(path: Path, limit: Optional[int]):
             raise InputError(path, "header", "missing columns: expected arrival_s, input_tokens, output_tokens "
                                              f"or TIMESTAMP, ContextTokens, GeneratedTokens (got {', '.join(header)})")
         (ia, ii, io), kind = cols
-        t, isl, osl = [], [], []
+        ip = header.index("prefix_tokens") if "prefix_tokens" in header else None
+        t, isl, osl, pre = [], [], [], []
         for n, row in enumerate(reader, start=2):
             if not row or all(not c.strip() for c in row):
                 continue
@@ -404,6 +409,14 @@ def _read_trace_rows(path: Path, limit: Optional[int]):
                 raise InputError(path, f"line {n}", f"arrival time must be a finite number of seconds (got {a!r})")
             if n_in < 0 or n_out < 0:
                 raise InputError(path, f"line {n}", f"token counts must not be negative (got {n_in}, {n_out})")
+            if ip is not None:
+                try:
+                    k = int(row[ip])
+                except (ValueError, IndexError):
+                    raise InputError(path, f"line {n}", f"cannot read prefix_tokens from {row!r}") from None
+                if k < 0:
+                    raise InputError(path, f"line {n}", f"prefix_tokens must not be negative (got {k})")
+                pre.append(k)
             t.append(when)
             isl.append(n_in)
             osl.append(n_out)
@@ -412,9 +425,11 @@ def _read_trace_rows(path: Path, limit: Optional[int]):
     if len(t) < 2:
         raise InputError(path, "", "a trace needs at least two requests")
     t = np.asarray(t) - min(t)  # from the earliest arrival (an unsorted trace used to start below 0)
+    pre = np.asarray(pre) if ip is not None else None
     if np.any(np.diff(t) < 0):
         order = np.argsort(t, kind="stable")
         t, isl, osl = t[order], np.asarray(isl)[order], np.asarray(osl)[order]
+        pre = pre[order] if pre is not None else None
     isl, osl = np.asarray(isl), np.asarray(osl)
     # a request with fewer than two output tokens has no TPOT: counted with two (first token +
     # one decode); an empty prompt with one token. Said, not silent
@@ -427,7 +442,7 @@ def _read_trace_rows(path: Path, limit: Optional[int]):
                                               f"counted as 2 (no TPOT otherwise)")
         if empty:
             warn_input(path, "input_tokens", f"{empty} of {len(isl)} requests with no input tokens counted as 1")
-    return t, np.maximum(isl, 1), np.maximum(osl, 2)
+    return t, np.maximum(isl, 1), np.maximum(osl, 2), pre
 
 
 def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
@@ -469,13 +484,13 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
     else:
         p = Path(tr.trace)
         p = p if p.is_absolute() else path.parent / p
-        arr, isl, osl = read_trace(p, "serving.traffic.trace", path, tr.trace_requests)
+        arr, isl, osl, pre = read_trace(p, "serving.traffic.trace", path, tr.trace_requests, with_prefix=True)
         # the analytic model uses the length distribution as at most 64 weighted quantile points
         qs = (np.arange(64) + 0.5) / 64
         isl_q = np.quantile(isl, qs, method="inverted_cdf").astype(float)
         osl_q = np.quantile(osl, qs, method="inverted_cdf").astype(float)
         # marginals only: the analytic model treats ISL and OSL as independent (the simulation replays pairs)
-        t = Traffic(isl_q, osl_q, np.full(64, 1 / 64), f"trace {p.name} ({len(arr)} requests)", arr, isl, osl)
+        t = Traffic(isl_q, osl_q, np.full(64, 1 / 64), f"trace {p.name} ({len(arr)} requests)", arr, isl, osl, pre)
         if rate_list is None:
             span = float(arr[-1] - arr[0])
             if span <= 0:
@@ -622,16 +637,28 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         roles={"prefill": s.prefill, "decode": s.decode, "aggregated": s.aggregated},
         simulation=s.simulation, engine=s.engine, weight_dtype=wd, kv_dtype=kd, performance=performance,
         slo_margin=margin, concurrency=s.traffic.concurrency, fixed=s.fixed, scheduler=scheduler_of(inst.performance, performance),
-        prefix=_prefix(s.traffic, path),
+        prefix=_prefix(s.traffic, traffic, path),
     )
 
 
-def _prefix(tr: TrafficIn, path: Path) -> Optional[PrefixReuse]:
-    """``serving.traffic.prefix_tokens`` with ``cache_hit_rate`` (both or neither).
+def _prefix(tr: TrafficIn, traffic: Traffic, path: Path) -> Optional[PrefixReuse]:
+    """``serving.traffic.prefix_tokens`` with ``cache_hit_rate`` (both or neither), or a trace's
+    ``prefix_tokens`` column with ``cache_hit_rate``: the analytic model then takes the trace's
+    mean prefix (its reused share; the simulation replays each request's own).
 
     Raises:
-        InputError: one given without the other.
+        InputError: one given without the other; prefix_tokens both in the trace and the instance.
     """
+    col = traffic.trace_prefix
+    if col is not None:
+        if tr.prefix_tokens is not None:
+            raise InputError(path, "serving.traffic.prefix_tokens", "the trace has a prefix_tokens column of its own: "
+                                                                    "give one or the other")
+        if tr.cache_hit_rate is None:
+            raise InputError(path, "serving.traffic.cache_hit_rate", "required with a trace's prefix_tokens column "
+                                                                     "(the share of requests whose prefix is cached, 0..1)")
+        mean = int(round(float(np.mean(np.minimum(col, np.maximum(traffic.trace_isl - 1, 0))))))
+        return PrefixReuse(max(mean, 0), float(tr.cache_hit_rate), per_request=True)
     if tr.prefix_tokens is None and tr.cache_hit_rate is None:
         return None
     if tr.prefix_tokens is None:

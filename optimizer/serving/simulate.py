@@ -122,9 +122,11 @@ def arrivals(p: Problem, rate: float, n: int, seed: int) -> list[Req]:
     reqs = _arrivals(p, rate, n, seed)
     if p.prefix is not None:
         hits = np.random.default_rng([seed, 1]).random(len(reqs)) < p.prefix.hit_rate
+        own = p.traffic.trace_prefix if p.prefix.per_request else None
         for r, hit in zip(reqs, hits.tolist()):
             if hit:
-                r.cached = int(p.prefix.cached(r.isl))
+                r.cached = (int(min(own[r.i], max(r.isl - 1, 0))) if own is not None
+                            else int(p.prefix.cached(r.isl)))
     return reqs
 
 
