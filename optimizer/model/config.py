@@ -13,8 +13,10 @@ Supported: decoder-only transformers with
 
 Anything else (sliding windows, other activations, unknown architectures) is refused with
 "not supported yet: <field>" rather than modelled wrongly. Multi-token-prediction layers
-(``num_nextn_predict_layers``, ``mtp_num_hidden_layers``) and vision towers are not part of the
-served text model and are not counted.
+(``num_nextn_predict_layers``: DeepSeek-V3/R1; ``mtp_num_hidden_layers``: Qwen3-Next / Qwen3.5)
+are not part of the served text model's layers: they are read into :attr:`ModelSpec.mtp_layers`
+and counted (weights, KV, step time) only when speculative decoding uses them
+(:mod:`optimizer.model.speculative`, ``speculative.method: mtp``). Vision towers are not counted.
 
 The maximum context follows vLLM's ``max_model_len`` derivation (``_get_and_verify_max_len``):
 ``max_position_embeddings``, times the RoPE scaling ``factor`` for scaling types that extend the
@@ -143,6 +145,8 @@ class ModelSpec:
         attn_output_gate: the query projection also produces an output gate (Qwen3.5: doubles q_proj).
         max_context: longest sequence the model accepts (tokens), or None when the config states none.
         max_context_source: how ``max_context`` was derived (for messages).
+        mtp_layers: multi-token-prediction modules the checkpoint carries (``num_nextn_predict_layers``
+            or ``mtp_num_hidden_layers``; 0: none). Not in ``layers``; used by MTP speculative decoding.
     """
 
     name: str
@@ -163,6 +167,7 @@ class ModelSpec:
     attn_output_gate: bool = False
     max_context: Optional[int] = None
     max_context_source: str = ""
+    mtp_layers: int = 0
 
     @property
     def full_attention_layers(self) -> int:
@@ -407,6 +412,11 @@ def parse_config(raw: dict[str, Any], path: Path, rope_scaling: Optional[dict] =
     if not isinstance(tied, bool):
         raise InputError(path, "tie_word_embeddings", f"expected true or false (got {tied!r})")
     max_ctx, how = max_model_len(cfg, path, rope_scaling)
+    mtp = 0
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        if cfg.get(key) is not None:
+            mtp = _int(cfg, key, path, allow_zero=True)
+            break
     if max_ctx is None:  # nothing relies on it but the check of the sessions' length
         warn_input(path, "max_position_embeddings", "absent (and no rope_scaling gives a length): the check of "
                    "context + new tokens against the model's maximum length is off")
@@ -415,7 +425,7 @@ def parse_config(raw: dict[str, Any], path: Path, rope_scaling: Optional[dict] =
         head_dim=head_dim, ffn=ffn, layers=layers, vocab=cfg["vocab_size"], tied_embeddings=tied,
         qk_norm=family in _QK_NORM and mla is None, moe_layers=moe_layers, linear_layers=linear_layers,
         moe=moe, mla=mla, linear=linear, attn_output_gate=bool(cfg.get("attn_output_gate", False)),
-        max_context=max_ctx, max_context_source=how,
+        max_context=max_ctx, max_context_source=how, mtp_layers=mtp,
     )
 
 

@@ -390,10 +390,16 @@ class MeasuredSteps:
 
     # ---------------------------------------------------------------- StepTimes
     def mixed_step_s(self, lay: Layout, chunk: float, context_before: float, batch: float,
-                     decode_context: float, chunk_ranks: int = 1) -> float:
+                     decode_context: float, chunk_ranks: int = 1, draft_tokens: int = 0) -> float:
+        """One step from the measured tables. ``draft_tokens = k > 0`` (a speculative verify step):
+        the database has no multi-query decode, so the step is timed as ``batch·(k+1)`` decodes at
+        ``decode_context``: the GEMMs see the right ``batch·(k+1)`` tokens, the attention reads each
+        sequence's KV ``k+1`` times instead of once (an over-estimate that grows with context)."""
         tab = self._source(lay)
         if tab is None:
-            return self.fallback.mixed_step_s(lay, chunk, context_before, batch, decode_context, chunk_ranks)
+            return self.fallback.mixed_step_s(lay, chunk, context_before, batch, decode_context, chunk_ranks,
+                                              draft_tokens)
+        batch = batch * (1 + int(draft_tokens))
         b = batch / lay.attention_dp
         s = max(decode_context, 1.0)
         if chunk <= 0:

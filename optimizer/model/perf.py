@@ -194,13 +194,22 @@ class PerfModel:
     AllReduce / All-to-All time that runs under its compute (chapter 6.4.3):
     ``time = max(work, φ·comm) + (1-φ)·comm``; 0 (the default) is the sum, every existing figure.
 
+    Speculative draft modules (:mod:`optimizer.model.speculative`) are timed by a PerfModel of
+    their own: ``head_params`` are matrix parameters outside the layers that every step reads,
+    held and read on the last stage and split over attention TP (the MTP / EAGLE module's
+    ``eh_proj``/``fc`` ``2H x H`` that joins the embedding and the previous hidden state);
+    ``shared_embeddings``: the embedding and LM head are the target model's (vLLM's
+    ``load_eagle_model`` shares them when the draft does not own them), so they are read every
+    pass but not held twice (they leave the static memory, not the step).
+
     Raises:
         ValueError: an unknown ``cp_kv_exchange`` or ``cp_ffn``, or ``comm_overlap`` outside [0, 1].
     """
 
     def __init__(self, spec: ModelSpec, hw: Hardware, weight_bytes: float = 2.0, kv_bytes: Optional[float] = None,
                  reserve_bytes: float = 0.0, weight_dtype: Optional[str] = None, kv_dtype: Optional[str] = None,
-                 cp_kv_exchange: str = "ring", comm_overlap: float = 0.0, cp_ffn: str = "rank"):
+                 cp_kv_exchange: str = "ring", comm_overlap: float = 0.0, cp_ffn: str = "rank",
+                 head_params: float = 0.0, shared_embeddings: bool = False):
         from optimizer.model.sequence import check_cp_ffn, check_cp_kv_exchange, check_overlap
 
         self.cp_kv_exchange = check_cp_kv_exchange(cp_kv_exchange)
@@ -208,6 +217,8 @@ class PerfModel:
         self.comm_overlap = check_overlap(comm_overlap)
         self.spec = spec
         self.hw = hw
+        self.head_params = float(head_params)
+        self.shared_embeddings = bool(shared_embeddings)
         self.w: Weights = weights(spec, weight_bytes, kv_bytes)
         self.reserve_bytes = reserve_bytes
         self.weight_dtype = weight_dtype
@@ -236,6 +247,8 @@ class PerfModel:
                 if first and pp > 1 and m.tied_embeddings:
                     emb = w.lm_head  # the first stage keeps its own copy of the tied matrix
                 lm = w.lm_head if last else 0.0
+                extra = self.head_params if last else 0.0
+                held = 0.0 if self.shared_embeddings else lm + emb  # a draft module shares the target's
                 sharded_layers = float((b["attn_split"][ix] + b["linear_attn"][ix] + b["dense_ffn"][ix] + b["shared"][ix]).sum())
                 router = float(b["router"][ix].sum())
                 repl_read = float(b["attn_repl"][ix].sum())
@@ -243,11 +256,11 @@ class PerfModel:
                 st_kv = float(b["attn_kv"][ix].sum())
                 out.append(Stage(
                     layers=idx,
-                    sharded=sharded_layers * 1.0 + (lm + emb) * w.weight_bytes,
+                    sharded=sharded_layers * 1.0 + (held + extra) * w.weight_bytes,
                     kv_proj=st_kv,
                     replicated=repl_read + router + norms,
                     routed=float(b["routed"][ix].sum()),
-                    sharded_read=sharded_layers + st_kv + router + lm * w.weight_bytes,
+                    sharded_read=sharded_layers + st_kv + router + (lm + extra) * w.weight_bytes,
                     replicated_read=repl_read,
                     moe_layers=sum(1 for i in idx if i in moe),
                     kv_token=float(w.kv_bytes_per_token_layer[ix].sum()),

@@ -240,12 +240,20 @@ def prefill_s(perf: PerfModel, lay: Layout, prompt_tokens: int, eff: Efficiency 
 
 
 def mixed_step_s(perf: PerfModel, lay: Layout, chunk: float, context_before: float, batch: float,
-                 decode_context: float, eff: Efficiency = PEAK, chunk_ranks: int = 1) -> float:
+                 decode_context: float, eff: Efficiency = PEAK, chunk_ranks: int = 1, draft_tokens: int = 0) -> float:
     """One continuous-batching step (s): a prefill chunk of ``chunk`` tokens (after
     ``context_before`` tokens of its prompt) on each of the first ``chunk_ranks`` attention-DP ranks,
     plus ``batch`` running decodes spread evenly over the ranks, each reading ``decode_context``
     tokens of KV (its position + 1). ``chunk = 0`` is a plain decode step (equal to
     :meth:`PerfModel.step` with ``batch`` sessions at that context); ``batch = 0`` a plain chunk.
+
+    ``draft_tokens = k > 0``: each decode is a speculative verify step (Leviathan et al. 2023,
+    sec. 3: the target scores the ``k`` drafted tokens and the next one in one pass): ``k + 1``
+    query tokens per sequence, so the GEMMs (and MoE routing, eq. 6-8) see ``batch·(k+1)`` tokens
+    on the same weights read, while the attention reads each sequence's KV once plus the ``k``
+    drafted positions (``decode_context + k`` tokens) and attends over
+    ``Σ_{j=0..k}(decode_context + j) = (k+1)·decode_context + k(k+1)/2`` (query, key) pairs.
+    The draft's own passes are not in this step (:class:`optimizer.model.speculative.SpeculativeSteps`).
 
     Raises:
         ValueError: a context-parallel layout (chunked prefill and decode on CP ranks are not modelled)."""
@@ -254,9 +262,10 @@ def mixed_step_s(perf: PerfModel, lay: Layout, chunk: float, context_before: flo
                          "(CP is modelled for whole-prompt prefill)")
     dp = lay.attention_dp
     per = batch / dp
-    tokens = np.full(dp, per)
-    kv = np.full(dp, per * decode_context)
-    attn = kv.copy()
+    k = int(draft_tokens)
+    tokens = np.full(dp, per * (k + 1))
+    kv = np.full(dp, per * (decode_context + k))
+    attn = np.full(dp, per * ((k + 1) * decode_context + k * (k + 1) / 2.0))
     if chunk > 0:
         r = slice(0, max(1, min(chunk_ranks, dp)))
         tokens[r] += chunk

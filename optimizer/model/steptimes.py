@@ -7,6 +7,9 @@ the database directly, so a plan is timed by one source and says which:
 * :meth:`StepTimes.mixed_step_s` - one continuous-batching step: a prefill chunk of ``chunk``
   tokens (after ``context_before`` tokens of its prompt) on each of the first ``chunk_ranks``
   attention-DP ranks plus ``batch`` running decodes, each reading ``decode_context`` tokens of KV;
+  with ``draft_tokens = k > 0`` each decode is a speculative verify of ``k + 1`` query tokens
+  (analytic: :func:`optimizer.model.prefill.mixed_step_s`; measured: the database's step at
+  ``batch·(k+1)`` decodes, see :meth:`optimizer.model.measured.MeasuredSteps.mixed_step_s`);
 * :meth:`StepTimes.prefill_s` - a whole prompt in one pass;
 * :meth:`StepTimes.max_sessions` - how many requests of ``context + new`` tokens the worker's KV
   cache holds, as the engine allows it (the engine's memory fraction under ``measured``; eq. 6-1
@@ -37,7 +40,7 @@ class StepTimes(Protocol):
     why: str  # one sentence: which source timed the plan and why (engine, version, database)
 
     def mixed_step_s(self, lay: Layout, chunk: float, context_before: float, batch: float,
-                     decode_context: float, chunk_ranks: int = 1) -> float: ...
+                     decode_context: float, chunk_ranks: int = 1, draft_tokens: int = 0) -> float: ...
 
     def prefill_s(self, lay: Layout, prompt_tokens: int, prompts_per_rank: int = 1) -> float: ...
 
@@ -54,8 +57,9 @@ class AnalyticSteps:
     why: str = "analytic roofline (eq. 6-2) at the catalog's peaks"
     name: str = "analytic"
 
-    def mixed_step_s(self, lay, chunk, context_before, batch, decode_context, chunk_ranks=1):
-        return mixed_step_s(self.perf, lay, chunk, context_before, batch, decode_context, self.eff, chunk_ranks)
+    def mixed_step_s(self, lay, chunk, context_before, batch, decode_context, chunk_ranks=1, draft_tokens=0):
+        return mixed_step_s(self.perf, lay, chunk, context_before, batch, decode_context, self.eff, chunk_ranks,
+                            draft_tokens)
 
     def prefill_s(self, lay, prompt_tokens, prompts_per_rank=1):
         return prefill_s(self.perf, lay, prompt_tokens, self.eff, prompts_per_rank)
@@ -168,9 +172,10 @@ class CalibratedSteps:
         return (f"{self.base.why}, calibrated ({c.file}: prefill x{c.prefill:.3g}, decode x{c.decode:.3g}, "
                 f"+{c.overhead_s * 1e3:.3g} ms per step)")
 
-    def mixed_step_s(self, lay, chunk, context_before, batch, decode_context, chunk_ranks=1):
-        dec = self.base.mixed_step_s(lay, 0.0, 0.0, batch, decode_context, 1) if batch > 0 else 0.0
-        full = self.base.mixed_step_s(lay, chunk, context_before, batch, decode_context, chunk_ranks) if chunk > 0 else dec
+    def mixed_step_s(self, lay, chunk, context_before, batch, decode_context, chunk_ranks=1, draft_tokens=0):
+        k = draft_tokens
+        dec = self.base.mixed_step_s(lay, 0.0, 0.0, batch, decode_context, 1, k) if batch > 0 else 0.0
+        full = self.base.mixed_step_s(lay, chunk, context_before, batch, decode_context, chunk_ranks, k) if chunk > 0 else dec
         return self.cal.decode * dec + self.cal.prefill * (full - dec) + self.cal.overhead_s
 
     def prefill_s(self, lay, prompt_tokens, prompts_per_rank=1):

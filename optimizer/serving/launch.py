@@ -268,6 +268,21 @@ def _vllm_cache(c: Ctx, x: Launch) -> None:
         x.args += ["--enable-prefix-caching"]
 
 
+def _speculative(c: Ctx, x: Launch, engine: str) -> None:
+    if c.p.speculative is not None and c.w.role != "prefill":  # decode and aggregated workers draft
+        from optimizer.model.speculative import launch_flags
+
+        x.args += launch_flags(c.p.speculative, engine)
+
+
+def _vllm_speculative(c: Ctx, x: Launch) -> None:
+    _speculative(c, x, "vllm")
+
+
+def _sglang_speculative(c: Ctx, x: Launch) -> None:
+    _speculative(c, x, "sglang")
+
+
 def _vllm_pd(c: Ctx, x: Launch) -> None:
     if c.w.role in ("prefill", "decode"):
         x.args += ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']
@@ -330,8 +345,10 @@ def _sglang_port(c: Ctx, x: Launch) -> None:
 
 
 STEPS: dict[str, list[Step]] = {
-    "vllm": [_vllm_parallel, _vllm_batch, _vllm_memory, _vllm_dtype, _vllm_cache, _vllm_pd, _vllm_port],
-    "sglang": [_sglang_parallel, _sglang_batch, _sglang_memory, _sglang_dtype, _sglang_pd, _sglang_port],
+    "vllm": [_vllm_parallel, _vllm_batch, _vllm_memory, _vllm_dtype, _vllm_cache, _vllm_speculative, _vllm_pd,
+             _vllm_port],
+    "sglang": [_sglang_parallel, _sglang_batch, _sglang_memory, _sglang_dtype, _sglang_speculative, _sglang_pd,
+               _sglang_port],
 }
 HEAD = {"vllm": lambda p: ["vllm", "serve", p.hf_id], "sglang": lambda p: ["python", "-m", "sglang.launch_server",
                                                                           "--model-path", p.hf_id]}

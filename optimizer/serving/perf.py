@@ -18,6 +18,10 @@ Queueing assumptions (stated in the README):
 * Decode: concurrent decodes follow Little's law, ``B = λ·(OSL - 1)·TPOT``; a request sees itself
   plus the others, whose count is Poisson (M/G/inf), so TPOT is checked at the step time with
   ``1 + B + z_q·sqrt(B)`` decodes; that many must fit the KV memory and ``max_batch``.
+* Speculative decoding (``serving.speculative``, :mod:`optimizer.model.speculative`): a step
+  emits ``E = (1 - a^(k+1))/(1 - a)`` tokens per request on average (Leviathan et al. 2023, eq. 1),
+  so ``TPOT = step / E`` and a request needs ``(OSL - 1)/E`` steps; the step (verify plus draft
+  passes) and the memory come from the pool's step-time source. Without it ``E = 1``.
 * Aggregated (continuous batching with chunked prefill, ``chunk_tokens`` C per rank): a share
   ``f = λ·E[ISL]·t̄/(C·dp)`` of the steps carries a chunk; the mean step ``t̄ = f·t_mix + (1-f)·t_dec``
   is the mean TPOT (chunks included); the TPOT quantile adds to the decode step with ``B_q`` decodes
@@ -143,7 +147,9 @@ class ServingModel:
         self.isl_q = tr.isl_quantile(p.quantile)
         self.mean_isl = tr.mean_isl
         self.mean_osl = tr.mean_osl
-        self.decode_steps = self.mean_osl - 1.0
+        self.tokens_per_step = p.tokens_per_step  # E: 1 without speculative decoding
+        self.decode_tokens = self.mean_osl - 1.0  # tokens after the first, per request
+        self.decode_steps = self.decode_tokens / self.tokens_per_step  # decode steps per request
         # a decode token at position s reads s+1 tokens; positions isl .. isl+osl-2
         self.decode_ctx = self.mean_isl + self.mean_osl / 2.0
         # the prompts as computed: (new tokens, cached tokens, weight) points (optimizer/model/prefix.py)
@@ -262,6 +268,11 @@ class ServingModel:
         """Decode step (s) with ``batch`` running decodes at the mean context."""
         return self._step(w.pool, w.layout, 0.0, 0.0, float(batch), 1)
 
+    def decode_tpot_s(self, w: Worker, batch: float) -> float:
+        """TPOT (s) of a decode step with ``batch`` running decodes: the step over the tokens it
+        emits per request (``E``, 1 without speculative decoding)."""
+        return self.decode_step_s(w, batch) / self.tokens_per_step
+
     def batch_cap(self, w: Worker) -> int:
         """Decodes that fit: memory (eq. 6-1, every request at its full mean length) and max_batch."""
         mem = self.p.pools[w.pool].steps.max_sessions(w.layout, int(math.ceil(self.mean_isl)), int(math.ceil(self.mean_osl)))
@@ -349,8 +360,8 @@ class ServingModel:
         if not math.isfinite(b):
             return {"batch": b, "batch_q": b, "tpot_s": math.inf, "mean_tpot_s": math.inf}
         bq = 1 + b + self.z * math.sqrt(b)
-        return {"batch": b, "batch_q": bq, "tpot_s": self.decode_step_s(w, bq), "mean_tpot_s": self.decode_step_s(w, 1 + b),
-                "tokens_per_s": lam * self.decode_steps}
+        return {"batch": b, "batch_q": bq, "tpot_s": self.decode_tpot_s(w, bq), "mean_tpot_s": self.decode_tpot_s(w, 1 + b),
+                "tokens_per_s": lam * self.decode_tokens}
 
     def _decode(self, w: Worker) -> None:
         p = self.p
@@ -360,25 +371,26 @@ class ServingModel:
             w.limit, w.detail = ("weights" if self._perf(w).static_bytes_per_gpu(w.layout) > self._perf(w).hw.gpu.memory_bytes
                                  else "kv_memory"), "not even one request's KV fits next to the weights"
             return
-        t1 = self.decode_step_s(w, 1)
+        t1 = self.decode_tpot_s(w, 1)
         w.zero_load = {"tpot_s": t1}
+        per = "" if self.tokens_per_step == 1 else f" per {self.tokens_per_step:.3g} tokens"
         if t1 > p.tpot_s:
-            w.limit, w.detail = "tpot", f"batch-1 step {t1 * 1e3:.2f} ms > TPOT {p.tpot_s * 1e3:g} ms"
+            w.limit, w.detail = "tpot", f"batch-1 step{per} {t1 * 1e3:.2f} ms > TPOT {p.tpot_s * 1e3:g} ms"
             return
 
         def ok_b(b):
             bq = 1 + b + self.z * math.sqrt(b)
-            return bq <= cap and self.decode_step_s(w, bq) <= p.tpot_s
+            return bq <= cap and self.decode_tpot_s(w, bq) <= p.tpot_s
 
         b = _bisect_max(ok_b, float(cap))
         w.rate = b / (self.decode_steps * self.decode_step_s(w, 1 + b))
         bq = 1 + b + self.z * math.sqrt(b)
-        if self.decode_step_s(w, min(cap, bq + 1)) <= p.tpot_s:
+        if self.decode_tpot_s(w, min(cap, bq + 1)) <= p.tpot_s:
             w.limit = "max_batch" if cap == p.max_batch else "kv_memory"
         else:
             w.limit = "tpot"
         w.detail = (f"{b:.1f} decodes on average ({bq:.1f} at the {p.quantile:.0%} quantile, cap {cap}): "
-                    f"step {self.decode_step_s(w, bq) * 1e3:.2f} ms vs TPOT {p.tpot_s * 1e3:g} ms")
+                    f"step{per} {self.decode_tpot_s(w, bq) * 1e3:.2f} ms vs TPOT {p.tpot_s * 1e3:g} ms")
 
     # ------------------------------------------------------------------ aggregated
     def _chunks(self, n: float, start: float = 0.0) -> list[tuple[float, float]]:
@@ -429,18 +441,21 @@ class ServingModel:
         if not math.isfinite(tq) or fq >= 1:
             return bad
         # TPOT quantile: the decode step with B_q decodes plus the chunks of the prompts that arrive
-        # during the request's own decode (Poisson with mean m = λ·(OSL-1)·t̄, its q-quantile),
-        # each adding E[ISL]/(C·dp) mixed steps of extra (t_mix - t_dec), spread over its OSL-1 tokens
+        # during the request's own decode (Poisson with mean m = λ·steps·t̄, steps = (OSL-1)/E, its
+        # q-quantile), each adding E[ISL]/(C·dp) mixed steps of extra (t_mix - t_dec), spread over
+        # its OSL-1 tokens; a step emits E tokens (speculative decoding), so step times divide by E
+        e = self.tokens_per_step
         td_q = self._step(w.pool, w.layout, 0.0, 0.0, bq, 1)
         m = lam * self.decode_steps * t_mean
-        extra = poisson_quantile(m, p.quantile) * self.mean_new / (C * dp) * (tmq - td_q) / self.decode_steps
-        tq = max(tq, td_q + extra)
+        extra = poisson_quantile(m, p.quantile) * self.mean_new / (C * dp) * (tmq - td_q) / self.decode_tokens
+        tq = max(tq / e, td_q / e + extra)
+        t_mean = t_mean / e
         mean_s = self.mean_new / C * tm
         wq = wait_quantile_s(lam, mean_s, self.scv_new, dp, p.quantile)
         prefill = sum(self._step(w.pool, w.layout, k, c_before, b, dp)
                       for k, c_before in self._chunks(self.new_q, self.cached_q))
         return {"ttft_s": wq + prefill, "wait_s": wq, "prefill_s": prefill, "tpot_s": tq, "mean_tpot_s": t_mean,
-                "batch": b, "batch_q": bq, "chunk_share": f_mean, "tokens_per_s": lam * self.decode_steps}
+                "batch": b, "batch_q": bq, "chunk_share": f_mean, "tokens_per_s": lam * self.decode_tokens}
 
     def _aggregated(self, w: Worker) -> None:
         p = self.p

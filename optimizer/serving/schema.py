@@ -145,6 +145,18 @@ class SimulationIn(_In):
     seed: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1, description="seed of the simulated arrivals (numpy: 0 or more)")] = 1
 
 
+class SpeculativeIn(_In):
+    """``serving.speculative``: speculative decoding (:mod:`optimizer.model.speculative`); the
+    values are checked there, one line per field."""
+
+    method: Any = Field(description="mtp (the checkpoint's MTP layers), eagle (a one-layer draft head) or draft")
+    tokens: Any = Field(description="k, tokens drafted per step (1 to 16)")
+    acceptance: Any = Field(description="per-token acceptance rate a in (0, 1]: tokens per step (1 - a^(k+1))/(1 - a)")
+    draft_config: Optional[str] = Field(default=None, min_length=1, description=(
+        "HF config.json of the draft model (draft) or EAGLE head (eagle; default: one layer shaped like the target's)"))
+    draft_hf_id: Optional[str] = Field(default=None, min_length=1, description="the draft's model name in launch flags")
+
+
 class ServingIn(_In):
     traffic: TrafficIn
     slo: SloIn
@@ -168,6 +180,7 @@ class ServingIn(_In):
         "where a CP prefill worker's dense FFN is split: over all its GPUs (worker, SGLang 0.5.14) or per CP rank"))
     comm_overlap: Annotated[float, Field(ge=0, le=1, description=(
         "share of each step's TP AllReduce / All-to-All time hidden under its compute (chapter 6.4.3); 0 = none"))] = 0.0
+    speculative: Optional[SpeculativeIn] = None
 
 
 class PerformanceIn(_In):
@@ -277,6 +290,13 @@ class Problem:
     concurrency: Optional[int] = None  # closed-loop users (serving.traffic.concurrency), rates then empty
     fixed: Optional[FixedIn] = None
     prefix: Optional[PrefixReuse] = None  # serving.traffic.prefix_tokens / cache_hit_rate (optimizer/model/prefix.py)
+    speculative: Optional[Any] = None  # optimizer.model.speculative.Speculative (serving.speculative), None: off
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Expected tokens a decode step emits per request: 1, or the speculative block's
+        ``(1 - a^(k+1))/(1 - a)`` (:func:`optimizer.model.speculative.expected_tokens_per_step`)."""
+        return self.speculative.tokens_per_step if self.speculative is not None else 1.0
 
     @property
     def timing(self) -> dict:
@@ -599,9 +619,19 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
     e = s.efficiency
     eff = Efficiency(e.compute, e.memory, e.network)
     performance = performance_of(inst.performance, s.engine, path)
+    spec_dec = None
+    if s.speculative is not None:
+        from optimizer.model.speculative import resolve as resolve_speculative
+
+        si = s.speculative
+        spec_dec = resolve_speculative(si.method, si.tokens, si.acceptance, spec, path, "serving.speculative",
+                                       si.draft_config, si.draft_hf_id)
 
     def steps_for(pm: PerfModel, gpu: str):
-        return resolve_steps(performance, pm, cfg, gpu, eff, wd, kd, inst.model.hf_id)
+        from optimizer.model.speculative import speculative_steps
+
+        return speculative_steps(resolve_steps(performance, pm, cfg, gpu, eff, wd, kd, inst.model.hf_id), spec_dec,
+                                 pm, eff)
 
     pools = _pools(inst.hardware, spec, wd, kd, reserve, path, steps_for, s.cp_kv_exchange, s.comm_overlap, s.cp_ffn)
     if s.prefill.cp and max(s.prefill.cp) > 1:
@@ -638,6 +668,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         simulation=s.simulation, engine=s.engine, weight_dtype=wd, kv_dtype=kd, performance=performance,
         slo_margin=margin, concurrency=s.traffic.concurrency, fixed=s.fixed, scheduler=scheduler_of(inst.performance, performance),
         prefix=_prefix(s.traffic, traffic, path),
+        speculative=spec_dec,
     )
 
 

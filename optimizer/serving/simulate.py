@@ -19,6 +19,13 @@ the simulation rather than from the analytic formulas of :mod:`optimizer.serving
   excess); the first token counts at arrival on the decode worker (smooth weighted round robin),
   which admits up to ``max_batch`` decodes and runs a step per token.
 
+Speculative decoding (``serving.speculative``): every decode step advances each request by its
+own accepted count, drawn with a seeded RNG (``simulation.seed``): ``1 + min(G, k)`` tokens, G
+the drafts accepted before the first rejection (geometric with success ``1 - a``, so the mean
+is ``(1 - a^(k+1))/(1 - a)``, Leviathan et al. 2023, eq. 1); a request finishes at the step its
+drawn counts reach ``OSL - 1``, so TPOT varies between requests as the counts do. The running
+KV context grows by the mean count per step. Step times are the source's verify-plus-draft steps.
+
 TPOT of a request = (last token - first token) / (OSL - 1). Arrivals during the warm-up
 (:func:`warm_up`) are not counted; requests still unfinished at the end count as missing the SLO.
 """
@@ -55,6 +62,7 @@ class Req:
     c_arr: tuple = ()
     c_first: tuple = ()
     c_done: tuple = ()
+    steps: int = 0  # decode steps to its last token (0: OSL - 1, one token per step)
 
 
 @dataclass
@@ -147,6 +155,33 @@ def _arrivals(p: Problem, rate: float, n: int, seed: int) -> list[Req]:
     return [Req(i, a, isl[c], osl[c]) for i, (a, c) in enumerate(zip(t.tolist(), cls.tolist()))]
 
 
+def draw_speculative_steps(reqs: list[Req], k: int, a: float, seed: int) -> None:
+    """Set each request's decode steps under speculative decoding (module docstring): per step
+    ``1 + min(G, k)`` tokens with ``G ~ Geometric(1 - a) - 1`` (accepted drafts before the first
+    rejection), drawn from ``numpy.random.default_rng([seed, 27])`` (a stream of its own, so the
+    arrivals of a seed do not change), until the request's ``OSL - 1`` tokens are out."""
+    rng = np.random.default_rng([int(seed), 27])
+    mean = (k + 1.0) if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+    for r in reqs:
+        need = r.osl - 1
+        if a >= 1:
+            r.steps = max(1, math.ceil(need / (k + 1)))
+            continue
+        done = steps = 0
+        while done < need:
+            n = max(8, int(1.2 * (need - done) / mean) + 8)
+            x = 1 + np.minimum(rng.geometric(1.0 - a, n) - 1, k)
+            cum = done + np.cumsum(x)
+            hit = int(np.searchsorted(cum, need))  # first index with cum >= need
+            if hit < n:
+                steps += hit + 1
+                done = need
+            else:
+                steps += n
+                done = int(cum[-1])
+        r.steps = steps
+
+
 class _Router:
     """Smooth weighted round robin: the next request goes to the least ``assigned / weight``."""
 
@@ -163,27 +198,29 @@ class _Router:
 class _Decoder:
     """Running decodes of one worker: finish heap by step index, KV tokens summed."""
 
-    def __init__(self, cum: list | None = None):
+    def __init__(self, cum: list | None = None, tokens_per_step: float = 1.0):
         self.cum = cum  # the worker's running (prefill s, decode s, steps) totals, copied at each finish
+        self.tau = tokens_per_step  # mean tokens a step adds to each running decode's context
         self.step = 0
         self.heap: list = []
         self.ctx = 0.0  # Σ (position + 1) of running decodes
         self.n = 0
 
     def add(self, r: Req, steps: int, ctx0: float):
+        steps = r.steps or steps
         heapq.heappush(self.heap, (self.step + steps, r.i, r, ctx0, steps))
         self.ctx += ctx0
         self.n += 1
 
     def advance(self, now: float) -> None:
         self.step += 1
-        self.ctx += self.n
+        self.ctx += self.n * self.tau
         while self.heap and self.heap[0][0] <= self.step:
             _, _, r, ctx0, steps = heapq.heappop(self.heap)
             r.done = now
             if self.cum is not None:
                 r.c_done = tuple(self.cum)
-            self.ctx -= ctx0 + steps
+            self.ctx -= ctx0 + steps * self.tau
             self.n -= 1
             if r.on_done is not None:
                 r.on_done(r)
@@ -216,6 +253,9 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     else:
         n = max(requests or REQUESTS_PER_USER * concurrency, concurrency)
         reqs = arrivals(p, 1.0, n, seed)  # lengths only; arrivals are set as users send
+    if p.speculative is not None:
+        draw_speculative_steps(reqs, p.speculative.tokens, p.speculative.acceptance, seed)
+    tau = p.tokens_per_step
     env = simpy.Environment()
     cache: dict = {}
 
@@ -248,7 +288,7 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         cum = [[0.0, 0.0, 0] for _ in inst]
 
         def worker_proc(k: int, w: Worker):
-            dec = _Decoder(cum[k])
+            dec = _Decoder(cum[k], tau)
             q = queues[k]
             prefilling: list[Req] = []
             C = p.chunk_tokens
@@ -343,7 +383,7 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                 wake[j].succeed()
 
         def decode_proc(j: int, w: Worker):
-            dec = _Decoder()
+            dec = _Decoder(tokens_per_step=tau)
             while True:
                 while pending[j] and dec.n < w.max_batch:
                     r = pending[j].popleft()
