@@ -30,7 +30,7 @@ from optimizer.serving.schema import Problem, load
 from optimizer.serving.simulate import SimResult, SimulationCut, simulate
 from optimizer.serving.solution import NOT_BEGUN, ModePlan, RateResult, ServingSolution
 from optimizer.errors import InputError
-from optimizer.serving.solve import MODE_ROLES, ModeResult, ServingMilp, build, mode_data, solve_mode
+from optimizer.serving.solve import MODE_ROLES, ModeResult, ServingMilp, build, mode_data, plan_value, solve_mode
 
 __all__ = ["PIPELINE", "ServingPipeline", "load_problem", "solve_instance", "solve_problem", "best_achievable_slo",
            "ServingReport", "ServingSolution", "ServingExplanation", "plan_mode"]
@@ -306,26 +306,18 @@ def _most_capacity(p, workers, mode, rate, budget, ok_margins, bad_margins, wors
     for margins, res in candidates:
         if budget.expired():
             break
+        if res.value is None:  # the goodput plan, or one configuration alone: its objective in the problem's unit
+            value = plan_value(p, workers, mode, objective_registry()[p.objective], res.counts, rate)
+            if value is None:  # it does not carry the rate even analytically
+                continue
+            res = replace(res, value=value, bound=None, status=Status.FEASIBLE)
         sim = run(res, margins)
-        if res.value is None:  # the goodput plan: its objective in the problem's unit
-            res = _revalue(p, workers, mode, res)
         plan = plan_of(res, sim, margins, failed=sim.attainment < p.attainment, exhausted=True)
         if not plan.sim_failed:
             return plan, worst
         if worst is None or sim.attainment > worst.sim.attainment:
             worst = plan
     return None, worst
-
-
-def _revalue(p: Problem, workers, mode: str, res: ModeResult) -> ModeResult:
-    """``res`` (a goodput plan) with its objective in the problem's unit (GPUs or $/hour) and the
-    rate asked."""
-    gpus = sum(workers[j].gpus * n for j, n in res.counts.items())
-    if p.objective == "dollars":
-        value = sum((p.pools[workers[j].pool].price or 0.0) * workers[j].gpus * n for j, n in res.counts.items())
-    else:
-        value = float(gpus)
-    return replace(res, value=value, bound=None, status=Status.FEASIBLE)
 
 
 def solve_problem(p: Problem, budget: Budget, progress: ProgressSink = no_progress,

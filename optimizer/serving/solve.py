@@ -221,6 +221,23 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
                       first.time_s + second.time_s, value_out if goodput else rate, solves=2)
 
 
+def plan_value(p: Problem, workers: list[Worker], mode: str, objective, counts: dict[int, int],
+               rate: float) -> Optional[float]:
+    """The objective's value (its unit) of the fixed plan ``counts`` at ``rate`` req/s: the MILP
+    with every count fixed, so the objective is evaluated by the same expression it is optimised
+    with; None when the plan breaks a row (it does not carry the rate, or does not fit the pools)."""
+    data = mode_data(p, workers, mode, rate)
+    if any(j not in data.index for j in counts):
+        return None
+    model = build(data, objective)
+    for j, v in zip(data.index, model.x):
+        n = float(counts.get(j, 0))
+        model.h.changeColBounds(v.index, n, n)
+    expr = objective.expr(model)
+    run = _run(model, expr, objective.sense, 1.0)
+    return model.value(expr) if run.solution is not None else None
+
+
 def _no_layout_reason(p, role: str) -> str:
     """Why a role has no worker configuration at all (the layout rules it fails)."""
     r = p.roles[role]
