@@ -164,3 +164,21 @@ def test_absurd_config_sizes_are_bad_input_not_a_memory_error(tmp_path, key, val
     with pytest.raises(InputError) as exc:
         read_model_config(p)
     assert exc.value.field == key and "must be at most" in exc.value.line()
+
+
+def test_a_recurrent_model_type_is_refused_not_timed_as_dense(tmp_path):
+    """A fresh-user finding: a config claiming LlamaForCausalLM with model_type mamba was timed as a
+    dense transformer; now one line naming model_type."""
+    import json
+
+    import pytest
+
+    from optimizer.errors import InputError
+    from optimizer.model.config import read_hf_config
+
+    raw = json.loads((INSTANCES / "models" / "llama-3.1-8b.json").read_text())
+    raw["model_type"] = "mamba"
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(raw))
+    with pytest.raises(InputError, match="model_type"):
+        read_hf_config(f)

@@ -344,6 +344,12 @@ def read_json(path: Path) -> dict[str, Any]:
     return cfg
 
 
+RECURRENT_MODEL_TYPES = frozenset({"mamba", "mamba2", "falcon_mamba", "rwkv", "rwkv5", "rwkv6", "jamba", "zamba",
+                                   "zamba2", "recurrent_gemma", "xlstm"})
+"""HF ``model_type`` values of state-space and recurrent models: no attention KV, a per-layer
+state instead; refused rather than timed as the transformer their ``architectures`` may claim."""
+
+
 def parse_config(raw: dict[str, Any], path: Path, rope_scaling: Optional[dict] = None) -> ModelSpec:
     """Turn a HuggingFace config mapping into a :class:`ModelSpec` (see the module docstring).
 
@@ -366,6 +372,10 @@ def parse_config(raw: dict[str, Any], path: Path, rope_scaling: Optional[dict] =
         cfg = raw["text_config"]
         if not isinstance(cfg, dict):
             raise InputError(path, "text_config", "expected a mapping (the text model's config)")
+    mtype = cfg.get("model_type", raw.get("model_type"))
+    if isinstance(mtype, str) and mtype.lower() in RECURRENT_MODEL_TYPES:
+        raise InputError(path, "model_type", f"not supported yet: model_type={mtype!r} is a state-space/recurrent "
+                                             f"model, but architectures={arch} would time it as a transformer")
     tied_src = cfg if "tie_word_embeddings" in cfg else raw
     if cfg.get("use_sliding_window") or (family in ("mistral", "mixtral") and cfg.get("sliding_window")):
         raise InputError(path, "sliding_window", "not supported yet: sliding_window (KV memory would be overestimated)")
