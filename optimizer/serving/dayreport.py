@@ -124,14 +124,24 @@ class DayReport:
                   "objective": r.value if r is not None else None, "bound": r.bound if r is not None else None,
                   "gap": r.gap if r is not None else None}
         conflicts = []
-        if best is None:
-            for m, d in modes.items():
-                conflicts.append({"mode": m, "keys": d.get("conflict", []), "details": d.get("details", []),
-                                  "why": d.get("why"), "failed_windows": d.get("failed_windows", []),
-                                  "best_attainment": d.get("best_attainment", [])})
+        if best is None:  # grouped by family, as every problem's conflicts are
+            groups: dict[str, list[str]] = {}
+            detail: dict[str, list[str]] = {}
+            for m, md in sol.modes.items():
+                keys = [(k.family, str(k)) for k in md.result.conflict] or \
+                       [("attainment", f"attainment[window {w + 1}]") for w in md.failed]  # simulated misses
+                for fam, name in keys:
+                    groups.setdefault(fam, []).append(f"{m}: {name}")
+                for fam in dict.fromkeys(f for f, _ in keys):
+                    detail.setdefault(fam, []).append(f"{m}: {md.why}")
+            conflicts = [{"family": fam, "count": len(keys), "constraints": keys,
+                          "detail": "; ".join(detail[fam])}
+                         for fam, keys in groups.items()]
             plan = {"kind": "day_plan", "windows": len(p.windows), "modes": modes}
-        alternatives = [{"mode": m, "objective": d.get("objective"), "status": d["status"],
-                         "detail": (f"{m}: {d['objective']:.4g} {unit}" if d.get("objective") is not None
+        alternatives = [{"option": m, "reason": "costlier" if d.get("objective") is not None else d["status"],
+                         "detail": (f"{m}: {d['objective']:.4g} {unit}" + (
+                             f", {d['objective'] - modes[best.mode]['objective']:.4g} more than {best.mode}"
+                             if best is not None else "") if d.get("objective") is not None
                                     else f"{m}: {d.get('why') or d['status']}")}
                         for m, d in modes.items() if best is None or m != best.mode]
         return envelope("serving", p.name, status, objective, plan, solver, alternatives=alternatives,
