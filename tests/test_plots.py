@@ -18,7 +18,7 @@ from tests.supernode_helpers import small_instance
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EXPECTED = {"deployment": ["timeline.png", "memory.png"], "experts": ["expert_load.png"], "buildout": ["racks.png"],
             "supernode": ["supernode_options.png"], "serving": ["serving_plan.png"]}
-EXPECTED_BY_INSTANCE = {"serving_azure_conv_day.yaml": ["schedule.png"]}  # a day plan (optimizer/serving/dayplots.py)
+EXPECTED_BY_INSTANCE = {"serving_azure_conv_day.yaml": ["schedule.png"], "serving_llama70b_day_windows.yaml": ["schedule.png"]}  # a day plan (optimizer/serving/dayplots.py)
 
 
 def _kind(path: Path) -> str | None:
