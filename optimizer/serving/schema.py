@@ -618,7 +618,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
     if s.traffic.windows is not None or s.traffic.window_min is not None:  # a day plan
         from optimizer.serving.windows import day_traffic, startup_of
 
-        traffic, rates, windows = day_traffic(s, path, objectives[obj])
+        traffic, rates, windows = day_traffic(s, path, objectives[obj], Traffic, _traffic)
         startup = startup_of(s.startup, path)
     elif s.startup is not None:
         raise InputError(path, "serving.startup", "applies to a day plan only (serving.traffic.windows or window_min)")

@@ -96,11 +96,9 @@ def startup_of(si, path: Path) -> Startup:
                    None if si.storage_gb_s is None else si.storage_gb_s * GB, si.engine_start_s)
 
 
-def _mix(isl: np.ndarray, osl: np.ndarray, source: str, arrivals=None):
-    """A :class:`Traffic` of the requests ``(isl, osl)``: at most 64 weighted quantile points of
+def _mix(Traffic, isl: np.ndarray, osl: np.ndarray, source: str, arrivals=None):
+    """A ``Traffic`` of the requests ``(isl, osl)``: at most 64 weighted quantile points of
     each marginal (as a whole trace's), with the requests themselves when ``arrivals`` is given."""
-    from optimizer.serving.schema import Traffic
-
     qs = (np.arange(QUANTILE_POINTS) + 0.5) / QUANTILE_POINTS
     isl_q = np.quantile(isl, qs, method="inverted_cdf").astype(float)
     osl_q = np.quantile(osl, qs, method="inverted_cdf").astype(float)
@@ -108,8 +106,11 @@ def _mix(isl: np.ndarray, osl: np.ndarray, source: str, arrivals=None):
                    None if arrivals is None else isl, None if arrivals is None else osl)
 
 
-def day_traffic(s, path: Path, objective):
-    """``(traffic of the whole day, (peak rate,), windows)`` of ``serving`` (a :class:`ServingIn`).
+def day_traffic(s, path: Path, objective, Traffic, whole_traffic):
+    """``(traffic of the whole day, (peak rate,), windows)`` of ``serving`` (a ``ServingIn``).
+
+    ``Traffic`` and ``whole_traffic`` (the trace reader ``_traffic``) come from
+    :mod:`optimizer.serving.schema`, which calls this (no import back: no cycle).
 
     Raises:
         InputError: window_min without a trace, windows with a trace or top-level lengths/rate,
@@ -133,22 +134,18 @@ def day_traffic(s, path: Path, objective):
             if getattr(tr, k) is not None:
                 raise InputError(path, f"serving.traffic.{k}", "serving.traffic.windows carries each window's rate and "
                                                                "lengths: give them per window")
-        return _listed(tr.windows, path)
+        return _listed(Traffic, tr.windows, path)
     if tr.trace is None:
         raise InputError(path, "serving.traffic.window_min", "splits a trace: give serving.traffic.trace, or list "
                                                              "serving.traffic.windows")
     if tr.rate_rps is not None:
         raise InputError(path, "serving.traffic.rate_rps", "a trace split into windows gives each window's rate "
                                                            "(its requests / window_min)")
-    from optimizer.serving.schema import _traffic
-
-    whole, _ = _traffic(tr, path)
-    return whole, *_split(whole, tr.window_min * 60.0, path)
+    whole, _ = whole_traffic(tr, path)
+    return whole, *_split(Traffic, whole, tr.window_min * 60.0, path)
 
 
-def _listed(items, path: Path):
-    from optimizer.serving.schema import Traffic
-
+def _listed(Traffic, items, path: Path):
     windows, t = [], 0.0
     for i, wi in enumerate(items):
         f = f"serving.traffic.windows[{i}]"
@@ -183,7 +180,7 @@ def _listed(items, path: Path):
     return day, (max(w.rate for w in windows),), tuple(windows)
 
 
-def _split(whole, length_s: float, path: Path):
+def _split(Traffic, whole, length_s: float, path: Path):
     """The windows of a trace (see the module docstring)."""
     arr = whole.arrivals
     count = int(math.floor(arr[-1] / length_s)) + 1
@@ -196,9 +193,9 @@ def _split(whole, length_s: float, path: Path):
         sel = np.nonzero(idx == k)[0]
         n = len(sel)
         if n == 0:
-            traffic = whole.__class__(whole.isl, whole.osl, whole.weight, "no requests")
+            traffic = Traffic(whole.isl, whole.osl, whole.weight, "no requests")
         else:
             a = arr[sel] - arr[sel[0]]
-            traffic = _mix(whole.trace_isl[sel], whole.trace_osl[sel], f"{n} requests of {whole.source}", a)
+            traffic = _mix(Traffic, whole.trace_isl[sel], whole.trace_osl[sel], f"{n} requests of {whole.source}", a)
         windows.append(Window(k, k * length_s, length_s, n / length_s, traffic, n))
     return (max(w.rate for w in windows),), tuple(windows)
