@@ -8,7 +8,8 @@ rate within the SLOs, on the shared model :mod:`optimizer.model`; :mod:`.solve`:
 mode on HiGHS through highspy, rows named by the families of ``constraints/serving/``, objectives
 in ``objectives/serving/``) -> ``solve`` (every (rate, mode) within the budget; :mod:`.simulate`,
 the independent SimPy evaluator, checks each plan: one below the attainment target is re-solved
-with more capacity, never returned) -> ``explain`` (:mod:`.explain`: binding limits, why the
+with more capacity, never returned; with ``serving.traffic.windows`` or ``window_min`` the day plan
+of :mod:`.dayplan` instead, reported by :mod:`.dayreport`) -> ``explain`` (:mod:`.explain`: binding limits, why the
 other mode lost, conflicts, the best achievable when infeasible) -> ``report`` (:mod:`.report`:
 result envelope, tables, launch scripts from :mod:`.launch`).
 """
@@ -383,18 +384,36 @@ class ServingPipeline:
 
     def build(self, data: Problem) -> dict[str, ServingMilp]:
         """Stage 1's MILP of each mode asked at the first rate, ``{mode: ServingMilp}`` (rows named
-        by their keys: ``model.rows``)."""
+        by their keys: ``model.rows``); a day plan's (``data.windows``): ``{mode: DayMilp}``."""
         objective = objective_registry()[data.objective]
         modes = ("aggregated", "disaggregated") if data.mode == "both" else (data.mode,)
+        if data.windows:
+            from optimizer.serving import dayplan
+
+            workers, _ = dayplan.window_workers(data, tuple(r for m in modes for r in MODE_ROLES[m]))
+            return {m: dayplan.build(dayplan.day_data(data, [list(w) for w in workers], m)) for m in modes}
         workers = ServingModel(data).workers(tuple(r for m in modes for r in MODE_ROLES[m]))
         return {m: build(mode_data(data, workers, m, data.rates[0]), objective) for m in modes}
 
     def solve(self, data: Problem, budget: Budget, progress: ProgressSink = no_progress) -> ServingSolution:
+        """The rates' plans; with windows the day plan (:mod:`.dayplan`, a ``DaySolution``)."""
+        if data.windows:
+            from optimizer.serving.dayplan import solve_day_problem
+
+            return solve_day_problem(data, budget, progress)
         return solve_problem(data, budget, progress)
 
     def evaluate(self, data: Problem, plan: ServingSolution) -> tuple[Optional[SimResult], ...]:
         """The simulation (:func:`~optimizer.serving.simulate.simulate`) of each rate's best plan,
-        None for a rate without one."""
+        None for a rate without one; a day plan: each window's of the chosen mode."""
+        if data.windows:
+            from optimizer.serving.dayplan import simulate_window
+
+            best = plan.best
+            if best is None:
+                return ()
+            return tuple(simulate_window(data, list(plan.workers[w]), best.result.counts[w], best.mode, win).sim
+                         for w, win in enumerate(data.windows))
         out = []
         for rr in plan.results:
             best = plan.best(rr)
@@ -403,9 +422,15 @@ class ServingPipeline:
         return tuple(out)
 
     def explain(self, data: Problem, solution: ServingSolution, budget: Budget) -> ServingExplanation:
+        if data.windows:  # a day plan's report states its own conflicts and alternatives
+            return None
         return explain(solution, budget)
 
     def report(self, data: Problem, solution: ServingSolution, explanation: ServingExplanation) -> ServingReport:
+        if data.windows:
+            from optimizer.serving.dayreport import DayReport
+
+            return DayReport(solution)
         return ServingReport(solution, explanation)
 
 

@@ -66,11 +66,15 @@ def serving_plan_data(report) -> Optional[ServingPlanData]:
 
 
 def write(report, folder: Path) -> list[Path]:
-    """Write ``serving_plan.png`` into ``folder``.
+    """Write ``serving_plan.png`` into ``folder`` (a day plan: ``schedule.png``, :mod:`.dayplots`).
 
     Raises:
         NoPlot: no mode has a plan (infeasible).
     """
+    if (report.to_dict().get("plan") or {}).get("kind") == "day_plan":
+        from optimizer.serving import dayplots
+
+        return dayplots.write(report, folder)
     return one_figure(serving_plan_data(report), _figure, folder / "serving_plan.png",
                       f"serving: no plan ({report.status.value}), no plan plot")
 

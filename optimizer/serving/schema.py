@@ -86,7 +86,30 @@ class ClassIn(_In):
     share: Share
 
 
+class WindowIn(_In):
+    """One window of a day plan (``serving.traffic.windows[i]``): its length, rate and lengths mix
+    (:mod:`optimizer.serving.windows`)."""
+
+    length_min: PosFloat
+    rate_rps: NonNegFloat
+    isl: Optional[Tokens] = None
+    osl: Optional[Annotated[int, Field(strict=True, ge=2, le=MAX_TOKENS)]] = None
+    classes: Optional[list[ClassIn]] = Field(default=None, min_length=1)
+
+
+class StartupIn(_In):
+    """``serving.startup``: what starting a worker costs in a day plan (:mod:`optimizer.serving.windows`)."""
+
+    min_uptime_min: NonNegFloat = Field(default=0.0, description="a started worker stays up at least this long, minutes")
+    load_s: Optional[NonNegFloat] = Field(default=None, description="seconds from start to serving, every configuration")
+    storage_gb_s: Optional[PosFloat] = Field(default=None, description=(
+        "read bandwidth a worker loads its weights at, GB/s: load_s = engine_start_s + weight bytes / bandwidth"))
+    engine_start_s: NonNegFloat = Field(default=0.0, description="engine start-up besides the weights (s), with storage_gb_s")
+
+
 class TrafficIn(_In):
+    windows: Optional[list[WindowIn]] = Field(default=None, min_length=1, description="a day plan's windows")
+    window_min: Optional[PosFloat] = Field(default=None, description="day plan: split the trace into windows this long, minutes")
     rate_rps: Union[float, list[float], None] = None
     isl: Optional[Tokens] = None
     osl: Optional[Annotated[int, Field(strict=True, ge=2, le=MAX_TOKENS)]] = None
@@ -173,6 +196,7 @@ class ServingIn(_In):
     simulation: SimulationIn = SimulationIn()
     engine: Literal["vllm", "sglang", "both"] = "both"
     fixed: Optional[FixedIn] = None
+    startup: Optional[StartupIn] = None
     slo_margin: Literal["none", "band"] = "none"
     cp_kv_exchange: Literal["ring", "allgather"] = Field(default="allgather", description=(
         "how CP prefill ranks see each other's K/V: allgather (SGLang 0.5.14: every rank keeps the whole KV) or ring"))
@@ -291,6 +315,8 @@ class Problem:
     fixed: Optional[FixedIn] = None
     prefix: Optional[PrefixReuse] = None  # serving.traffic.prefix_tokens / cache_hit_rate (optimizer/model/prefix.py)
     speculative: Optional[Any] = None  # optimizer.model.speculative.Speculative (serving.speculative), None: off
+    windows: tuple = ()  # day plan: the windows (optimizer.serving.windows.Window), empty otherwise
+    startup: Any = None  # day plan: optimizer.serving.windows.Startup
 
     @property
     def tokens_per_step(self) -> float:
@@ -639,7 +665,16 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         if max(s.prefill.cp) > small:
             raise InputError(path, "serving.prefill.cp", f"CP{max(s.prefill.cp)} needs {max(s.prefill.cp)} GPUs per "
                                                          f"worker at TP1; a server has {small} (workers stay in one server)")
-    traffic, rates = _traffic(s.traffic, path)
+    windows, startup = (), None
+    if s.traffic.windows is not None or s.traffic.window_min is not None:  # a day plan
+        from optimizer.serving.windows import day_traffic, startup_of
+
+        traffic, rates, windows = day_traffic(s, path, objectives[obj], Traffic, _traffic)
+        startup = startup_of(s.startup, path)
+    elif s.startup is not None:
+        raise InputError(path, "serving.startup", "applies to a day plan only (serving.traffic.windows or window_min)")
+    else:
+        traffic, rates = _traffic(s.traffic, path)
     if spec.max_context is not None and traffic.max_len > spec.max_context:
         raise InputError(path, "serving.traffic", f"a request of {traffic.max_len} tokens (isl + osl) exceeds the model's "
                                                   f"maximum length {spec.max_context}")
@@ -669,6 +704,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         slo_margin=margin, concurrency=s.traffic.concurrency, fixed=s.fixed, scheduler=scheduler_of(inst.performance, performance),
         prefix=_prefix(s.traffic, traffic, path),
         speculative=spec_dec,
+        windows=windows, startup=startup,
     )
 
 
