@@ -239,8 +239,8 @@ def test_window_min_without_trace_and_startup_without_windows(tmp_path, cli):
 
 
 def test_trace_split_into_windows(tmp_path):
-    """A small trace: windows by arrival time, each window's rate its requests / length, its own
-    arrivals (from 0) and mix."""
+    """A small trace: windows by arrival time, each window's rate its requests / length (the last
+    window's length ends with the trace: 120 s to 130 s), its own arrivals (from 0) and mix."""
     from optimizer.serving import load_problem
 
     lines = ["arrival_s,input_tokens,output_tokens"]
@@ -252,7 +252,8 @@ def test_trace_split_into_windows(tmp_path):
     raw["model"]["config"] = str(INSTANCES / raw["model"]["config"])
     p = load_problem(raw, tmp_path / "i.yaml")
     assert [w.requests for w in p.windows] == [5, 3, 1]
-    assert [w.rate for w in p.windows] == pytest.approx([5 / 60, 3 / 60, 1 / 60])
+    assert [w.rate for w in p.windows] == pytest.approx([5 / 60, 3 / 60, 1 / 10])
+    assert [w.length_s for w in p.windows] == pytest.approx([60, 60, 10])
     assert list(p.windows[1].traffic.arrivals) == pytest.approx([0, 1, 9])
     assert p.windows[1].traffic.mean_isl == 2000 and p.windows[0].traffic.mean_isl == 100
     raw["serving"]["traffic"]["rate_rps"] = 2

@@ -197,5 +197,7 @@ def _split(Traffic, whole, length_s: float, path: Path):
         else:
             a = arr[sel] - arr[sel[0]]
             traffic = _mix(Traffic, whole.trace_isl[sel], whole.trace_osl[sel], f"{n} requests of {whole.source}", a)
-        windows.append(Window(k, k * length_s, length_s, n / length_s, traffic, n))
+        # the last window ends with the trace (its rate over the time it covers, not the full length)
+        span = length_s if k < count - 1 else min(length_s, max(float(arr[-1]) - k * length_s, 1.0))
+        windows.append(Window(k, k * length_s, span, n / span, traffic, n))
     return (max(w.rate for w in windows),), tuple(windows)
