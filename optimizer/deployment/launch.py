@@ -35,13 +35,14 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from optimizer.launch import (DEFAULT_PORT, DEFAULT_VERSION, DIST_PORT, ENGINES, HEAD, MODEL_PLACEHOLDER,
                               VLLM_DP_RPC_PORT, VLLM_MASTER_PORT, Launch, Nodes, Ports, dtype_args, flag_list, host,
                               layout_note, memory_fractions, parallel_args, script)
 
-DTYPE_FLAG = {"fp16": "float16", "fp32": "float32"}  # --dtype of both engines; bf16 is the checkpoints' own
+DTYPE_FLAG = MappingProxyType({"fp16": "float16", "fp32": "float32"})  # --dtype of both engines; bf16 is the checkpoints' own
 
 
 @dataclass
