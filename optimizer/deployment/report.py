@@ -2,17 +2,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from optimizer.deployment.explain import Alternative
+from optimizer.deployment.launch import notes_for as launch_notes_for
+from optimizer.deployment.launch import replica_launches
+from optimizer.deployment.launch import write as write_launch
 from optimizer.deployment.perf import PerfModel, model_summary
 from optimizer.deployment.schema import Problem
 from optimizer.deployment.outcome import SolveOutcome
+from optimizer.launch import DEFAULT_VERSION
 from optimizer.result import Binding, ConstraintKey, Status, envelope, group_conflicts
 
 MAX_SESSION_ROWS = 40
 MAX_INSTANCE_ROWS = 64  # the text report lists this many instances (the JSON all)
 MAX_BINDING_ROWS = 12
+MAX_LAUNCH_ROWS = 8  # the text report shows the commands of this many instances (the JSON and --output all)
 
 
 @dataclass
@@ -27,6 +33,7 @@ class DeploymentReport:
     achievable: dict | None = None  # infeasible: the best achievable value of the violated requirement
     cut_short: list[str] = field(default_factory=list)  # explanation parts the time limit cut short
     perf: Any = None
+    _launches: Any = field(default=None, repr=False)
 
     @property
     def status(self) -> Status:
@@ -45,6 +52,7 @@ class DeploymentReport:
             G = p.server.gpus
             perf = self.perf if self.perf is not None else PerfModel(p)
             instances = []
+            launches = {r.instance: r for r in self.launches()}
             for inst in ev.plan.instances:
                 lay = inst.lay
                 instances.append({
@@ -53,6 +61,7 @@ class DeploymentReport:
                     "gpus": list(inst.gpus), "gpu_count": inst.degree, "sessions": list(inst.sessions),
                     "memory_gb_per_gpu": round(ev.memory_per_gpu[inst.id] / 1e9, 4),
                     "allreduce": perf.model.hw.allreduce_source(lay.attention_tp, perf.message_bytes).to_dict(),
+                    **launches[inst.id].to_dict(),
                 })
             sessions = [{
                 "id": t.id, "instance": t.instance, "start_ms": t.start_s * 1e3, "finish_ms": t.finish_s * 1e3,
@@ -72,6 +81,7 @@ class DeploymentReport:
                 "gpus_per_server": G,
                 "dollars_per_gpu_hour": price,
                 "dollars_per_hour": None if price is None else price * ev.nominal.gpus_used,
+                "launch": {"versions": dict(DEFAULT_VERSION), "notes": launch_notes_for(p)},
             }
             if p.faults:
                 plan["fault_scenarios"] = [{
@@ -122,6 +132,44 @@ class DeploymentReport:
             line = next((d for d in self.conflict_details if d.startswith(str(k))), "")
             out.append(line[len(str(k)) + 2:] if line.startswith(f"{k}: ") else line)
         return out
+
+    # ------------------------------------------------------------------ launch commands
+    def launches(self) -> list:
+        """Per plan instance its vLLM and SGLang commands (:func:`optimizer.deployment.launch.replica_launches`);
+        empty without a plan."""
+        ev = self.outcome.evaluation
+        if ev is None or ev.violations:
+            return []
+        if self._launches is None:
+            self._launches = replica_launches(self.problem, ev, self.perf if self.perf is not None else PerfModel(self.problem))
+        return self._launches
+
+    def write(self, out: Path) -> list[Path]:
+        """``--output DIR``: ``DIR/deploy/<engine>/<instance>-<layout>[-node<r>].sh`` and
+        ``DIR/deploy/deployment.json`` (:func:`optimizer.deployment.launch.write`); nothing without a plan."""
+        reps = self.launches()
+        return write_launch(self.problem, reps, Path(out)) if reps else []
+
+    def render_launch(self, console) -> None:
+        from rich.markup import escape
+
+        reps = self.launches()
+        if not reps:
+            return
+        console.print(f"[bold]Launch commands[/bold] (vLLM {DEFAULT_VERSION['vllm']}, SGLang {DEFAULT_VERSION['sglang']}; "
+                      "--output DIR writes them as scripts)")
+        for n in launch_notes_for(self.problem):
+            console.print(escape(f"  ({n})"), soft_wrap=True)
+        for r in reps[:MAX_LAUNCH_ROWS]:
+            for node in r.nodes:
+                where = f"{r.instance} {r.layout}, server {node.server}" + (
+                    f" node {node.node_rank}" if len(r.nodes) > 1 else "")
+                for engine in node.launches:
+                    console.print(escape(f"  [{where}] {node.command(engine)}"), soft_wrap=True)
+            for note in r.notes:
+                console.print(escape(f"  [{r.instance} {r.layout}] ({note})"), soft_wrap=True)
+        if len(reps) > MAX_LAUNCH_ROWS:
+            console.print(f"({len(reps) - MAX_LAUNCH_ROWS} more instances: use --format json or --output DIR)")
 
     # ------------------------------------------------------------------ tables
     def render(self, console) -> None:
@@ -189,6 +237,7 @@ class DeploymentReport:
                 w = obj.worst(ev)
                 console.print(f"faults: {len(ev.scenarios)} scenarios; worst is {w.label}: makespan {w.makespan_s * 1e3:.2f} ms, "
                               f"{w.on_time} on time, {obj.name} {obj.fmt(obj.scenario_value(p, w))}")
+            self.render_launch(console)
         if self.alternatives:
             logs = [f"{tier} {link.table.path} ({link.table.ranks} ranks)"
                     for tier, link in (("scale_up", p.server.scale_up), ("scale_out", p.server.scale_out)) if link.table]
@@ -233,6 +282,9 @@ def definitions(obj) -> dict[str, str]:
         "plan.instances[].gpus": "global GPU ids the instance holds (gpu_count of them)",
         "plan.instances[].max_batch": "sessions the instance decodes at once; sessions start in list order when a slot is free",
         "plan.instances[].memory_gb_per_gpu": "weights + KV cache of its sessions + reserve per GPU, GB (1e9 B), eq. 6-1",
+        "plan.instances[].launch": "the instance's vLLM and SGLang command (its first server's; docs/deployment.md \"Launch commands\")",
+        "plan.instances[].launch_nodes": "one entry per server the instance spans: its CUDA_VISIBLE_DEVICES and commands",
+        "plan.instances[].launch_notes": "engines without a command for the instance's layout, and why",
         "plan.instances[].allreduce": "where the instance's AllReduce time comes from (nccl-tests log or alpha-beta model)",
         "plan.sessions[].start_ms": "time the session's first decode step starts, ms from t=0 (no fault)",
         "plan.sessions[].finish_ms": "time the session's last decode step ends, ms from t=0 (no fault)",

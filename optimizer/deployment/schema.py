@@ -19,6 +19,7 @@ from optimizer.catalog import check_gpu_in_server, lookup
 from optimizer.model.collectives import ACTIVATION_BYTES, AllReduceTable, read_nccl_allreduce_log
 from optimizer.deployment.model_config import ModelShape, read_model_config
 from optimizer.errors import InputError
+from optimizer.launch import MODEL_PLACEHOLDER
 from optimizer.model.hardware import peak_flops_for
 from optimizer.model.layout import Layout, default_layouts, layout_problem
 from optimizer.schema_base import MAX_GPUS_PER_SERVER, MAX_SERVERS  # shared with serving
@@ -52,6 +53,7 @@ class ModelIn(_In):
     weight_dtype: DType = "bf16"
     kv_dtype: DType = DEFAULT_KV_DTYPE
     rope_scaling: Optional[RopeScalingIn] = Field(default=None, description="RoPE scaling enabled at serving time (null: the config's own)")
+    hf_id: Optional[str] = Field(default=None, min_length=1, description="model name in the launch commands (null: MODEL)")
 
 
 class GpuIn(_In):
@@ -273,6 +275,8 @@ class Problem:
     max_batch: Optional[int] = None  # None: no limit beyond memory
     weight_dtype: Optional[str] = None  # dtype names (the tensor-core peaks); None: the BF16 peak
     kv_dtype: Optional[str] = None
+    hf_id: str = MODEL_PLACEHOLDER  # the model in the launch commands
+    rope_scaling: Optional[dict] = None  # model.rope_scaling as given (the launch commands pass it on)
 
     @property
     def batch_cap(self) -> int:
@@ -435,6 +439,8 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         max_batch=dep.max_batch,
         weight_dtype=inst.model.weight_dtype,
         kv_dtype=inst.model.kv_dtype,
+        hf_id=inst.model.hf_id or MODEL_PLACEHOLDER,
+        rope_scaling=rope.model_dump(exclude_none=True) if rope is not None else None,
     )
 
 

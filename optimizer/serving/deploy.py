@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from optimizer.launch import host
 from optimizer.serving.launch import BOOTSTRAP_PORT, DEFAULT_PORT, NIC_VARIABLE, NIXL_SIDE_CHANNEL_PORT, Endpoint, launch
 
 IMAGE = {"vllm": "vllm/vllm-openai:v{version}", "sglang": "lmsysorg/sglang:v{version}"}
@@ -57,10 +58,6 @@ class Placed:
     servers: list[int]
     devices: list[int]
     ports: dict = field(default_factory=dict)  # engine -> {"port", "side_port" | "bootstrap_port"}
-
-
-def host(server: int) -> str:
-    return "${SERVER_%d_HOST}" % server
 
 
 def place(p, workers, counts: dict) -> list[Placed]:

@@ -1,5 +1,8 @@
 """Launch commands per worker for vLLM (``vllm serve``) and SGLang (``sglang.launch_server``).
 
+The engine-independent parts (flag lists, :class:`Launch`, the layout's parallel flags, the memory
+fractions) are :mod:`optimizer.launch`, shared with the deployment problem's commands.
+
 A command is built by a list of steps per engine (:data:`STEPS`; each step adds flags and
 environment variables to a :class:`Launch`); a later feature (speculative decoding, say) adds
 its step with :func:`add_step`. Every flag printed is checked against the flag list of the engine
@@ -77,43 +80,20 @@ the versions the measured database names (vLLM 0.24.0, SGLang 0.5.14; the releas
 from __future__ import annotations
 
 import math
-import shlex
-from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable, Optional
 
-import yaml
-
-from optimizer.errors import InputError
+from optimizer.launch import (DEFAULT_PORT, DEFAULT_VERSION, ENGINES_DIR, HEAD as _HEAD, VLLM_CP, Launch,  # noqa: F401
+                              Nodes, UnknownFlag, dtype_args, flag_list, layout_note,
+                              memory_fractions, parallel_args)
 from optimizer.serving.perf import Worker
 from optimizer.serving.schema import Problem
 
-ENGINES_DIR = Path(__file__).resolve().parents[2] / "instances" / "engines"
-DEFAULT_VERSION = {"vllm": "0.24.0", "sglang": "0.5.14"}  # the measured database's current versions
-DEFAULT_PORT = {"vllm": 8000, "sglang": 30000}  # the engines' default HTTP ports
+# the engine-independent parts (flag lists, Launch, the layout's flags, memory fractions) live in
+# optimizer.launch, shared with the deployment problem; the names stay importable from here
 NIXL_SIDE_CHANNEL_PORT = 5600  # vLLM VLLM_NIXL_SIDE_CHANNEL_PORT default (base + dp_rank)
 BOOTSTRAP_PORT = 8998  # SGLang --disaggregation-bootstrap-port default
 NIC_VARIABLE = "KV_NICS"  # the RDMA NICs of a server (e.g. mlx5_0,mlx5_1): the user sets it
-
-
-class UnknownFlag(RuntimeError):
-    """A command builder emitted a flag the named engine version does not have."""
-
-
-@lru_cache(maxsize=None)
-def flag_list(engine: str, version: str) -> frozenset[str]:
-    """The flags ``engine`` ``version``'s argument parser registers (``instances/engines``).
-
-    Raises:
-        InputError: no flag list for that version (the message names the versions there are).
-    """
-    f = ENGINES_DIR / f"{engine}-{version}.yaml"
-    if not f.is_file():
-        have = sorted(x.stem.split("-", 1)[1] for x in ENGINES_DIR.glob(f"{engine}-*.yaml"))
-        raise InputError(f, "performance.engine_version", f"no flag list for {engine} {version} (instances/engines "
-                                                          f"has {', '.join(have)}): launch commands need one")
-    return frozenset(yaml.safe_load(f.read_text())["flags"])
 
 
 def engine_version(p: Problem, engine: str) -> str:
@@ -142,40 +122,6 @@ class Endpoint:
     dist_port: int = 29500
 
 
-@dataclass
-class Launch:
-    """One worker's command: ``env`` then ``args`` (shell variables ``${...}`` stay unquoted)."""
-
-    engine: str
-    version: str
-    args: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-
-    def flags(self) -> list[str]:
-        return [a.split("=", 1)[0] for a in self.args if a.startswith("--")]
-
-    def check(self) -> "Launch":
-        """Raise :class:`UnknownFlag` for a flag the engine version does not have."""
-        have = flag_list(self.engine, self.version)
-        bad = [f for f in self.flags() if f not in have]
-        if bad:
-            raise UnknownFlag(f"{self.engine} {self.version} has no {', '.join(bad)} "
-                              f"(instances/engines/{self.engine}-{self.version}.yaml)")
-        return self
-
-    def command(self) -> str:
-        env = " ".join(f"{k}={_q(v)}" for k, v in self.env.items())
-        return ("env " + env + " " if env else "") + " ".join(_q(a) for a in self.args)
-
-
-def _q(s: str) -> str:
-    return f'"{s}"' if s.startswith("${") else shlex.quote(s)
-
-
-def _ceil2(x: float) -> float:
-    return min(1.0, math.ceil(round(x * 100, 6)) / 100)
-
-
 def memory_plan(p: Problem, w: Worker) -> dict:
     """The memory the plan assumed for worker ``w`` and the engines' fractions that give it (module
     docstring): ``max_model_len``, ``kv_gib_per_gpu``, ``weights_gib_per_gpu``, ``reserve_gib_per_gpu``,
@@ -195,11 +141,7 @@ def memory_plan(p: Problem, w: Worker) -> dict:
         kv = max(one, mean * max(1, math.ceil(w.max_batch / dp)))
     out = {"max_model_len": int(longest), "memory_gib_per_gpu": mem / 2 ** 30, "weights_gib_per_gpu": weights / 2 ** 30,
            "reserve_gib_per_gpu": pm.reserve_bytes / 2 ** 30, "kv_gib_per_gpu": kv / 2 ** 30,
-           "vllm": _ceil2((weights + pm.reserve_bytes + kv) / mem), "sglang": _ceil2((weights + kv) / mem),
-           "source": "derived", "capped": False}
-    top = math.floor((mem - pm.reserve_bytes) / mem * 100) / 100  # vLLM needs U x memory free at start-up
-    if out["vllm"] > top:
-        out["vllm"], out["capped"] = top, True
+           **memory_fractions(mem, weights + kv, pm.reserve_bytes), "source": "derived"}
     measured = _measured_fraction(pool.steps, lay)
     if measured is not None and p.performance is not None and p.performance.engine in ("vllm", "sglang"):
         out[p.performance.engine] = measured
@@ -236,13 +178,20 @@ Step = Callable[[Ctx, Launch], None]
 
 
 # ------------------------------------------------------------------ vLLM steps
-def _vllm_parallel(c: Ctx, x: Launch) -> None:
-    lay = c.w.layout
-    x.args += ["--tensor-parallel-size", str(lay.attention_tp)]
-    if lay.attention_dp > 1:
-        x.args += ["--data-parallel-size", str(lay.attention_dp)]
-    if c.p.model.moe is not None and lay.experts_ep > 1:
-        x.args += ["--enable-expert-parallel"]
+def _nodes(c: Ctx) -> Nodes:
+    return Nodes(c.end.nodes, c.end.node_rank, c.end.head_host, c.end.dist_port)
+
+
+def _parallel(engine: str) -> Step:
+    def step(c: Ctx, x: Launch) -> None:  # the layout's flags (optimizer.launch.parallel_args)
+        args, env = parallel_args(engine, c.w.layout, c.p.model.moe is not None, c.have, _nodes(c))
+        x.args += args
+        x.env.update(env)
+    step.__name__ = f"_{engine}_parallel"
+    return step
+
+
+_vllm_parallel = _parallel("vllm")
 
 
 def _vllm_batch(c: Ctx, x: Launch) -> None:
@@ -256,11 +205,8 @@ def _vllm_memory(c: Ctx, x: Launch) -> None:
     x.args += ["--max-model-len", str(c.mem["max_model_len"]), "--gpu-memory-utilization", f"{c.mem['vllm']:.2f}"]
 
 
-def _vllm_dtype(c: Ctx, x: Launch) -> None:
-    if c.p.weight_dtype == "fp8":  # online FP8 quantization of a BF16 checkpoint (or an FP8 checkpoint as it is)
-        x.args += ["--quantization", "fp8"]
-    if c.p.kv_dtype == "fp8":
-        x.args += ["--kv-cache-dtype", "fp8"]
+def _vllm_dtype(c: Ctx, x: Launch) -> None:  # online FP8 quantization of a BF16 checkpoint (or an FP8 one as it is)
+    x.args += dtype_args("vllm", c.p.weight_dtype, c.p.kv_dtype)
 
 
 def _vllm_cache(c: Ctx, x: Launch) -> None:
@@ -295,20 +241,7 @@ def _vllm_port(c: Ctx, x: Launch) -> None:
 
 
 # ------------------------------------------------------------------ SGLang steps
-def _sglang_parallel(c: Ctx, x: Launch) -> None:
-    lay = c.w.layout
-    x.args += ["--tp-size", str(lay.gpus)]
-    if lay.cp > 1:  # SGLang 0.5.14 server_args: --attn-cp-size, --enable-prefill-cp, --cp-strategy {zigzag,interleave}
-        x.env["SGLANG_ENABLE_CP_V2"] = "1"
-        x.args += ["--attn-cp-size", str(lay.cp), "--enable-prefill-cp", "--cp-strategy", "zigzag"]
-    if lay.attention_dp > 1:
-        x.args += (["--attn-dp-size", str(lay.attention_dp)] if "--attn-dp-size" in c.have
-                   else ["--dp-size", str(lay.attention_dp), "--enable-dp-attention"])
-    if c.p.model.moe is not None and lay.experts_ep > 1:
-        x.args += ["--ep-size", str(lay.experts_ep)]
-    if c.end.nodes > 1:
-        x.args += ["--nnodes", str(c.end.nodes), "--node-rank", str(c.end.node_rank),
-                   "--dist-init-addr", f"{c.end.head_host}:{c.end.dist_port}"]
+_sglang_parallel = _parallel("sglang")
 
 
 def _sglang_batch(c: Ctx, x: Launch) -> None:
@@ -325,10 +258,7 @@ def _sglang_memory(c: Ctx, x: Launch) -> None:
 
 
 def _sglang_dtype(c: Ctx, x: Launch) -> None:
-    if c.p.weight_dtype == "fp8":
-        x.args += ["--quantization", "fp8"]
-    if c.p.kv_dtype == "fp8":
-        x.args += ["--kv-cache-dtype", "fp8_e4m3"]
+    x.args += dtype_args("sglang", c.p.weight_dtype, c.p.kv_dtype)
 
 
 def _sglang_pd(c: Ctx, x: Launch) -> None:
@@ -350,8 +280,7 @@ STEPS: dict[str, list[Step]] = {
     "sglang": [_sglang_parallel, _sglang_batch, _sglang_memory, _sglang_dtype, _sglang_speculative, _sglang_pd,
                _sglang_port],
 }
-HEAD = {"vllm": lambda p: ["vllm", "serve", p.hf_id], "sglang": lambda p: ["python", "-m", "sglang.launch_server",
-                                                                          "--model-path", p.hf_id]}
+HEAD = {e: (lambda p, e=e: _HEAD[e](p.hf_id)) for e in _HEAD}
 
 
 def add_step(engine: str, step: Step, before: str = "port") -> None:
@@ -376,28 +305,21 @@ def vllm(p: Problem, w: Worker, port: int = 8000) -> str:
     return launch(p, w, "vllm", Endpoint(port=port)).command()
 
 
-VLLM_CP = ("vLLM 0.24.0 has --prefill-context-parallel-size but no attention backend in that release supports "
-           "it (supports_pcp is False on every implementation; vllm/v1/worker/cp_utils.py asserts it at start-up): "
-           "no vLLM command for the CP prefill workers; use the SGLang one")
-
-
 def sglang(p: Problem, w: Worker, port: int = 30000) -> str:
     return launch(p, w, "sglang", Endpoint(port=port)).command()
 
 
 def engines_for(p: Problem, w: Worker) -> list[str]:
     """The engines asked (``serving.engine``) that can run the worker (no vLLM for a CP worker)."""
-    out = []
-    if p.engine in ("vllm", "both") and w.layout.cp == 1:
-        out.append("vllm")
-    if p.engine in ("sglang", "both"):
-        out.append("sglang")
-    return out
+    moe = p.model.moe is not None
+    return [e for e in ("vllm", "sglang") if p.engine in (e, "both") and layout_note(e, w.layout, moe, w.role) is None]
 
 
 def launch_notes(p: Problem, w: Worker) -> list[str]:
     """What the plan says instead of a command an engine cannot run (a CP worker under vLLM 0.24.0)."""
-    out = [VLLM_CP] if w.layout.cp > 1 and p.engine in ("vllm", "both") else []
+    moe = p.model.moe is not None
+    out = [n for e in ("vllm", "sglang") if p.engine in (e, "both")
+           for n in [layout_note(e, w.layout, moe, w.role)] if n is not None]
     if "vllm" in engines_for(p, w):
         m = memory_plan(p, w)
         if m["capped"]:
