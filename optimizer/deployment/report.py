@@ -285,6 +285,8 @@ def definitions(obj) -> dict[str, str]:
         "plan.instances[].launch": "the instance's vLLM and SGLang command (its first server's; docs/deployment.md \"Launch commands\")",
         "plan.instances[].launch_nodes": "one entry per server the instance spans: its CUDA_VISIBLE_DEVICES and commands",
         "plan.instances[].launch_notes": "engines without a command for the instance's layout, and why",
+        "plan.launch.versions": "engine versions the launch commands are written for (instances/engines/)",
+        "plan.launch.notes": "plan-wide launch caveats: engines or layouts without a command, and why",
         "plan.instances[].allreduce": "where the instance's AllReduce time comes from (nccl-tests log or alpha-beta model)",
         "plan.sessions[].start_ms": "time the session's first decode step starts, ms from t=0 (no fault)",
         "plan.sessions[].finish_ms": "time the session's last decode step ends, ms from t=0 (no fault)",
