@@ -218,7 +218,11 @@ class ConfigurationSearch:
 
     def _lp(self, level: int, need: int):
         """LP at threshold ``level``: one persistent model, columns above the threshold
-        closed by their bounds, so HiGHS re-solves warm from the last basis."""
+        closed by their bounds, so HiGHS re-solves warm from the last basis. Each solve gets
+        the time left to the deadline ("unknown" when it ends there, never read as infeasible)."""
+        left = self.deadline - time.perf_counter()
+        if left <= 0:
+            return "unknown", None, None, None
         if getattr(self, "_h", None) is None:
             self._h, _ = self._model(np.arange(len(self.configs)), need, False)
             self._open = len(self.configs)
@@ -234,6 +238,7 @@ class ConfigurationSearch:
                                np.zeros(len(self.configs)), ub)
             self._open = k
         self.lp_solves += 1
+        h.setOptionValue("time_limit", max(0.01, self.deadline - time.perf_counter()))
         h.run()
         if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
             sol = h.getSolution()
