@@ -49,7 +49,7 @@ def test_small_exact_layers_twice_identical(tmp_path):
     inst = write_instance(tmp_path, "t.json", num_gpus=4, num_nodes=2, slots_per_gpu=4, evaluate_windows="rest",
                           fit_windows="first:1", work_units_per_layer=0.05)
     (a, fa), (b, fb) = _twice(tmp_path, inst, "--objective", "inter-node")
-    assert a["plan"]["layers"][0]["optimized"]["method"].startswith("exact")
+    assert a["plan"]["layers"][0]["optimized"]["method"] in ("exact", "exact+lns", "start at bound")
     assert a["plan"]["trace"]["evaluated_windows"] == [1, 2]
     assert _strip(a) == _strip(b)
     assert fa == fb

@@ -28,7 +28,7 @@ def test_optimised_equals_brute_force_on_tiny_layers(seed):
     w = rng.integers(0, 60, E) * rng.integers(1, 4, E)
     w[0] += 1
     out = solve_layer(_task(w, G, S))
-    assert out.mode == "exact"
+    assert out.mode in ("exact", "start at bound")  # small layers: the whole-layer model or the exact slot search
     bf = brute_force_max_load(w, G, S)
     # the written plan keeps replicas on distinct GPUs even where EPLB's co-located plan is lighter
     assert out.plan.X.max() <= 1

@@ -8,7 +8,10 @@ Per layer (layers are independent; they run on a process pool of ``workers`` pro
    (``r % E``; always distinct because ``slots <= E``), EPLB's greedy plan when it has no
    co-located replicas, and a conflict-aware longest-processing-time packing of the
    apportioned replica counts. Its max load caps ``T`` from above.
-2. Phase 1, max load: small layers (fewer than ``exact_limit`` Booleans) are solved by the full
+2. Phase 1, max load: when the start plan's max load already equals the valid bound (step 4;
+   on small equal-slot layers :func:`slot_search` packs every candidate replica-count vector
+   exactly, so its plan usually does) there is nothing to search (mode ``start at bound``).
+   Otherwise small layers (fewer than ``exact_limit`` Booleans) are solved by the full
    model of :mod:`optimizer.experts.model` with every replica count that can beat the cap.
    Large layers repeat: free the busiest GPU and a few others, solve that sub-problem exactly
    with CP-SAT (counts of experts living only there may change by one), keep the result if the
@@ -18,7 +21,7 @@ Per layer (layers are independent; they run on a process pool of ``workers`` pro
    phase-1 max load (and never above the greedy max load), optimising node coverage or moves.
 4. Bound (tokens, valid for every distinct-GPU plan): the analytic bound
    ``max(total / G, min over counts of the largest load per replica)`` (even split; on small
-   layers with equal slots per GPU the tighter :func:`slot_bound`) or
+   layers with equal slots per GPU the exact :func:`slot_bound`) or
    ``max(total / G, largest expert / G)`` (optimised split), or the exact model's bound made
    valid for the real-valued loads (:func:`_valid_bound`) when larger. It is never derived
    from a plan's value. Gap = ``(max load - bound) / max load``; a layer is *optimal* when the
@@ -122,7 +125,7 @@ class LayerOutcome:
     gap: float
     proven: bool
     status: Status
-    mode: str                     # exact | exact+lns | lns
+    mode: str                     # exact | exact+lns | lns | start at bound (phase 1 needed no search)
     greedy_colocated: bool        # EPLB's plan puts two replicas of one expert on one GPU
     time_s: float
     solves: int
@@ -155,22 +158,30 @@ def slot_bound(w: np.ndarray, slots: list[int]) -> float | None:
     return None if found is None else found[0]
 
 
+SLOT_SEARCH_STATES = 200_000  # packing states the exact per-vector search may visit in all
+
+
 def slot_search(w: np.ndarray, slots: list[int]) -> tuple[float, list[int] | None] | None:
-    """Even split, every GPU with the same ``s`` slots: ``(bound, phy2log row or None)`` by
-    enumerating every replica-count vector ``c`` (``1 <= c_e <= G``, ``sum c = R``); None when
-    the GPUs' slots differ or there are more than :data:`SLOT_BOUND_COUNTS` vectors.
+    """Even split, every GPU with the same ``s`` slots: ``(bound, phy2log row or None)`` over
+    every replica-count vector ``c`` (``1 <= c_e <= G``, ``sum c = R``); None when the GPUs'
+    slots differ or there are more than :data:`SLOT_BOUND_COUNTS` vectors.
 
-    Bound: every slot holds a replica (``sum c = R``), so each GPU carries exactly ``s`` of the
-    ``R`` per-replica loads ``a = w_e / c_e`` (sorted descending). Given ``c``, the best packing
-    is at least ``a_0`` (s = 1, exact); ``max_i a_i + a_{R-1-i}`` over the G pairs (s = 2:
-    pairing the largest with the smallest is optimal for two items per machine when replicas of
-    one expert may share a GPU, so it bounds the distinct-GPU plans from below); ``a_0 + the s - 1
-    smallest`` (s >= 3); and always ``sum w / G``. The bound is the minimum over ``c``.
+    Every slot holds a replica (``sum c = R``), so each GPU carries exactly ``s`` of the ``R``
+    per-replica loads ``a_e = w_e / c_e``. Per vector, a lower bound on its best packing:
+    ``a_0`` (s = 1); ``max_i a_i + a_{R-1-i}`` over the G pairs of the sorted loads (s = 2:
+    largest with smallest is optimal for two items per machine when replicas of one expert
+    may share a GPU, so it bounds the distinct-GPU packings from below); ``a_0 + the s - 1
+    smallest`` (s >= 3); and always ``sum w / G``.
 
-    Plan (s <= 2): the pairing itself is a placement (GPU i holds items i and R-1-i); the best
-    one whose pairs never put two replicas of one expert on a GPU is returned, so when its
-    vector is also the bound's the layer is proven without a search. DeepSeek EPLB's README
-    layer (12 experts, 16 slots on 8 GPUs) has 1,365 vectors, bound 136 and a pairing of 136."""
+    Vectors are then taken in increasing order of that bound and packed exactly
+    (:func:`_best_packing`: the min over distinct-expert packings of the busiest GPU) until
+    the next vector's bound reaches the best packing found; a vector whose exact packing would
+    exceed the :data:`SLOT_SEARCH_STATES` budget keeps its lower bound. The bound returned is
+    the least of the best packing and those lower bounds, so it is valid for every plan that
+    keeps one expert's replicas on distinct GPUs, and equals the optimum when nothing was cut:
+    the row returned (GPU ``i`` holds entries ``i*s .. i*s+s-1``) is then an optimal plan.
+    DeepSeek EPLB's README layer (12 experts, 16 slots on 8 GPUs) has 1,365 vectors, optimum
+    136 tokens."""
     G, R = len(slots), int(sum(slots))
     if len(set(slots)) != 1:
         return None
@@ -179,25 +190,18 @@ def slot_search(w: np.ndarray, slots: list[int]) -> tuple[float, list[int] | Non
         return None
     avg = float(np.sum(w)) / G
     wf = [float(x) for x in w]
-    best = [math.inf, math.inf, None]  # bound, best valid pairing's max load, its row
+    vectors: list[tuple[float, tuple[int, ...]]] = []
     c = [1] * E
 
     def leaf() -> None:
-        items = sorted(((wf[e] / c[e], e) for e in range(E) for _ in range(c[e])), key=lambda t: (-t[0], t[1]))
-        a = [v for v, _ in items]
+        a = sorted((wf[e] / c[e] for e in range(E) for _ in range(c[e])), reverse=True)
         if s == 1:
             t = a[0]
         elif s == 2:
             t = max(a[i] + a[R - 1 - i] for i in range(G))
         else:
             t = a[0] + sum(a[R - s + 1:])
-        t = max(t, avg)
-        best[0] = min(best[0], t)
-        if s <= 2 and t < best[1]:
-            row = [items[i][1] for i in range(G)] if s == 1 else \
-                [e for i in range(G) for e in (items[i][1], items[R - 1 - i][1])]
-            if s == 1 or all(row[2 * i] != row[2 * i + 1] for i in range(G)):
-                best[1], best[2] = t, row
+        vectors.append((max(t, avg), tuple(c)))
 
     def rec(e: int, left: int) -> None:
         if e == E - 1:
@@ -211,7 +215,76 @@ def slot_search(w: np.ndarray, slots: list[int]) -> tuple[float, list[int] | Non
         c[e] = 1
 
     rec(0, R - E)
-    return None if math.isinf(best[0]) else (best[0], best[2])
+    if not vectors:
+        return None
+    vectors.sort()
+    best, row, unresolved = math.inf, None, math.inf
+    budget = [SLOT_SEARCH_STATES]
+    for t, cv in vectors:
+        if t >= best or t >= unresolved:
+            break
+        found = _best_packing([wf[e] / cv[e] for e in range(E)], list(cv), s, budget)
+        if found is None:
+            unresolved = min(unresolved, t)
+            continue
+        if found[0] < best:
+            best, row = found
+    bound = min(best, unresolved)
+    return bound, row
+
+
+def _best_packing(a: list[float], counts: list[int], s: int, budget: list[int]):
+    """Exact: the least max GPU load over packings of ``counts[e]`` replicas of load ``a[e]``
+    into GPUs of ``s`` slots each, no GPU holding two replicas of one expert;
+    ``(max load, phy2log row)``, or None when no such packing exists or the search would
+    visit more states than ``budget[0]`` (decremented by the states visited).
+
+    Replicas of one expert are interchangeable, so a state is the vector of replicas left per
+    expert; the GPU filled next always holds a replica of the heaviest expert left (every
+    replica must go somewhere, so this loses no packing), with ``s - 1`` replicas of distinct
+    other experts; memoised over states."""
+    from itertools import combinations
+
+    order = sorted(range(len(a)), key=lambda e: (-a[e], e))
+    memo: dict[tuple[int, ...], tuple[float, tuple] | None] = {}
+
+    def f(left: tuple[int, ...]):
+        if left in memo:
+            return memo[left]
+        if budget[0] <= 0:
+            raise _OutOfStates
+        budget[0] -= 1
+        live = [e for e in order if left[e] > 0]
+        if not live:
+            return 0.0, ()
+        top, others = live[0], live[1:]
+        best = None
+        for group in combinations(others, s - 1):
+            nxt = list(left)
+            nxt[top] -= 1
+            for e in group:
+                nxt[e] -= 1
+            sub = f(tuple(nxt))
+            if sub is None:
+                continue
+            load = a[top] + sum(a[e] for e in group)
+            val = max(load, sub[0])
+            if best is None or val < best[0]:
+                best = (val, ((top, *group),) + sub[1])
+        memo[left] = best
+        return best
+
+    try:
+        out = f(tuple(counts))
+    except _OutOfStates:
+        return None
+    if out is None:
+        return None
+    return out[0], [e for gpu in out[1] for e in gpu]
+
+
+class _OutOfStates(Exception):
+    """The exact packing search ran out of its state budget."""
 
 
 def lpt_plan(w: np.ndarray, counts: np.ndarray, slots: list[int]) -> LayerPlan | None:
@@ -428,7 +501,10 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
     two_phase = not t.objective.balances_load
     phase1_work = t.work_limit * (0.5 if two_phase else 1.0)
 
-    if mode == "exact":
+    small = mode == "exact"
+    if start_max <= lb * (1 + OPTIMALITY_REL_TOL) and (t.prev is None or t.move_weight == 0):
+        mode = "start at bound"  # the start plan meets the valid bound (e.g. the slot search's exact packing): phase 1 is proven
+    elif mode == "exact":
         symmetric = t.prev is None and len(set(t.slots)) == 1
         if symmetric:  # order the start plan's GPUs by load so the hint respects symmetry breaking
             perm = np.argsort(-st.load, kind="stable")
@@ -448,7 +524,7 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
         if res.status != Status.OPTIMAL and t.split == "even" and (t.prev is None or t.move_weight == 0):
             _lns(st, phase1_obj, int(st.load.max()), phase1_work, lb_units)
             mode = "exact+lns"
-    else:
+    elif mode == "lns":
         _lns(st, phase1_obj, int(st.load.max()), phase1_work, lb_units)
 
     phase2 = None
@@ -463,7 +539,7 @@ def solve_layer(t: LayerTask) -> LayerOutcome:
             st = _State(t, LayerPlan.even(t.prev), scale, deadline)
             phase2 = Status.OPTIMAL.value
             notes.append("the previous placement meets the max-load cap: kept as it is (0 moves)")
-        elif mode == "exact":
+        elif small:
             res = st.solve(_sub(st, list(range(G)), t.objective, cap, True, "all"), t.work_limit - st.work)
             if res.X:
                 _apply(st, list(range(G)), res)
