@@ -221,6 +221,9 @@ BLOCKS: list[Block] = [
     Block("supernode-example", command="optimize instances/supernode_v41_flash.yaml"),
     Block("supernode-fabric-64-example", command="optimize instances/supernode_fabric_64.yaml --objective cost"),
     Block("supernode-fabric-512-example", command="optimize instances/supernode_fabric_512.yaml --objective cost"),
+    Block("supernode-fabric-generated-example",
+          command="optimize instances/supernode_fabric_generated_512.yaml --objective cost"),
+    Block("supernode-fabric-skew-example", command="optimize instances/supernode_fabric_skew_64.yaml --objective cost"),
     Block("buildout-scale-up-example", command="optimize instances/hgx_h100_supernode_512.yaml"),
     Block("serving-example", command="optimize instances/serving_llama70b_h100.yaml"),
     Block("serving-infeasible-example", command="optimize instances/serving_qwen3_32b_slow_link.yaml "

@@ -15,8 +15,8 @@ from optimizer.errors import InputError
 from optimizer.model.collectives import ring_allreduce_s, tree_allreduce_s
 from optimizer.model.fabric import (
     FabricIn, NumaHost, Switched, Torus, alltoall_time, collective_time, fabric_entry, hierarchical_rounds,
-    load_fabric_catalog, moe_dispatch_combine_time, recursive_rounds, ring_rounds, schedule_link_bytes,
-    skewed_alltoall, swing_rho, swing_rounds, time_round, time_schedule, torus_ring_rounds, uniform_alltoall,
+    load_fabric_catalog, moe_dispatch_combine_time, moe_link_loads, moe_traffic, recursive_rounds, ring_rounds,
+    schedule_link_bytes, skewed_alltoall, swing_rho, swing_rounds, time_round, time_schedule, torus_ring_rounds, uniform_alltoall,
 )
 from optimizer.model.hardware import hardware_from_catalog
 
@@ -353,3 +353,39 @@ def test_every_pair_of_small_fabrics_agrees_on_counts():
         off = src != dst
         assert np.array_equal(t.chips(src, dst)[off], t.hops(src, dst)[off] - 1)
         assert t.links == t.cards * t.ports_per_card // 2
+
+
+# ------------------------------------------------------------------ MoE traffic under expert-load skew
+
+def test_moe_traffic_keeps_the_local_share_and_is_uniform_for_even_load():
+    """Card s sends D x share[d] to every other d; share[s] stays: a hot card sends less."""
+    t = moe_traffic([0.4, 0.2, 0.2, 0.2], 10.0)
+    assert t[0].tolist() == [0.0, 2.0, 2.0, 2.0] and t[1].tolist() == [4.0, 0.0, 2.0, 2.0]
+    assert t.sum(axis=1).tolist() == pytest.approx([6.0, 8.0, 8.0, 8.0])
+    p = 6
+    assert np.allclose(moe_traffic(np.full(p, 1 / p), 3.0), uniform_alltoall(p, 3.0 * (p - 1) / p), rtol=1e-15)
+    with pytest.raises(ValueError):
+        moe_traffic([0.5, -0.1, 0.6])
+
+
+@pytest.mark.parametrize("top", [Torus((5,), 1e9), Torus((4,), 1e9), Torus((2, 3), 1e9), Torus((4, 4), 2e9),
+                                 Torus((3, 2, 4), 1e9), Torus((2, 2, 2), 1e9), Switched(6, 2, 8, 1e9),
+                                 Switched(12, 3, 8, 1e9, 0, 0, 2, 5, 3), Switched(16, 1, 8, 1e9, 0, 0, 2, 4, 4)],
+                         ids=lambda t: f"{t.kind}{getattr(t, 'dims', '')}{t.cards}")
+def test_moe_link_loads_equal_routing_the_explicit_traffic(top):
+    """The linear (and, on a torus, translated) loads equal ``link_loads`` of the explicit
+    dispatch matrix and of its transpose, for random shares."""
+    rng = np.random.default_rng(top.cards)
+    sh = rng.random((4, top.cards)) ** 3
+    sh /= sh.sum(axis=1, keepdims=True)
+    disp, comb = moe_link_loads(top, sh)
+    for layer in range(4):
+        t = moe_traffic(sh[layer])
+        s, d = np.nonzero(t)
+        assert np.allclose(disp[layer], top.link_loads(s, d, t[s, d]), rtol=1e-12, atol=1e-15)
+        assert np.allclose(comb[layer], top.link_loads(d, s, t[s, d]), rtol=1e-12, atol=1e-15)
+        # the dispatch's busiest link is what alltoall_time reports for the same matrix
+        rt = alltoall_time(top, t).rounds[0]
+        assert (disp[layer] / top.link_bandwidths()).max() == pytest.approx(rt.bandwidth_s, rel=1e-12)
+    with pytest.raises(ValueError, match="cover"):
+        moe_link_loads(top, np.ones((1, top.cards + 1)))

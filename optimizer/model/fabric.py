@@ -844,6 +844,62 @@ def moe_dispatch_combine_time(top: Topology, bytes_out_per_card: float, share: O
     return CollectiveTime("direct", "moe_dispatch_combine", a.rounds + b.rounds)
 
 
+def moe_traffic(share: Sequence[float], bytes_per_card: float = 1.0) -> np.ndarray:
+    """Traffic matrix [p, p] of an MoE dispatch in which every card routes its tokens' copies
+    (``bytes_per_card`` in all, the local ones included) to card d in proportion to ``share[d]``,
+    the fraction of routed tokens card d's experts take: card s sends ``bytes_per_card x
+    share[d]`` to every d != s, and the ``share[s]`` part stays on s. A uniform share gives
+    :func:`uniform_alltoall` with ``bytes_per_card (p-1)/p`` out of every card; the combine is the
+    transpose. (:func:`skewed_alltoall` instead gives every card the same bytes out.)
+
+    Raises:
+        ValueError: a negative share.
+    """
+    w = np.asarray(share, dtype=float)
+    if (w < 0).any():
+        raise ValueError("expert load shares must be non-negative")
+    t = np.broadcast_to(bytes_per_card * w, (w.size, w.size)).copy()
+    np.fill_diagonal(t, 0.0)
+    return t
+
+
+def moe_link_loads(top: Topology, shares) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes on every directed link of the dispatch and of the combine of :func:`moe_traffic`
+    (1 byte per card) for each row of ``shares`` [layers, cards]: two arrays [layers,
+    directed_links] (for a group of parallel links, the load of each link).
+
+    The loads are linear in the shares: ``loads = A @ share`` with column d of ``A`` the loads of
+    one byte from every other card to card d (combine: from card d to every other), routed by
+    ``top.link_loads``. On a :class:`Torus` routing is translation invariant (dimension-ordered,
+    shortest way, ties split), so ``A`` comes from the flows to (and from) card 0 alone, shifted:
+    link ``(c, k, ±)`` carries for destination d what link ``(c - d, k, ±)`` carries for card 0.
+    Equal to ``link_loads`` of the explicit traffic matrix (``tests/test_fabric.py``).
+    """
+    sh = np.atleast_2d(np.asarray(shares, dtype=float))
+    p = top.cards
+    if sh.shape[1] != p:
+        raise ValueError(f"shares cover {sh.shape[1]} cards, the fabric has {p}")
+    others = np.arange(p)
+    if isinstance(top, Torus):
+        D = len(top.dims)
+        to0 = top.link_loads(others, np.zeros(p, dtype=np.int64), np.ones(p)).reshape(p, D, 2)
+        from0 = top.link_loads(np.zeros(p, dtype=np.int64), others, np.ones(p)).reshape(p, D, 2)
+        co = top._coords(others)
+        n = np.array(top.dims)
+        diff = (co[:, None, :] - co[None, :, :]) % n  # [c, d]: coordinates of c - d
+        idx = np.ravel_multi_index(tuple(np.moveaxis(diff, -1, 0)), top.dims)
+        # A[c, d, k, s] = to0[c - d, k, s]; loads[l, c, k, s] = sum_d share[l, d] A[c, d, k, s]
+        disp = np.einsum("ld,cdks->lcks", sh, to0[idx]).reshape(sh.shape[0], -1)
+        comb = np.einsum("ld,cdks->lcks", sh, from0[idx]).reshape(sh.shape[0], -1)
+        return disp, comb
+    a_disp = np.empty((top.directed_links, p))
+    a_comb = np.empty((top.directed_links, p))
+    for d in range(p):
+        a_disp[:, d] = top.link_loads(others, np.full(p, d), np.ones(p))
+        a_comb[:, d] = top.link_loads(np.full(p, d), others, np.ones(p))
+    return sh @ a_disp.T, sh @ a_comb.T
+
+
 # ----------------------------------------------------------------------------- the `fabric:` key
 
 PosFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]

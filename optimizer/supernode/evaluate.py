@@ -4,12 +4,17 @@ Re-derives every figure of each built instance from the inventory and the hardwa
 scalar arithmetic (no numpy, no shared code with :mod:`optimizer.supernode.perf` beyond the
 resolved problem) and checks the limits: cards, HBM per card (eq 6-1/6-14), host memory per
 server, ROM/SRAM per card, the memory pool, the per-token target, the sessions target. The
-solver's objective is recomputed from these figures.
+solver's objective is recomputed from these figures. With ``supernode.expert_load`` the cards'
+shares of the routed tokens are re-derived from the trace's fractions by interval overlap and
+the All-to-All's busiest link by closed forms per topology (:func:`_torus_skew`, :func:`_switched_skew`,
+:func:`cross_server_skew`), not by the
+fabric model's routing.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from optimizer.supernode.plan import SupernodePlan
 from optimizer.supernode.schema import Problem
@@ -51,6 +56,100 @@ def _ring_share(n: int, forward: bool) -> float:
         fwd, back = d, n - d
         total += fwd if fwd < back else (fwd / 2 if fwd == back else 0.0)
     return total
+
+
+def card_shares(load, cards: int) -> list[list[float]]:
+    """Each card's share of the routed tokens per layer: expert e holds ``[e S, (e+1) S)`` and
+    card d ``[d E, (d+1) E)`` in units of ``1 / (E S)``; card d takes ``f_e x overlap / S``."""
+    E, S = load.experts, cards
+    out = []
+    for fr in load.fractions:
+        row = [0.0] * S
+        for e, fe in enumerate(fr):
+            lo, hi = e * S, (e + 1) * S
+            d = lo // E
+            while d < S and d * E < hi:
+                row[d] += fe * (min(hi, (d + 1) * E) - max(lo, d * E)) / S
+                d += 1
+        out.append(row)
+    return out
+
+
+@lru_cache(maxsize=64)
+def _ring_tables(n: int) -> tuple[list[float], list[float]]:
+    """``g[t]``: the part of the flows to a card t steps ahead of a ring edge that use it (over
+    every source behind it); ``h[a]``: of the flows from a card a steps behind it (over every
+    destination ahead), shortest way with a tie split in half."""
+    def frac(length: int) -> float:
+        return 1.0 if length < n - length else (0.5 if length == n - length else 0.0)
+
+    g = [0.0] + [sum(frac(a + t) for a in range(n - t)) for t in range(1, n)]
+    h = [sum(frac(a + t) for t in range(1, n - a)) for a in range(n)]
+    return g, h
+
+
+def _torus_skew(dims: list[int], sh: list[float]) -> tuple[float, float]:
+    """Busiest directed link's bytes of the dispatch and of the combine (card d takes ``sh[d]``
+    of every other card's 1 byte of tokens) on a torus, dimension-ordered, C-order card index.
+
+    Along dimension k a flow s -> d sits at d's coordinates below k and s's above k, so edge
+    ``c_k -> c_k ± 1`` of the line at (prefix ``c_<k``, suffix ``c_>k``) carries, in the dispatch,
+    ``P_<k x sum_j W[c_<k][j] g(±(j - c_k))`` (W: the shares of the cards with that prefix and
+    coordinate j; every source prefix counts, ``P_<k`` of them) and in the combine
+    ``P_>k x sum_i V[i][c_>k] h(±(c_k - i))``."""
+    C = len(sh)
+    disp = comb = 0.0
+    for k, n in enumerate(dims):
+        below = 1
+        for m in dims[:k]:
+            below *= m
+        above = C // (below * n)
+        g, h = _ring_tables(n)
+        W = [[0.0] * n for _ in range(below)]
+        V = [[0.0] * above for _ in range(n)]
+        for d, x in enumerate(sh):
+            pre, rest = divmod(d, n * above)
+            j, suf = divmod(rest, above)
+            W[pre][j] += x
+            V[j][suf] += x
+        for sign in (1, -1):
+            for c in range(n):
+                for pre in range(below):
+                    disp = max(disp, below * sum(W[pre][j] * g[(sign * (j - c)) % n] for j in range(n)))
+                for suf in range(above):
+                    comb = max(comb, above * sum(V[i][suf] * h[(sign * (c - i)) % n] for i in range(n)))
+    return disp, comb
+
+
+def _switched_skew(size: int, ports: int, down: int | None, up: int | None, sh: list[float]) -> float:
+    """Busiest link's bytes (dispatch; the combine, its transpose, has the same maximum) when
+    card d takes ``sh[d]`` of every other card's 1 byte of tokens: a card port
+    ``max((1 - sh_s) / P, (C - 1) sh_d / P)``, a leaf of m cards holding share ``L`` up
+    ``m (1 - L) / (up P)`` and down ``(C - m) L / (up P)``."""
+    C = size
+    worst = max(max(1.0 - x for x in sh), (C - 1) * max(sh)) / ports
+    if down is not None and -(-C // down) > 1:
+        for start in range(0, C, down):
+            m = min(down, C - start)
+            L = sum(sh[start:start + m])
+            worst = max(worst, max(m * (1.0 - L), (C - m) * L) / (up * ports))
+    return worst
+
+
+def cross_server_skew(p: Problem, size: int) -> list[tuple[float, float]]:
+    """Per layer, the busiest card's NVLink and NIC bytes per byte of its tokens in a NIC-joined
+    instance (servers of ``server_cards`` in card order): on each path the larger of what a card
+    sends (the shares of the other cards of its server; of the other servers) and receives
+    (its share x the senders on that path)."""
+    s = p.hw.server_cards
+    out = []
+    for sh in card_shares(p.expert_load, size):
+        srv = [sum(sh[i:i + s]) for i in range(0, size, s)]
+        top = max(sh)
+        nv = max(max(srv[c // s] - sh[c] for c in range(size)), top * (s - 1))
+        nic = max(max(1.0 - srv[c // s] for c in range(size)), top * (size - s))
+        out.append((nv, nic))
+    return out
 
 
 def fabric_check(p: Problem, cand, size: int) -> dict:
@@ -102,6 +201,18 @@ def fabric_check(p: Problem, cand, size: int) -> dict:
             if leaves > 1:
                 per_byte = max(per_byte, max(m * (size - m) / (size - 1) for m in sizes) / (up * ports) / bw)
         latency_chips = hops - 1
+    out["per_byte_uniform"] = per_byte
+    if p.expert_load is not None:  # per byte a uniform exchange sends out, (S-1)/S of the tokens
+        out_share = (size - 1) / size
+        ks = []
+        for sh in card_shares(p.expert_load, size):
+            if cand.kind == "torus":
+                disp, comb = _torus_skew(list(cand.dims), sh)
+                ks.append((disp + comb) / 2 / bw / out_share)
+            else:
+                ks.append(_switched_skew(size, ports, cand.down_ports if cand.levels == 2 else None,
+                                         cand.up_ports, sh) / bw / out_share)
+        per_byte = sum(ks) / len(ks)
     cost = links * fs.link_cost_usd + chips * fs.switch_cost_usd + (
         fs.ub_cost_usd_per_host * hosts if cand.organisation == "endpoint+channel" else 0.0)
     return dict(out, per_byte=per_byte, latency=latency_chips * fs.hop_latency_s, links=links, chips=chips,
@@ -116,11 +227,20 @@ def _a2a(p: Problem, size: int, fabric: str, tokens: float, cand=None) -> float:
     if cand is not None:
         f = fabric_check(p, cand, size)
         return hw.nvlink_latency_s + f["latency"] + b * (size - 1) / size * f["per_byte"]
+    skew = p.expert_load
     if fabric == "scale_up":
-        return hw.nvlink_latency_s + b * (size - 1) / size / hw.nvlink_bandwidth
+        if skew is None:
+            return hw.nvlink_latency_s + b * (size - 1) / size / hw.nvlink_bandwidth
+        rows = card_shares(skew, size)
+        frac = sum(max(1.0 - min(sh), (size - 1) * max(sh)) for sh in rows) / len(rows)
+        return hw.nvlink_latency_s + b * frac / hw.nvlink_bandwidth
     s = min(size, hw.server_cards)
-    return max(hw.nvlink_latency_s + b * (s - 1) / size / hw.nvlink_bandwidth,
-               hw.nic_latency_s + b * (size - s) / size / hw.nic_bandwidth)
+    if skew is None:
+        return max(hw.nvlink_latency_s + b * (s - 1) / size / hw.nvlink_bandwidth,
+                   hw.nic_latency_s + b * (size - s) / size / hw.nic_bandwidth)
+    per = [max(hw.nvlink_latency_s + b * nv / hw.nvlink_bandwidth, hw.nic_latency_s + b * nic / hw.nic_bandwidth)
+           for nv, nic in cross_server_skew(p, size)]
+    return sum(per) / len(per)
 
 
 def _fetch_excess(p: Problem, tables: tuple[str, ...], n: float, base: float) -> float:

@@ -14,7 +14,7 @@ from constraints.supernode import target as sn_target
 from optimizer.budget import Budget
 from optimizer.result import Binding, Conflict, ConstraintKey, Status
 from optimizer.supernode.model import family_module
-from optimizer.supernode.perf import SCALE_UP, OptionResult, evaluate_option
+from optimizer.supernode.perf import SCALE_UP, OptionResult, a2a_time, evaluate_option
 from optimizer.supernode.schema import GB, Problem
 from optimizer.supernode.solve import SupernodeSolution, solve
 
@@ -96,12 +96,45 @@ def bytes_out(p: Problem, r: OptionResult) -> float:
     return r.sessions_per_card * p.inventory.dispatch_bytes_per_token * (S - 1) / S
 
 
+def skew_text(p: Problem, r: OptionResult) -> str:
+    """``""`` without ``supernode.expert_load``; else the skew's effect on the option's All-to-All:
+    the busiest card's share against ``1/S`` and the All-to-All against a uniform one."""
+    if p.expert_load is None or r.figures is None:
+        return ""
+    S = r.option.size
+    uniform = dataclasses.replace(p, expert_load=None)
+    t_u = float(a2a_time(uniform, r.option, float(r.sessions_per_card)))
+    ratio = p.expert_load.busiest_card_ratio(S)
+    return (f"; expert-load skew: busiest card {ratio:.2f}x the uniform 1/{S} share (mean over "
+            f"{p.expert_load.layers} trace layers), All-to-All {r.figures.t_a2a * 1e6:.2f} vs {t_u * 1e6:.2f} us uniform")
+
+
 def fabric_busiest(p: Problem, r: OptionResult) -> str:
     """The candidate fabric's busiest link in one All-to-All at the option's batch, in words."""
     from optimizer.supernode.fabric import busiest_text
 
     c = p.fabric.candidates[r.option.candidate]
     return f"{r.fabric.label}; busiest link {busiest_text(p.fabric, c, r.fabric, bytes_out(p, r))}"
+
+
+def budget_cut(p: Problem, r: OptionResult) -> tuple[str, str, str] | None:
+    """``(key, text, short)`` when the fabric's shared limits (``switch_chips[total]``,
+    ``fabric_power[total]``) cannot hold the domains of option ``r`` the plan needs (one, or
+    enough for ``target_sessions``); None otherwise."""
+    from constraints.supernode import fabric_budget as fb
+
+    fs, fg = p.fabric, r.fabric
+    if fg is None or not r.feasible or r.sessions_instance < 1:
+        return None
+    need = 1 if p.target_sessions is None else max(1, math.ceil(p.target_sessions / r.sessions_instance))
+    if fs.max_switch_chips is not None and need * fb.chips(r) > fs.max_switch_chips:
+        return (str(fb.CHIPS), f"{fb.CHIPS}: {need} domain(s) x {fb.chips(r):,} switch chips > at most "
+                               f"{fs.max_switch_chips:,}", f"switch_chips: {need * fb.chips(r):,} > {fs.max_switch_chips:,}")
+    if fs.max_power_w is not None and need * fb.power_w(r) > math.floor(fs.max_power_w + 1e-9):
+        return (str(fb.POWER), f"{fb.POWER}: {need} domain(s) x {fb.power_w(r) / 1e3:,.3f} kW > at most "
+                               f"{fs.max_power_w / 1e3:g} kW",
+                f"fabric_power: {need * fb.power_w(r) / 1e3:,.2f} > {fs.max_power_w / 1e3:g} kW")
+    return None
 
 
 def fabric_why_short(p: Problem, r: OptionResult, chosen: OptionResult) -> str | None:
@@ -113,6 +146,9 @@ def fabric_why_short(p: Problem, r: OptionResult, chosen: OptionResult) -> str |
         return "cannot be built: " + r.violations["fabric_ports"].split(":")[0].split(",")[0]
     if "connection_state" in r.violations:
         return f"{c.organisation} state > {p.fabric.cache_bytes / 1024:g} KiB cache beyond {fg.state_max_hosts:,} hosts"
+    cut = budget_cut(p, r)
+    if cut is not None:
+        return cut[2]
     if r.feasible and r.limit == "slo" and r.sessions_per_card < chosen.sessions_per_card:
         if "leaf" in fg.busiest_link:
             what = f"leaf uplinks {c.up_ports * fg.link_bandwidth / 1e9:g} GB/s bind"
@@ -134,10 +170,13 @@ def fabric_why(p: Problem, r: OptionResult, chosen: OptionResult) -> str | None:
     fg = r.fabric
     c = p.fabric.candidates[r.option.candidate]
     if "fabric_ports" in r.violations:
-        return f"cannot be built: {r.violations['fabric_ports']}"
+        return f"cannot be built: fabric_ports: {r.violations['fabric_ports']}"
     if "connection_state" in r.violations:
-        return (f"{c.organisation} state {fg.state_bytes / 1024:,.1f} KiB exceeds the {p.fabric.cache_bytes / 1024:g} "
+        return (f"connection_state: {c.organisation} state {fg.state_bytes / 1024:,.1f} KiB exceeds the {p.fabric.cache_bytes / 1024:g} "
                 f"KiB NIC cache beyond {fg.state_max_hosts:,} hosts ({fg.hosts} here)")
+    cut = budget_cut(p, r)
+    if cut is not None:
+        return cut[1]
     if r.feasible and r.limit == "slo" and r.sessions_per_card < chosen.sessions_per_card:
         return (f"per-token target holds N to {r.sessions_per_card} < {chosen.sessions_per_card}; All-to-All "
                 f"{busiest_text(p.fabric, c, fg, bytes_out(p, r))}")
@@ -180,7 +219,7 @@ def bindings(p: Problem, res: SupernodeSolution) -> list[Binding]:
                            f"= {f.t_comm / f.step:.0%} of the step"
                            + (" (NVLink)" if r.option.fabric == SCALE_UP else
                               f" ({fabric_busiest(p, r)})" if r.fabric is not None else
-                              " (NVLink inside a server, NIC across)")))
+                              " (NVLink inside a server, NIC across)") + skew_text(p, r)))
         if r.fabric is not None:
             fg = r.fabric
             cache = p.fabric.cache_bytes
@@ -232,6 +271,8 @@ def alternatives(p: Problem, res: SupernodeSolution, limit: int = 16) -> list[di
                 seen_place.add(place)
                 picks.append(j)
     out = []
+    if p.fabric is not None and p.fabric.generated:  # every generated candidate is shown (the report may fold them)
+        limit += len(groups)
     for j in picks[:limit]:
         r = res.results[j]
         f = r.figures

@@ -16,6 +16,15 @@ Sources (reference chapter, section 6.7.4 and exercise 6-11):
   table rows in HBM. ``T_A2A = alpha + N x d x (S-1)/S / B_link`` inside one scale-up domain;
   an instance spanning servers over the NIC sends the share ``(S - s)/S`` (s cards per server)
   over the NIC and ``(s-1)/S`` over NVLink, concurrently (the slower one counts).
+  With ``supernode.expert_load`` (:mod:`optimizer.supernode.expert_load`) card d's experts take
+  ``share_d`` of the tokens and every card sends ``N d share_d`` to card d: the NVLink domain
+  takes its busiest port (a one-level switch of one port per card, the fabric model's
+  :func:`~optimizer.model.fabric.moe_link_loads`), ``T_A2A = alpha + N d x mean over the trace's
+  layers of (dispatch + combine) / 2 of max(max_s (1 - share_s), (S-1) max_d share_d) / B``; the
+  NIC-joined instance per layer the busiest card's bytes on each path, out (its tokens to the
+  other cards of its server / of other servers) or in (``share_d`` of every card of its
+  server / of the others), ``T_A2A = mean over layers of max(NVLink, NIC)``; a candidate fabric
+  its own busiest link (:mod:`optimizer.supernode.fabric`). The expert reads below stay uniform.
 * single-user token, eq 6-15: ``max(T_weight, T_KV, T_compute) / eta + T_comm + T_fixed`` with
   ``T_weight`` = replicated read / B_HBM, ``T_KV`` = one session's KV read over the KV tier,
   ``T_comm`` = a x MoE layers x T_A2A for one token, with a =
@@ -33,6 +42,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -166,27 +176,63 @@ def fabric_figures(p: Problem, opt: Option):
         return None
     from optimizer.supernode.fabric import figures as fabric_figs
 
-    return fabric_figs(p.fabric, p.fabric.candidates[opt.candidate], opt.size, p.hw.server_cards)
+    return fabric_figs(p.fabric, p.fabric.candidates[opt.candidate], opt.size, p.hw.server_cards, p.expert_load)
+
+
+@lru_cache(maxsize=256)
+def nvlink_skew_fraction(skew, size: int) -> float:
+    """Busiest NVLink port's bytes per byte of a card's tokens under ``skew``: the mean over the
+    trace's layers of (dispatch + combine) / 2, a one-level switch of one port per card
+    (:func:`optimizer.supernode.fabric.skewed_s_per_byte` at 1 B/s, times (S-1)/S); (S-1)/S uniform."""
+    from optimizer.model.fabric import Switched
+    from optimizer.supernode.fabric import skewed_s_per_byte
+
+    k, _label, _bw = skewed_s_per_byte(Switched(size, 1, max(size, 2), 1.0), skew.card_shares(size))
+    return k * (size - 1) / size
+
+
+@lru_cache(maxsize=256)
+def cross_server_skew_fractions(skew, size: int, server_cards: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer of the trace, the busiest card's NVLink and NIC bytes per byte of a card's
+    tokens for a NIC-joined instance of ``size`` cards, servers of ``server_cards`` in order:
+    ``max(out, in)`` on each path, with out = the shares of the other cards of its server (NIC:
+    of the other servers) and in = its share x (server_cards - 1) (NIC: x (size - server_cards));
+    ``(s-1)/S`` and ``(S-s)/S`` uniform. Dispatch and combine (the transpose) have the same maxima."""
+    sh = skew.card_shares(size)                                   # [layers, S]
+    srv = sh.reshape(sh.shape[0], size // server_cards, server_cards).sum(axis=2)
+    own = np.repeat(srv, server_cards, axis=1)                    # the card's server's share
+    nv = np.maximum((own - sh).max(axis=1), sh.max(axis=1) * (server_cards - 1))
+    nic = np.maximum((1.0 - own).max(axis=1), sh.max(axis=1) * (size - server_cards))
+    return nv, nic
 
 
 def a2a_time(p: Problem, opt: Option, tokens_per_card):
     """One All-to-All (dispatch or combine) for ``tokens_per_card`` tokens per card, seconds.
 
     On a candidate fabric: ``alpha + (max chips x hop latency) + N d (S-1)/S x k`` with ``k`` the
-    busiest directed link's seconds per byte leaving a card (:mod:`optimizer.supernode.fabric`)."""
+    busiest directed link's seconds per byte leaving a card (:mod:`optimizer.supernode.fabric`);
+    with an expert-load skew, the busiest link under it (module docstring)."""
     hw, inv, S = p.hw, p.inventory, opt.size
     b = np.asarray(tokens_per_card, dtype=float) * inv.dispatch_bytes_per_token
     if S <= 1 or inv.moe_layers == 0:
         return 0.0 * b
+    skew = p.expert_load
     if opt.fabric == FABRIC:
         fg = fabric_figures(p, opt)
         return hw.nvlink_latency_s + fg.a2a_latency_s + b * (S - 1) / S * fg.a2a_s_per_byte
     if opt.fabric == SCALE_UP:
-        return hw.nvlink_latency_s + b * (S - 1) / S / hw.nvlink_bandwidth
+        share = (S - 1) / S if skew is None else nvlink_skew_fraction(skew, S)
+        return hw.nvlink_latency_s + b * share / hw.nvlink_bandwidth
     s = min(S, hw.server_cards)
-    inside = hw.nvlink_latency_s + b * (s - 1) / S / hw.nvlink_bandwidth
-    outside = hw.nic_latency_s + b * (S - s) / S / hw.nic_bandwidth
-    return np.maximum(inside, outside)
+    if skew is None:
+        inside = hw.nvlink_latency_s + b * (s - 1) / S / hw.nvlink_bandwidth
+        outside = hw.nic_latency_s + b * (S - s) / S / hw.nic_bandwidth
+        return np.maximum(inside, outside)
+    nv, nic = cross_server_skew_fractions(skew, S, s)
+    bb = b[..., None]
+    inside = hw.nvlink_latency_s + bb * nv / hw.nvlink_bandwidth
+    outside = hw.nic_latency_s + bb * nic / hw.nic_bandwidth
+    return np.maximum(inside, outside).mean(axis=-1)
 
 
 def fetch_times(p: Problem, opt: Option, tokens_per_card) -> dict[str, tuple[np.ndarray, int]]:

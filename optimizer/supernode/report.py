@@ -1,6 +1,7 @@
 """The supernode report: the result envelope (``to_dict``) and the rich tables (``render``)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +11,9 @@ from optimizer.supernode.explain import LIMIT_NAMES, SupernodeExplanation, fabri
 from optimizer.supernode.perf import SCALE_UP
 from optimizer.supernode.schema import GB, Problem
 from optimizer.supernode.solve import SupernodeSolution
+
+GENERATED_SHOWN = 12   # generated fabric candidates: the others the table shows besides the chosen and the cuts
+GENERATED_CHEAPER = 4  # ... of which at least this many with a cheaper fabric than the chosen one (when there are)
 
 DEFINITIONS = {
     "weights_per_card_gb": "bytes each card stores for weights, eq 6-14: replicated resident + (routed experts + "
@@ -21,7 +25,8 @@ DEFINITIONS = {
                "2 x MoE layers x T_A2A + prefetch excess + T_fixed, ms",
     "hbm_reads_gb": "bytes one card reads from HBM per step: replicated read + expected routed experts touched "
                     "(uniform routing over N x S tokens) + KV read x N (KV in HBM) + table rows in HBM, GB",
-    "t_a2a_us": "one All-to-All (dispatch or combine): latency + N x dispatch bytes x (S-1)/S / link bandwidth, us",
+    "t_a2a_us": "one All-to-All (dispatch or combine): latency + N x dispatch bytes x (S-1)/S / link bandwidth (a "
+                "candidate fabric: its busiest link; with expert_load: the busiest link under the trace's skew), us",
     "tokens_per_s_per_card": "decode tokens per second per card, N / step, tokens/s",
     "single_user_ms": "batch-1 token, eq 6-15: max(T_weight, T_KV, T_compute) / eta + T_comm + T_fixed with "
                       "T_weight = replicated read / B_HBM and T_comm = 2 x MoE layers x T_A2A(1 token), ms",
@@ -39,6 +44,11 @@ DEFINITIONS = {
                       "busiest directed link of one uniform All-to-All at the option's batch (MB, GB/s), "
                       "connection state per NIC (KiB) for hosts = S / server_cards, cost (USD), power (kW)",
     "fabric_bill": "switch chips, port links, power (kW) and cost (USD, cards included) of every built domain",
+    "fabric_candidates": "generated fabric candidates (supernode.fabric without candidates): topologies made for the "
+                         "sizes (tori of 1-3 dims >= 2 per size, one level, two-level down/up splits), candidates = "
+                         "topologies x organisations, options cut per limit family, options that can be built, chosen",
+    "expert_load": "routing trace whose per-layer expert load fractions (windows summed) skew the All-to-All: each "
+                   "card takes its experts' share, the busiest link of dispatch and combine per layer, mean over layers",
 }
 
 
@@ -177,6 +187,44 @@ class SupernodeReport:
         return {"switch_chips": ev.switch_chips, "port_links": ev.port_links, "power_kw": ev.fabric_power_w / 1e3,
                 "fabric_cost_usd": fabric_cost, "cost_usd": ev.cost_usd, "per_domain": domains}
 
+    def fabric_candidates(self) -> dict[str, Any]:
+        """Generated fabric candidates: the topologies made for the problem's sizes (tori per
+        size, one level, the two-level splits), how many options each limit cut, how many can
+        be built, and the chosen candidate(s)."""
+        p, res = self.problem, self.solution
+        fs = p.fabric
+        tops = fs.topologies
+        tori: dict[str, list[str]] = {}
+        for t in tops:
+            if t.kind == "torus":
+                tori.setdefault(str(math.prod(t.dims)), []).append(t.topology_label())
+        splits = [f"{t.down_ports}/{t.up_ports}" for t in tops if t.kind == "switched" and t.levels == 2]
+        cut: dict[str, int] = {}
+        for r in res.results:
+            for fam in r.violations:
+                cut[fam] = cut.get(fam, 0) + 1
+        chosen = sorted({fs.candidates[res.results[j].option.candidate].label for j in res.plan.counts})
+        return {"generated": True, "topologies": len(tops), "candidates": len(fs.candidates),
+                "organisations": list(dict.fromkeys(c.organisation for c in fs.candidates)),
+                "tori": tori, "one_level": any(t.kind == "switched" and t.levels == 1 for t in tops),
+                "two_level_splits": splits, "split_step_ports": fs.split_step_ports,
+                "options": len(res.results), "cut": dict(sorted(cut.items())),
+                "buildable": sum(1 for r in res.results if r.feasible), "chosen": chosen}
+
+    def expert_load(self) -> dict[str, Any]:
+        """The routing trace behind the skewed All-to-All and its effect on every built option."""
+        from optimizer.supernode.explain import skew_text
+
+        p, res = self.problem, self.solution
+        e = p.expert_load
+        built = {}
+        for j in sorted(res.plan.counts):
+            r = res.results[j]
+            built[r.option.label(p)] = {"busiest_card_share_x_uniform": e.busiest_card_ratio(r.option.size),
+                                        "detail": skew_text(p, r).lstrip("; ")}
+        return {"trace": e.file, "format": e.format, "windows": e.windows, "layers": e.layers, "experts": e.experts,
+                "placement": "experts in order over the cards (no rebalancing)", "built": built}
+
     def plan_dict(self) -> dict[str, Any] | None:
         res, ev, p = self.solution, self.evaluation, self.problem
         if res.plan is None or ev is None:
@@ -190,6 +238,8 @@ class SupernodeReport:
             "tiers": self.tiers(),
             "flip_thresholds": self.thresholds,
             **({"fabric_bill": self.fabric_bill()} if p.fabric is not None else {}),
+            **({"fabric_candidates": self.fabric_candidates()} if p.fabric is not None and p.fabric.generated else {}),
+            **({"expert_load": self.expert_load()} if p.expert_load is not None else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -222,6 +272,44 @@ class SupernodeReport:
             definitions=DEFINITIONS,
             achievable=self.achievable,
         )
+
+    def _shown_fabrics(self, rows: list[dict]) -> list[dict]:
+        """Of the generated candidates' rows: the chosen; of the others that can be built the
+        :data:`GENERATED_SHOWN` best by the objective (candidate order among equals), at least
+        :data:`GENERATED_CHEAPER` of them the dearest whose fabric costs less than the chosen one's
+        (what the saving would miss); the first candidate cut by each limit; in candidate order."""
+        from optimizer.supernode.explain import metric
+
+        p, res = self.problem, self.solution
+        by_label = {r.option.label(p): r for r in res.results}
+        keep = {i for i, x in enumerate(rows) if x["why"] == "chosen"}
+        chosen_usd = min((rows[i]["fabric_figures"]["cost_usd"] for i in keep), default=0.0)
+        others = [i for i, x in enumerate(rows) if x["feasible"] and i not in keep]
+        cheaper = sorted((i for i in others if rows[i]["fabric_figures"]["cost_usd"] < chosen_usd),
+                         key=lambda i: (-rows[i]["fabric_figures"]["cost_usd"], i))[:GENERATED_CHEAPER]
+        ranked = sorted((i for i in others if i not in cheaper),
+                        key=lambda i: (-metric(p, by_label[rows[i]["option"]]), i))
+        keep |= set(cheaper) | set(ranked[:GENERATED_SHOWN - len(cheaper)])
+        seen: set[str] = set()
+        for i, x in enumerate(rows):
+            fams = sorted(by_label[x["option"]].violations)
+            if fams and fams[0] not in seen:
+                seen.add(fams[0])
+                keep.add(i)
+        return [rows[i] for i in sorted(keep)]
+
+    @staticmethod
+    def _generated_lines(gen: dict, total: int, shown: int) -> list[str]:
+        tori = "; ".join(f"S={S}: {', '.join(t.removeprefix('torus ') for t in v)}" for S, v in gen["tori"].items())
+        splits = gen["two_level_splits"]
+        sw = (["switched 1 level"] if gen["one_level"] else []) + (
+            [f"{len(splits)} two-level splits {splits[0]} to {splits[-1]} (step {gen['split_step_ports']} port"
+             f"{'s' if gen['split_step_ports'] != 1 else ''})"] if splits else [])
+        cut = ", ".join(f"{k} {v}" for k, v in gen["cut"].items()) or "none"
+        return [f"generated fabric candidates: {gen['topologies']} topologies (tori {tori}; {'; '.join(sw)}) x "
+                f"{len(gen['organisations'])} organisation(s) = {gen['candidates']} candidates, {gen['options']} "
+                f"options; cut: {cut}; {gen['buildable']} can be built; chosen: {', '.join(gen['chosen'])}",
+                f"table: {shown} of {total} candidates (every one in the JSON alternatives)"]
 
     # ------------------------------------------------------------------ tables
     def render(self, console) -> None:
@@ -263,14 +351,17 @@ class SupernodeReport:
         if self.problem.fabric is None:
             console.print(a)
         else:
-            ft = Table(title="Fabrics compared (one domain each; why each lost)")
+            gen = plan.get("fabric_candidates")
+            rows = [x for x in d["alternatives"] if x.get("fabric_figures") is not None]
+            shown = self._shown_fabrics(rows) if gen else rows
+            ft = Table(title="Fabrics compared (one domain each; why each lost)" if not gen else
+                       f"Fabrics compared (generated: the chosen, {GENERATED_SHOWN} others by {o['name']} and "
+                       f"cheaper fabric, one of each cut; one domain each; why each lost)")
             for col in ("fabric", "links/chips/hops", "busiest link, All-to-All", "N/card", "tok/s/card",
                         "fabric USD", "why not"):
                 ft.add_column(col)
-            for x in d["alternatives"]:
+            for x in shown:
                 fx = x.get("fabric_figures")
-                if fx is None:
-                    continue
                 busy = (f"{fx['busiest_link'].split(' (')[0]} {fx['a2a_us']:,.1f} us"
                         if fx.get("busiest_link") and fx.get("a2a_us") else "-")
                 ft.add_row(escape(fx["candidate"] if len({a["size"] for a in d["alternatives"]}) == 1
@@ -282,6 +373,9 @@ class SupernodeReport:
                            f"{fx['cost_usd']:,.0f}",
                            escape(x["why_short"]))
             console.print(ft)
+            if gen:
+                for line in self._generated_lines(gen, len(rows), len(shown)):
+                    console.print(escape(line))
             bill = plan["fabric_bill"]
             console.print(escape(f"fabric bill: {bill['switch_chips']:,} switch chips, {bill['port_links']:,} port "
                                  f"links, {bill['power_kw']:,.2f} kW, {bill['fabric_cost_usd']:,.0f} USD "
@@ -310,6 +404,10 @@ class SupernodeReport:
             r = tiers["rom"]
             lines.append(f"rom: {r['hops']} hops x {r['latency_per_hop_us']:g} us, {r['bandwidth_gb_s']:g} GB/s, "
                          f"{r['capacity_gb']:g} GB per card")
+        if "expert_load" in plan:
+            e = plan["expert_load"]
+            lines.append(f"expert load: {e['trace']} ({e['format']}, {e['windows']} windows summed, {e['layers']} layers "
+                         f"x {e['experts']} experts, {e['placement']}); All-to-All timed by the busiest link under it")
         for line in lines:
             console.print(escape(line))
         b = Table(title="Binding limits")

@@ -22,6 +22,7 @@ from optimizer.errors import InputError
 if TYPE_CHECKING:
     from objectives.supernode import SupernodeObjective
 from optimizer.model.decode import DecodeInventory
+from optimizer.supernode.expert_load import ExpertLoad, ExpertLoadIn, resolve_expert_load
 from optimizer.supernode.fabric import FabricSectionIn, FabricSpec, resolve_fabric
 from optimizer.schema_base import MAX_SERVERS, StrictModel, existing_file, read_yaml, validate, validation_error_to_input_error
 
@@ -125,6 +126,8 @@ class SupernodeIn(StrictModel):
     target_sessions: Optional[PosInt] = None
     # the scale-up fabric as a decision (optimizer/supernode/fabric.py); None: the system's NVLink
     fabric: Optional["FabricSectionIn"] = None
+    # routing skew of the All-to-All (optimizer/supernode/expert_load.py); None: uniform routing
+    expert_load: Optional[ExpertLoadIn] = None
 
 
 class InstanceIn(StrictModel):
@@ -197,6 +200,7 @@ class Problem:
     target_sessions: int | None
     objective: "SupernodeObjective"  # resolved by load (objectives/supernode/)
     fabric: FabricSpec | None = None  # candidate scale-up fabrics (None: the system's NVLink domain)
+    expert_load: ExpertLoad | None = None  # routing skew of the All-to-All (None: uniform)
 
 
 def pool_bandwidth(path_bandwidth: float, in_flight: int, transaction_bytes: float, round_trip_s: float) -> float:
@@ -320,7 +324,7 @@ def resolve(inst: InstanceIn, path: str | Path, objective: "SupernodeObjective")
         InputError: unknown system or card, a size that does not divide the cards or exceeds
             the scale-up domain, an unknown or undeclared tier, a table larger than every tier
             it may use, a context longer than the model accepts, the cards objective without
-            ``target_sessions``.
+            ``target_sessions``, an unreadable ``expert_load`` trace.
     """
     path = Path(path)
     s = inst.supernode
@@ -398,7 +402,8 @@ def resolve(inst: InstanceIn, path: str | Path, objective: "SupernodeObjective")
                                                        f"tier it may use at the largest size ({listed})")
     if objective.needs_target and s.target_sessions is None:
         raise InputError(path, "supernode.target_sessions", f"the {objective.name} objective needs a target_sessions")
-    fabric = None if s.fabric is None else resolve_fabric(s.fabric, path)
+    fabric = None if s.fabric is None else resolve_fabric(s.fabric, path, sizes)
+    skew = None if s.expert_load is None else resolve_expert_load(s.expert_load, path, inv.routed_experts)
     if objective.needs_fabric and fabric is None:
         raise InputError(path, "supernode.fabric", f"the {objective.name} objective needs a fabric section")
     if fabric is not None:
@@ -414,7 +419,7 @@ def resolve(inst: InstanceIn, path: str | Path, objective: "SupernodeObjective")
         reserve_bytes=s.reserve_gib_per_card * GIB, slo_s=s.slo_ms_per_token * 1e-3,
         overlap_efficiency=s.overlap_efficiency, fixed_s=s.fixed_us_per_token * 1e-6,
         single_user_a2a=s.single_user_all_to_all_per_moe_layer, table_tiers=per_table, kv_tiers=tuple(dict.fromkeys(s.kv_tiers)), target_sessions=s.target_sessions,
-        objective=objective, fabric=fabric)
+        objective=objective, fabric=fabric, expert_load=skew)
 
 
 def load(raw: dict[str, Any], path: str | Path, objective: str | None) -> Problem:
