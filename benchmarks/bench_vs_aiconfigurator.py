@@ -327,12 +327,12 @@ def aic_config_in_product(q: dict, aic: dict, mode: str, tmp: Path, env: dict) -
         d, wall, built, _ = product(raw, ["estimate"], tmp, env)
     except RuntimeError as exc:
         return {"error": str(exc).splitlines()[-1][-300:], "concurrency": conc}
-    f = d["estimates"][0]["figures"]
+    f = d["plan"]["estimates"][0]["figures"]
     # diagnostic: the same workers under open-loop Poisson arrivals at the rate the closed loop
     # reached (the traffic the product's optimiser sizes for)
     raw["serving"]["traffic"] = {"rate_rps": round(f["request_rate_rps"], 3), "isl": q["isl"], "osl": q["osl"]}
     raw["name"] = f"{q['name']}-aic-{mode}-open"
-    o = product(raw, ["estimate"], tmp, env)[0]["estimates"][0]["figures"]
+    o = product(raw, ["estimate"], tmp, env)[0]["plan"]["estimates"][0]["figures"]
     return {"concurrency": conc, "chunk_tokens": chunk, "workers": workers, "wall_s": wall,
             "open_loop": {"rate_rps": round(f["request_rate_rps"], 3), "attainment": o["attainment"],
                           "ttft_p90_ms": o["ttft_ms"]["p90"], "tpot_p90_ms": o["tpot_ms"]["p90"]},

@@ -411,7 +411,15 @@ def estimate_cmd(instance: Path, fmt: str, requests: int | None) -> None:
         _exit_bad_input(exc, instance, what="cannot read: ")
     _print_warnings()
     if fmt == "json":
-        click.echo(json.dumps({"estimates": [e.to_dict() for e in res]}, indent=2, default=_json_default))
+        from optimizer.result import Status, envelope
+        from optimizer.serving.estimate import DEFINITIONS
+
+        env = envelope("serving-estimate", res[0].problem.name if res else instance.stem, Status.ESTIMATED, None,
+                       {"estimates": [e.to_dict() for e in res]},
+                       {"name": "closed/open-loop simulation of serving.fixed (no search)", "status": "estimated",
+                        "time_s": sum(e.time_s for e in res), "gap": None, "method": "estimate", "bound_method": None},
+                       definitions=DEFINITIONS)
+        click.echo(json.dumps(env, indent=2, default=_json_default))
     else:
         from rich.console import Console
 

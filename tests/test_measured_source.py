@@ -170,7 +170,7 @@ def test_gpu_without_database_measured_refuses_auto_falls_back(tmp_path):
     r = run("estimate", write(tmp_path, raw), "--format", "json", "--requests", "20")
     assert r.exit_code == 0, r.output
     assert "auto: timed by the analytic roofline" in r.stderr
-    d = json.loads(r.stdout)["estimates"][0]
+    d = json.loads(r.stdout)["plan"]["estimates"][0]
     assert d["timing"]["h800-sxm"]["source"] == "analytic"
 
 
@@ -228,7 +228,7 @@ def test_closed_loop_obeys_littles_law(tmp_path):
     raw["serving"]["fixed"]["workers"] = [{"role": "aggregated", "tp": 4, "count": 2}]
     r = run("estimate", write(tmp_path, raw), "--format", "json", "--requests", "600")
     assert r.exit_code == 0, r.output
-    f = json.loads(r.stdout)["estimates"][0]["figures"]
+    f = json.loads(r.stdout)["plan"]["estimates"][0]["figures"]
     assert f["completed"] == 600
     assert f["request_rate_rps"] * f["e2e_ms"]["mean"] / 1e3 == pytest.approx(24, rel=0.02)
 
@@ -255,7 +255,7 @@ def test_estimate_example_instance_runs():
     """The docs' example: aiconfigurator's README configuration (4 x TP8, 64 users) with measured kernels."""
     r = run("estimate", INSTANCES / "estimate" / "qwen32b_h200_tp8x4.yaml", "--format", "json", "--requests", "256")
     assert r.exit_code == 0, r.output
-    d = json.loads(r.stdout)["estimates"][0]
+    d = json.loads(r.stdout)["plan"]["estimates"][0]
     assert d["timing"]["h200-sxm"]["source"] == "measured" and d["gpus"] == 32
     f = d["figures"]
     assert f["request_rate_rps"] * f["e2e_ms"]["mean"] / 1e3 == pytest.approx(64, rel=0.02)
@@ -338,7 +338,7 @@ def _four_users(tmp_path, engine: str | None) -> dict:
         raw["performance"]["engine"] = engine
     r = run("estimate", write(tmp_path, raw), "--format", "json", "--requests", "4")
     assert r.exit_code == 0, r.output
-    return json.loads(r.stdout)["estimates"][0]["figures"]
+    return json.loads(r.stdout)["plan"]["estimates"][0]["figures"]
 
 
 def test_sglang_runs_each_prefill_batch_alone(tmp_path):
@@ -463,7 +463,7 @@ def test_calibrate_serving_runs_leave_one_group_out(tmp_path):
     raw["serving"]["traffic"]["concurrency"] = 8
     r = run("estimate", write(tmp_path, raw), "--format", "json", "--requests", "16")
     assert r.exit_code == 0, r.output
-    t = json.loads(r.stdout)["estimates"][0]["timing"]["h200-sxm"]
+    t = json.loads(r.stdout)["plan"]["estimates"][0]["timing"]["h200-sxm"]
     assert t["calibrated"] and "calibrated (cal.yaml" in t["why"]
     assert t["error_band"]["ttft_median_abs_error"] == pytest.approx(d["leave_one_group_out"]["ttft_median_abs_error"], abs=1e-4)
     # fitted on one source, applied to another: refused

@@ -38,3 +38,24 @@ def test_pareto_json_is_the_result_envelope(cli, tmp_path):
     jsonschema.validate(d, SCHEMA)
     assert d["problem"] == "serving-pareto" and d["objective"]["name"] == "gpus"
     assert d["plan"]["curves"] and json.loads((tmp_path / "par" / "pareto.json").read_text())["plan"] == d["plan"]
+
+
+def test_estimate_json_is_the_result_envelope():
+    """`optimize estimate --format json` printed a bare ``{"estimates": [...]}`` (a fresh user's
+    schema check failed); it is the one envelope now, status ``estimated``, the estimates under
+    plan, every figure defined."""
+    import subprocess
+    import sys
+
+    inst = INSTANCES / "estimate" / "qwen32b_h200_tp8x4.yaml"
+    r = subprocess.run([sys.executable, "-m", "optimizer.cli", "estimate", str(inst), "--format", "json"],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    jsonschema.validate(d, SCHEMA)
+    assert d["problem"] == "serving-estimate" and d["status"] == "estimated" and d["objective"] is None
+    est = d["plan"]["estimates"]
+    assert est and all(e["figures"]["ttft_ms"]["mean"] > 0 for e in est)
+    for k in est[0]["figures"]:
+        if k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment", "tokens_per_s_per_gpu", "tokens_per_s_per_user"):
+            assert f"plan.estimates[].figures.{k}" in d["definitions"]

@@ -21,6 +21,22 @@ from optimizer.serving.schema import Problem
 from optimizer.serving.simulate import SimResult, simulate
 
 
+DEFINITIONS = {
+    "plan.estimates[]": "one simulation of serving.fixed per traffic point (a concurrency or a rate)",
+    "plan.estimates[].traffic": "closed loop: concurrency (users); open loop: rate_rps (Poisson)",
+    "plan.estimates[].workers[]": "the fixed workers: layout label, count, GPUs each, max batch",
+    "plan.estimates[].figures.ttft_ms": "time to first token, ms (mean, p50, p90, p99 over completed requests)",
+    "plan.estimates[].figures.tpot_ms": "time per output token after the first, ms (mean, p50, p90, p99)",
+    "plan.estimates[].figures.itl_ms": "mean inter-token latency, ms",
+    "plan.estimates[].figures.e2e_ms": "request end-to-end latency, ms (mean, p50, p90, p99)",
+    "plan.estimates[].figures.attainment": "share of completed requests meeting both the TTFT and TPOT targets",
+    "plan.estimates[].figures.tokens_per_s_per_gpu": "output tokens/s over the simulated span per GPU of the plan",
+    "plan.estimates[].figures.tokens_per_s_per_user": "output tokens/s of one request while it decodes (1 / TPOT)",
+    "plan.estimates[].timing": "per pool: the step-time source (analytic or measured) and its stated error band",
+    "solver.time_s": "wall time of the simulations, seconds (no search runs)",
+}
+
+
 @dataclass(frozen=True)
 class Estimate:
     """The simulated figures of one fixed plan under one traffic (a rate or a concurrency)."""
