@@ -25,7 +25,7 @@ MAX_GPUS_PER_SERVER = 1024
 class StrictModel(BaseModel):
     """Base of every input model: frozen, unknown keys rejected, no coercion of str to number."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class RopeScalingIn(StrictModel):

@@ -46,7 +46,7 @@ Share = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 
 
 class _In(StrictModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=False, allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class ModelIn(_In):
