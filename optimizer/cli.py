@@ -99,6 +99,9 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         if deploy is not None and spec.section != "serving":
             raise InputError("--deploy", deploy, f"applies to the serving problem only (this instance is {spec.section})")
         if pareto is not None:
+            if deploy is not None:
+                raise InputError("--deploy", deploy, "does not apply with --pareto (a front has no one plan to deploy; "
+                                                     "solve the chosen point without --pareto)")
             if plot_dir is not None:
                 raise InputError("--plot", str(plot_dir), "does not apply with --pareto (pareto.png goes to --output)")
             _pareto(raw, instance, spec, objective, Budget.for_command(time_limit, started, PARETO_OUTPUT_S), output_dir, pareto,

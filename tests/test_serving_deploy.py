@@ -199,3 +199,56 @@ def test_memory_plan_is_at_least_what_the_plan_assumed():
     mem = pm.hw.gpu.memory_bytes
     assert m["vllm"] * mem - pm.weight_bytes_per_gpu(w.layout) - pm.reserve_bytes >= need
     assert not m["capped"] and re.fullmatch(r"0\.\d\d", f"{m['vllm']:.2f}")
+
+
+def test_every_engine_pod_gets_shared_memory_and_the_token_secret(outputs):
+    """NCCL between a pod's GPUs needs /dev/shm beyond the pod's 64 MiB default: every engine
+    container mounts a memory-backed emptyDir there, and reads HF_TOKEN from an optional Secret."""
+    for d in outputs.values():
+        for f in (d / "deploy").glob("kubernetes-*.yaml"):
+            for o in (x for x in yaml.safe_load_all(f.read_text()) if x and x["kind"] == "StatefulSet"):
+                spec = o["spec"]["template"]["spec"]
+                assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in spec["volumes"]
+                for c in spec["containers"]:
+                    assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+                    assert any(e["name"] == "HF_TOKEN" and e["valueFrom"]["secretKeyRef"]["optional"] for e in c["env"])
+
+
+def test_day_plan_deploys_each_window(cli, tmp_path):
+    """`--deploy kubernetes` on a day plan crashed (the day report had no placements); now each
+    window of the schedule gets its own deploy folder with valid manifests, one StatefulSet
+    replica per worker of that window."""
+    kv = pytest.importorskip("kubernetes_validate")
+    r = cli(INSTANCES / "serving_llama70b_day_windows.yaml", "--output", tmp_path, "--deploy", "kubernetes",
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    folders = sorted(tmp_path.glob("deploy_*"))
+    assert folders and (tmp_path / "result.json").exists()
+    for f in folders:
+        man = f / "kubernetes-vllm.yaml"
+        docs = [x for x in yaml.safe_load_all(man.read_text()) if x]
+        for obj in docs:
+            kv.validate(obj, "1.30.0", strict=True)
+        placed = json.loads((f / "deployment.json").read_text())
+        n = len({w["worker"] for w in placed["engines"]["vllm"]["workers"]})
+        assert sum(o["spec"]["replicas"] for o in docs if o["kind"] == "StatefulSet") == n
+    assert d["status"] in ("optimal", "feasible")
+
+
+def test_pareto_with_deploy_is_refused(cli, tmp_path):
+    r = cli(INSTANCES / "serving_llama70b_h100.yaml", "--pareto", "tpot", "--output", tmp_path, "--deploy", "kubernetes")
+    assert r.exit_code == 2 and "--deploy" in r.output and "--pareto" in r.output
+
+
+def test_eagle_without_a_draft_model_says_so():
+    """EAGLE without ``draft_hf_id`` printed the placeholder DRAFT_MODEL in the commands with no
+    word of it; the worker's launch notes now say to replace it (and say nothing once it is given)."""
+    from optimizer.serving.launch import launch_notes
+
+    w = Worker("decode", 0, Layout.tp(4), 4, max_batch=16)
+    p = _problem("serving_llama70b_h100.yaml", speculative={"method": "eagle", "tokens": 2, "acceptance": 0.7})
+    assert any("DRAFT_MODEL" in n and "draft_hf_id" in n for n in launch_notes(p, w))
+    q = _problem("serving_llama70b_h100.yaml", speculative={"method": "eagle", "tokens": 2, "acceptance": 0.7,
+                                                            "draft_hf_id": "yuhuili/EAGLE-X"})
+    assert not any("DRAFT_MODEL" in n for n in launch_notes(q, w))

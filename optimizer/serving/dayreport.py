@@ -157,16 +157,41 @@ class DayReport:
                 "engine_start_s": su.engine_start_s}
 
     # ------------------------------------------------------------------ files
+    def placements(self) -> list[tuple[str, list]]:
+        """Per window of the best mode's schedule: (folder tag ``_<window name>``, its workers placed on
+        servers, :func:`optimizer.serving.deploy.place`); windows without workers are left out."""
+        from optimizer.serving.deploy import place
+
+        s = self.solution
+        b = s.best
+        if b is None:
+            return []
+        out = []
+        for w, win in enumerate(s.problem.windows):
+            counts = {j: c for j, c in b.result.counts[w].items() if c}
+            if counts:
+                tag = "_" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in str(win.name))
+                out.append((tag, place(s.problem, s.workers[w], counts)))
+        return out
+
     def write(self, out: Path) -> list[Path]:
-        """``--output DIR``: ``schedule.png`` (none without a plan)."""
+        """``--output DIR``: ``schedule.png`` (none without a plan) and, per window of the schedule,
+        ``deploy_<window>/`` (the window's workers placed on servers, a script per worker,
+        ``router.sh``, ``deployment.json``; ``--deploy kubernetes`` adds the window's manifests):
+        scaling between windows is left to the cluster (apply the next window's folder)."""
         from optimizer.plots import NoPlot
+        from optimizer.serving import deploy
         from optimizer.serving.dayplots import write
 
         out.mkdir(parents=True, exist_ok=True)
+        files: list[Path] = []
         try:
-            return write(self, out)
+            files += write(self, out)
         except NoPlot:
-            return []
+            pass
+        for tag, placed in self.placements():
+            files += deploy.write(self.solution.problem, placed, out, tag)
+        return files
 
     # ------------------------------------------------------------------ tables
     def render(self, console) -> None:

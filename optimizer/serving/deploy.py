@@ -196,6 +196,7 @@ def write(p, placed: list[Placed], folder: Path, rate_tag: str = "") -> list[Pat
         if r is not None:
             f = d / "router.sh"
             f.write_text(f"#!/bin/sh\n# the P/D router, on server 0; set SERVER_0_HOST..SERVER_{servers - 1}_HOST\n"
+                         + (f"# {TOY_PROXY_NOTE}\n" if engine == "vllm" else "") +
                          f"set -eu\nexec {r}\n")
             f.chmod(0o755)
             files.append(f)
@@ -209,6 +210,13 @@ def write(p, placed: list[Placed], folder: Path, rate_tag: str = "") -> list[Pat
 
 
 # ------------------------------------------------------------------ kubernetes
+TOY_PROXY_NOTE = ("vLLM's P/D proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py) is an example in "
+                  "vLLM's source tree, not in the vllm-openai image: run it from a checkout of the same vLLM "
+                  "version (mount it and set the working directory), or use SGLang's router")
+# HF_TOKEN from a Secret named hf-token (key token) when it exists, for gated models
+_HF_TOKEN = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}}}]
+
+
 def _k8s_name(s: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in s.lower()).strip("-")[:50]
 
@@ -238,7 +246,7 @@ def manifests(p, placed: list[Placed], engine: str) -> tuple[list[dict], list[st
         if "--disaggregation-ib-device" in args:  # automatic detection in the pod
             k = args.index("--disaggregation-ib-device")
             del args[k:k + 2]
-        labels = {"app": app, "group": name}
+        labels = {"app": app, "group": name, "role": x0.role}
         lab = lambda: dict(labels)  # noqa: E731 - a copy each (no YAML anchors)
         gpus = x0.worker.gpus
         objs.append({"apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -247,13 +255,26 @@ def manifests(p, placed: list[Placed], engine: str) -> tuple[list[dict], list[st
                               "template": {"metadata": {"labels": lab()},
                                            "spec": {"containers": [{
                                                "name": engine, "image": IMAGE[engine].format(version=cmd.version),
-                                               "command": args, "env": env,
+                                               "command": args, "env": env + _HF_TOKEN,
                                                "ports": [{"containerPort": port, "name": "http"}],
                                                "resources": {"limits": {"nvidia.com/gpu": gpus},
-                                                             "requests": {"nvidia.com/gpu": gpus}}}]}}}})
+                                                             "requests": {"nvidia.com/gpu": gpus}},
+                                               "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
+                                               # NCCL between the pod's GPUs uses /dev/shm, 64 MiB by default in a pod
+                                               "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]}}}})
         objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": lab()},
                      "spec": {"clusterIP": "None", "selector": lab(),
                               "ports": [{"name": "http", "port": port, "targetPort": port}]}})
+    agg = [g for g, xs in groups.items() if g in svc and xs[0].role == "aggregated"]
+    if len(agg) > 1 or (agg and len(groups[agg[0]]) > 1):
+        # one Service over every aggregated pod: kube-proxy spreads connections over the workers
+        name = _k8s_name(f"{app}-aggregated")
+        port = DEFAULT_PORT[engine]
+        objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": {"app": app}},
+                     "spec": {"selector": {"app": app, "role": "aggregated"},
+                              "ports": [{"name": "http", "port": port, "targetPort": port}]}})
+        notes.append(f"Service {name}: connection-level balancing over the aggregated workers (not load-aware; "
+                     "a request router such as llm-d's or SGLang's router balances by queue)")
     pre = [(g, i) for g, xs in groups.items() if g in svc and xs[0].role == "prefill" for i in range(len(xs))]
     dec = [(g, i) for g, xs in groups.items() if g in svc and xs[0].role == "decode" for i in range(len(xs))]
     if pre and dec:
@@ -264,6 +285,7 @@ def manifests(p, placed: list[Placed], engine: str) -> tuple[list[dict], list[st
                     "--prefiller-hosts", *[pod(*k) for k in pre], "--prefiller-ports", *[str(port)] * len(pre),
                     "--decoder-hosts", *[pod(*k) for k in dec], "--decoder-ports", *[str(port)] * len(dec)]
             image = IMAGE[engine].format(version=launch(p, groups[pre[0][0]][0].worker, engine).version)
+            notes.append(TOY_PROXY_NOTE)
         else:
             args = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
             for k in pre:

@@ -326,6 +326,12 @@ def launch_notes(p: Problem, w: Worker) -> list[str]:
             out.append(f"vLLM --gpu-memory-utilization {m['vllm']:.2f} (memory less the plan's reserve): the plan fills "
                        f"the GPU, so vLLM's KV pool is short of the plan's {m['kv_gib_per_gpu']:.1f} GiB per GPU by the "
                        f"activations it profiles inside that budget; plan with a larger serving.reserve_gib_per_gpu")
+    sp = p.speculative
+    if sp is not None and sp.method != "mtp" and not sp.draft_hf_id and w.role != "prefill":
+        from optimizer.model.speculative import DRAFT_MODEL_PLACEHOLDER
+
+        out.append(f"speculative {sp.method}: no serving.speculative.draft_hf_id, so the commands carry the placeholder "
+                   f"{DRAFT_MODEL_PLACEHOLDER}: replace it with the draft model's name or path")
     return out
 
 
