@@ -117,6 +117,15 @@ def problem_spec_for(raw: dict[str, Any], path: Path) -> ProblemSpec:
         raise InputError(path, ", ".join(present), f"an instance holds one problem: give only one of {', '.join(present)}")
     if present:
         return specs[present[0]]
+    # a misspelt section (``servng:``) would otherwise select the problem the other keys imply
+    # and be reported as that problem's missing field
+    import difflib
+
+    for key in raw:
+        if isinstance(key, str) and key not in specs:
+            near = difflib.get_close_matches(key, list(specs), n=1, cutoff=0.75)
+            if near:
+                raise InputError(path, key, f"unknown top-level key (did you mean {near[0]}?)")
     implied = [s for s in specs.values() if s.also_selected_by & raw.keys()]
     if len(implied) == 1:
         return implied[0]

@@ -68,7 +68,10 @@ def validation_error_to_input_error(err: ValidationError, file: str | Path, pref
             p.startswith("function-") or p in {"str", "int", "float", "dict", "list", "bool", "none"}
             or p[:1].isupper() or "[" in p or p.startswith(("constrained-", "lax-or-strict", "json-or-python")))))
 
-    first = max(errors, key=lambda e: len(clean(e["loc"])))
+    # an unknown key first: a misspelt field (``bandwidth:``) also leaves the real one missing,
+    # and "unknown key" names the cause where "required field is missing" names the symptom
+    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+    first = max(unknown or errors, key=lambda e: len(clean(e["loc"])))
     field = _loc_to_field(clean(first["loc"]), prefix)
     # pydantic's wording names our classes ("a valid dictionary or instance of LinkIn"): say mapping
     msg = re.sub(r"valid dictionary or instance of \w+", "mapping", first["msg"])

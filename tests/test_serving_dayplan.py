@@ -309,3 +309,20 @@ def test_azure_conversation_day_plan():
         assert all(w["attainment"] >= 0.9 for w in m["windows"])
         assert m["static"]["gpu_hours"] >= m["gpu_hours"] - 1e-9 and m["saving"] is not None
     assert plan["saving"] is not None and plan["static_gpu_hours"] >= plan["gpu_hours"] - 1e-9
+
+
+def test_a_time_limit_that_cuts_the_simulations_is_not_called_optimal(cli):
+    """At --time-limit 2 the windows' simulations are cut: the status said optimal with no word
+    but a per-window note; now it is feasible and solver.cut_short names the windows."""
+    import json as _json
+
+    from tests.conftest import shared
+
+    shared("serving", "azure-llm-2023", "AzureLLMInferenceTrace_conv.csv")
+    r = cli(INSTANCES / "serving_azure_conv_day.yaml", "--time-limit", "1", "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = _json.loads(r.stdout)
+    cut = d["solver"].get("cut_short") or []
+    sims = [w.get("simulation_note") or "" for w in d["plan"]["modes"][d["plan"]["best_mode"]]["windows"]]
+    assert cut and len(cut) == sum(n.startswith("simulation cut") for n in sims)  # 1 s cannot simulate 12 windows
+    assert d["status"] == "feasible"

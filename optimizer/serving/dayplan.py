@@ -312,8 +312,14 @@ class ModeDay:
             return self.result.status
         if not self.ok:
             return Status.INFEASIBLE
-        cut = any(m > 1.0 for m in self.data.margins)
+        cut = any(m > 1.0 for m in self.data.margins) or bool(self.unchecked)
         return Status.FEASIBLE if cut else self.result.status
+
+    @property
+    def unchecked(self) -> tuple[int, ...]:
+        """Windows whose simulation the time limit cut: their SLO is not checked, so the plan is
+        not claimed optimal (its MILP value is, over the plans it priced)."""
+        return tuple(w for w, s in enumerate(self.sims) if s.note.startswith("simulation cut"))
 
 
 def plan_day_mode(p: Problem, workers: list[list[Worker]], mode: str, objective, budget: Budget,

@@ -123,6 +123,9 @@ class DayReport:
                   "milp_time_s": r.time_s if r is not None else None,
                   "objective": r.value if r is not None else None, "bound": r.bound if r is not None else None,
                   "gap": r.gap if r is not None else None}
+        if best is not None and best.unchecked:
+            solver["cut_short"] = [f"{p.windows[w].name}: simulation cut by the time limit (SLO not checked)"
+                                   for w in best.unchecked]
         conflicts = []
         if best is None:  # grouped by family, as every problem's conflicts are
             groups: dict[str, list[str]] = {}
@@ -203,6 +206,10 @@ class DayReport:
         o = d["objective"]
         console.print(f"[bold]{escape(p.name)}[/bold]  serving day plan, {len(p.windows)} windows, objective "
                       f"{o['name']} ({o['unit']}), mode {p.mode}  status [bold]{d['status']}[/bold]")
+        cut = d["solver"].get("cut_short") or []
+        if cut:
+            console.print(escape(f"time limit: {len(cut)} of {len(p.windows)} windows not simulated (their SLO is not "
+                                 "checked; status feasible, not optimal): give more --time-limit"))
         su = d["plan"].get("startup") if d["plan"] else None
         console.print(escape(f"traffic {p.traffic.source}; SLO TTFT {p.ttft_s * 1e3:g} ms, TPOT {p.tpot_s * 1e3:g} ms, "
                              f"p{p.percentile:g}, attainment {p.attainment:.0%}"

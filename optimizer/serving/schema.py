@@ -145,7 +145,8 @@ class FixedIn(_In):
 class SloIn(_In):
     ttft_ms: PosFloat
     tpot_ms: PosFloat
-    percentile: Annotated[float, Field(gt=0, lt=100)] = 90.0
+    percentile: Annotated[float, Field(ge=50, lt=100, description=(
+        "the latency percentile the targets hold at, in percent (90 for p90; 0.9 is refused, not read as p0.9)"))] = 90.0
     attainment: Annotated[float, Field(gt=0, lt=1)] = 0.9
 
 
@@ -733,4 +734,16 @@ def _prefix(tr: TrafficIn, traffic: Traffic, path: Path) -> Optional[PrefixReuse
     if tr.cache_hit_rate is None:
         raise InputError(path, "serving.traffic.prefix_tokens", "needs cache_hit_rate (the share of requests whose "
                                                                 "prefix is in the cache, 0..1)")
+    shortest = int(np.min(traffic.trace_isl if traffic.trace_isl is not None else traffic.isl))
+    if tr.prefix_tokens >= shortest:
+        if traffic.arrivals is None:
+            raise InputError(path, "serving.traffic.prefix_tokens",
+                             f"{tr.prefix_tokens} tokens is not shorter than the shortest prompt ({shortest} tokens): "
+                             "the shared prefix is part of every prompt")
+        from optimizer.errors import warn_input
+
+        n = int(np.sum((traffic.trace_isl if traffic.trace_isl is not None else traffic.isl) <= tr.prefix_tokens))
+        warn_input(path, "serving.traffic.prefix_tokens",
+                   f"{n} trace prompts are not longer than the {tr.prefix_tokens}-token prefix; "
+                   "each reuses at most its prompt less one token")
     return PrefixReuse(tr.prefix_tokens, float(tr.cache_hit_rate))
