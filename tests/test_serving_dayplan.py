@@ -326,3 +326,12 @@ def test_a_time_limit_that_cuts_the_simulations_is_not_called_optimal(cli):
     sims = [w.get("simulation_note") or "" for w in d["plan"]["modes"][d["plan"]["best_mode"]]["windows"]]
     assert cut and len(cut) == sum(n.startswith("simulation cut") for n in sims)  # 1 s cannot simulate 12 windows
     assert d["status"] == "feasible"
+
+
+def test_windows_shorter_than_a_request_warn(cli, tmp_path):
+    """Windows shorter than a request's lifetime at the SLO were accepted silently (3-second windows
+    reported fewer GPU-hours than 5-minute ones: requests are not carried across windows)."""
+    r = cli(write(tmp_path, day_raw(lengths=(0.05, 0.05, 0.05)), "short.yaml"), "--format", "json")
+    assert r.exit_code == 0 and "shorter than a request's lifetime" in r.stderr
+    r = cli(write(tmp_path, day_raw(), "long.yaml"), "--format", "json")
+    assert r.exit_code == 0 and "shorter than a request's lifetime" not in r.stderr

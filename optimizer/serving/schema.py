@@ -693,6 +693,18 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
     ttft_s, tpot_s, margin = s.slo.ttft_ms * 1e-3, s.slo.tpot_ms * 1e-3, None
     if s.slo_margin == "band":
         ttft_s, tpot_s, margin = _with_band(pools, performance, ttft_s, tpot_s, path)
+    if windows:
+        life = ttft_s + traffic.mean_osl * tpot_s  # a request's lifetime at the SLO, s
+        # a split trace's last window ends with the trace and may be short by itself
+        body = windows[:-1] if s.traffic.window_min is not None and len(windows) > 1 else windows
+        short = min(w.length_s for w in body)
+        if short < life:
+            from optimizer.errors import warn_input
+
+            warn_input(path, "serving.traffic.windows" if s.traffic.windows else "serving.traffic.window_min",
+                       f"a window of {short:g} s is shorter than a request's lifetime at the SLO ({life:.3g} s: "
+                       "TTFT + mean OSL x TPOT): requests run past their window, which the day plan does not "
+                       "carry over, so its GPU-hours are low")
     return Problem(
         name=inst.name or path.stem, path=path, model=spec, hf_id=inst.model.hf_id or HF_ID_PLACEHOLDER,
         pools=pools, kv_link=link, kv_link_default=kl is None, traffic=traffic, rates=rates,
