@@ -12,6 +12,7 @@ scalar re-check) -> :mod:`.explain` -> :mod:`.report` (result envelope).
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,16 +63,17 @@ class SupernodePipeline:
             RuntimeError: the plan fails the independent check, or its objective disagrees with
                 the re-computed one (a modelling bug).
         """
+        t0 = time.perf_counter()
         solution = _solve.solve(data, budget)
         if solution.plan is None:
-            return solution
+            return dataclasses.replace(solution, wall_s=time.perf_counter() - t0)
         ev = self.evaluate(data, solution.plan)
         if ev.violations:
             raise RuntimeError(f"supernode plan fails the independent check: {ev.violations}")
         recheck = data.objective.evaluated(ev)
         if recheck is not None and abs(recheck - solution.value) > 1e-3 * max(1.0, solution.value):
             raise RuntimeError(f"{data.objective.name} {solution.value} disagrees with the re-check {recheck}")
-        return dataclasses.replace(solution, evaluation=ev)
+        return dataclasses.replace(solution, evaluation=ev, wall_s=time.perf_counter() - t0)
 
     def evaluate(self, data: Problem, plan: SupernodePlan) -> Evaluation:
         """The independent re-check of ``plan`` (:func:`optimizer.supernode.evaluate.evaluate`)."""
@@ -79,7 +81,9 @@ class SupernodePipeline:
 
     def explain(self, data: Problem, solution: SupernodeSolution, budget: Budget) -> SupernodeExplanation:
         """Binding limits, alternatives and flip thresholds (re-solves within ``budget``), or the conflict."""
-        return _explain.explain(data, solution, budget, thresholds=self.thresholds)
+        t0 = time.perf_counter()
+        out = _explain.explain(data, solution, budget, thresholds=self.thresholds)
+        return dataclasses.replace(out, wall_s=time.perf_counter() - t0)
 
     def report(self, data: Problem, solution: SupernodeSolution, explanation: SupernodeExplanation) -> SupernodeReport:
         return SupernodeReport(data, solution, explanation)

@@ -43,6 +43,7 @@ class SupernodeExplanation:
     thresholds: tuple[dict, ...] = ()
     conflict: Conflict | None = None
     achievable: dict | None = None
+    wall_s: float = 0.0  # wall time of the explanation (its what-if solves), s
 
 
 def metric(p: Problem, r: OptionResult) -> float | None:

@@ -54,6 +54,7 @@ class SupernodeSolution:
     results: tuple[OptionResult, ...]
     stages: tuple[tuple[str, Status, float], ...] = ()
     conflict: tuple[ConstraintKey, ...] = ()
+    wall_s: float = 0.0  # wall time of the solve and its independent re-check (the pipeline's solve), s
     evaluation: Evaluation | None = None
 
 
