@@ -38,6 +38,13 @@ Layout -> flags (:func:`parallel_args`; the layout notation is docs/model.md "La
   so it gets a note instead of a command. vLLM 0.24.0 has no prefill CP either (no attention
   backend declares ``supports_pcp``, :data:`VLLM_CP`).
 
+Two-batch overlap and sequence parallelism (:func:`overlap_args`, :func:`sp_args`): SGLang
+``--enable-two-batch-overlap --moe-a2a-backend deepep`` / vLLM ``--enable-dbo --all2all-backend
+deepep_low_latency --dbo-decode-token-threshold 2`` on decode-running workers of a plan with
+``micro_batches: 2`` whose layout the engine overlaps (EP All-to-All); SP layouts vLLM
+``--compilation-config '{"pass_config":{"enable_sp":true}}'``, SGLang ``--enable-layernorm-sp``
+(0.5.23, Qwen3 dense). Where an engine or its version cannot, a note says so instead.
+
 Memory (:func:`memory_fractions`): vLLM ``--gpu-memory-utilization U = ceil_0.01((weights + reserve +
 kv) / memory)``: its budget holds the weights, the profiled activations (the plan's reserve) and the
 KV (``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``), at most ``floor_0.01((memory -
@@ -204,6 +211,72 @@ def parallel_args(engine: str, lay: Layout, moe: bool, have: frozenset[str], nod
         args += ["--nnodes", str(nodes.count), "--node-rank", str(nodes.rank),
                  "--dist-init-addr", f"{nodes.head}:{nodes.port or DIST_PORT}"]
     return args, env
+
+
+TBO_FLAG = {"sglang": "--enable-two-batch-overlap", "vllm": "--enable-dbo"}
+VLLM_SP_CONFIG = '{"pass_config":{"enable_sp":true}}'  # vllm/config/compilation.py PassConfig.enable_sp
+SGLANG_SP_FLAG = "--enable-layernorm-sp"
+SGLANG_SP_MODELS = ("qwen3",)  # model_type of SGLang's SP_SUPPORTED_ARCHITECTURES (Qwen3ForCausalLM)
+
+
+def overlap_args(engine: str, lay: Layout, moe: bool, have: frozenset[str], version: str) -> tuple[list[str], Optional[str]]:
+    """Flags that make ``engine`` run each decode step as two overlapped micro-batches (the plan's
+    ``micro_batches: 2``), or a note saying why it cannot (then it runs one batch per step, which
+    the plan did not time). Both engines overlap around an expert-parallel All-to-All only:
+
+    * SGLang ``--enable-two-batch-overlap --moe-a2a-backend deepep``: ``server_args.py`` refuses
+      two-batch overlap with ``moe_a2a_backend`` ``none`` ("When enabling two batch overlap,
+      moe_a2a_backend cannot be 'none'"); DeepEP spreads the experts over every GPU of the
+      worker (``--ep-size`` = ``--tp-size``), so the layout's experts must be EP over all of them
+      (``experts.tp = 1``).
+    * vLLM ``--enable-dbo --all2all-backend deepep_low_latency --dbo-decode-token-threshold 2``:
+      vLLM's ``docs/design/dbo.md`` ("This system currently only targets DP+EP deployments",
+      DeepEP only, ``deepep_low_latency`` for decode); a decode-only batch is micro-batched when
+      it has at least the threshold's tokens (``ubatch_utils.check_ubatch_thresholds``, default
+      32), so 2 matches the plan's rule (two sequences per DP rank split).
+
+    Every flag is also checked against the version's flag list: a version without it gets the note."""
+    label = lay.label()
+    flag = TBO_FLAG[engine]
+    if flag not in have:
+        return [], f"{engine} {version} has no {flag}: its workers run one batch per decode step, not the plan's two"
+    if engine == "sglang":
+        if not (moe and lay.experts_ep > 1 and lay.experts_tp == 1 and lay.experts_ep == lay.gpus_per_stage):
+            return [], (f"sglang: no two-batch overlap for {label}: SGLang overlaps two micro-batches around an "
+                        "expert-parallel All-to-All only (--moe-a2a-backend deepep, the experts EP over every GPU of "
+                        "the worker); this worker runs one batch per decode step, not the plan's two")
+        return [flag, "--moe-a2a-backend", "deepep"], None
+    if not (moe and lay.attention_dp > 1 and lay.experts_ep > 1):
+        return [], (f"vllm: no dual-batch overlap for {label}: vLLM's DBO targets DP attention + expert parallelism "
+                    "(DeepEP All-to-All) only; this worker runs one batch per decode step, not the plan's two")
+    return [flag, "--all2all-backend", "deepep_low_latency", "--dbo-decode-token-threshold", "2"], None
+
+
+def sp_args(engine: str, lay: Layout, model_type: str, have: frozenset[str], version: str,
+            speculative: bool = False) -> tuple[list[str], Optional[str]]:
+    """Flags that turn on sequence parallelism for an SP layout (``TP8 SP``), or a note why not
+    (the engine then runs plain TP, which the plan times equally: SP changes activation memory,
+    not the ring time).
+
+    * vLLM ``--compilation-config '{"pass_config":{"enable_sp":true}}'`` (``PassConfig.enable_sp``,
+      "Enable sequence parallelism", a torch.compile pass rewriting each AllReduce as
+      ReduceScatter + AllGather).
+    * SGLang ``--enable-layernorm-sp`` (from 0.5.23; its help: "Megatron-style sequence parallelism
+      ... Prefill only; Qwen3 dense; requires tp_size > 1"; DP attention and speculative decoding
+      are refused with it, other architectures rejected at start-up)."""
+    if not lay.sp:
+        return [], None
+    if engine == "vllm":
+        if "--compilation-config" not in have:
+            return [], f"vllm {version} has no --compilation-config: {lay.label()} runs without sequence parallelism"
+        return ["--compilation-config", VLLM_SP_CONFIG], None
+    if SGLANG_SP_FLAG not in have:
+        return [], (f"sglang {version} has no sequence-parallel flag ({SGLANG_SP_FLAG} arrives in 0.5.23): "
+                    f"{lay.label()} runs as plain TP (timed alike: SP changes activation memory, not ring time)")
+    if model_type not in SGLANG_SP_MODELS or lay.attention_dp > 1 or speculative:
+        return [], (f"sglang: {SGLANG_SP_FLAG} runs Qwen3 dense models without DP attention or speculative "
+                    f"decoding only: {lay.label()} runs as plain TP (timed alike)")
+    return [SGLANG_SP_FLAG], None
 
 
 def dtype_args(engine: str, weight_dtype: Optional[str], kv_dtype: Optional[str]) -> list[str]:

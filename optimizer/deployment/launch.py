@@ -25,6 +25,9 @@ Per replica, from the plan:
   ``--master-addr``/``--headless``, or ``--data-parallel-*`` with DP over servers; SGLang
   ``--nnodes``/``--node-rank``/``--dist-init-addr``); each replica its own HTTP port on its servers
   (the engine's default + 0, 1, ...) and rendezvous port;
+* sequence parallelism for an SP layout (``TP8 SP``) and, with ``deployment.micro_batches: 2``,
+  two-batch overlap, where the engine version has the flag and runs it for the layout
+  (:func:`optimizer.launch.sp_args`, :func:`optimizer.launch.overlap_args`), else a note;
 * ``model.rope_scaling`` passed on (vLLM ``--hf-overrides``, SGLang ``--json-model-override-args``,
   both a JSON update of the HF config) so the engine accepts the extended context; FP8 weights
   / KV as :func:`optimizer.launch.dtype_args`.
@@ -40,7 +43,7 @@ from typing import Any
 
 from optimizer.launch import (DEFAULT_PORT, DEFAULT_VERSION, DIST_PORT, ENGINES, HEAD, MODEL_PLACEHOLDER,
                               VLLM_DP_RPC_PORT, VLLM_MASTER_PORT, Launch, Nodes, Ports, dtype_args, flag_list, host,
-                              layout_note, memory_fractions, parallel_args, script)
+                              layout_note, memory_fractions, overlap_args, parallel_args, script, sp_args)
 
 DTYPE_FLAG = MappingProxyType({"fp16": "float16", "fp32": "float32"})  # --dtype of both engines; bf16 is the checkpoints' own
 
@@ -148,9 +151,16 @@ def replica_launches(p, ev, perf) -> list[ReplicaLaunch]:
             if rport is not None:
                 ports[f"{engine}_rendezvous"] = rport
             extra = _model_args(engine, p)
+            feature, feature_notes = [], []
+            for args, note in (sp_args(engine, lay, p.model.name, have, version),
+                               overlap_args(engine, lay, moe, have, version) if p.micro_batches == 2 else ([], None)):
+                feature += args
+                if note is not None:
+                    feature_notes.append(note)
+            notes += feature_notes
             for n in nodes:
                 par, env = parallel_args(engine, lay, moe, have, Nodes(len(nodes), n.node_rank, host(servers[0]), rport))
-                x = Launch(engine, version, HEAD[engine](p.hf_id) + par, dict(env))
+                x = Launch(engine, version, HEAD[engine](p.hf_id) + par + feature, dict(env))
                 batch = max(1, inst.max_batch)
                 if engine == "vllm":
                     x.args += ["--max-num-seqs", str(math.ceil(batch / lay.attention_dp)),

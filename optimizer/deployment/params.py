@@ -67,18 +67,25 @@ def kv_and_weight_rates(perf, lay: Layout) -> tuple[float, float]:
     ``max(local, compute) + AllReduce + All-to-All`` (``local``: HBM time of weights and KV,
     eq. 6-2), and its collectives carry at least one token, so every step takes at least the
     weight-read time plus the collectives of a one-token step, plus the KV-read time of its
-    sessions; the first element is that fixed part."""
+    sessions; the first element is that fixed part.
+
+    Under two micro-batches (``PerfModel.micro_batches = 2``) a step of two or more sessions may
+    hide its collectives, but each half reads the weights (``Σ_h max(local_h, compute_h) ≥ 2·w_l0
+    + KV reads``, and the overlapped stage never takes less than its compute): the fixed part is
+    then ``l0 + min(l0, collectives of b = 1)``, valid for one-session steps (one batch) too."""
     m = perf.model
     dp = lay.attention_dp
     w = kv = 0.0
     zero = np.zeros(dp)
     one = np.zeros(dp)
     one[0] = 1.0
+    two = m.micro_batches == 2
     for st in m.stages(lay.pp):
-        l0 = float(np.max(m.stage_step(st, lay, zero, zero, 0.0).local))
-        l1 = float(np.max(m.stage_step(st, lay, zero, one, 0.0).local)) - l0
-        pieces = m.stage_step(st, lay, one, zero, 1.0)  # one token: collectives of b = 1
-        w += l0 + float(np.max(pieces.allreduce)) + float(np.max(pieces.alltoall))
+        l0 = float(np.max(m.stage_terms(st, lay, zero, zero, 0.0).local))
+        l1 = float(np.max(m.stage_terms(st, lay, zero, one, 0.0).local)) - l0
+        pieces = m.stage_terms(st, lay, one, zero, 1.0)  # one token: collectives of b = 1
+        comm = float(np.max(pieces.allreduce)) + float(np.max(pieces.alltoall))
+        w += l0 + (min(l0, comm) if two else comm)
         kv += max(0.0, l1) / dp
     return w, kv
 
@@ -92,8 +99,9 @@ def session_step_floor(perf, lay: Layout, w: float, b_max: int) -> float:
     ``w``, evaluated at every b (the collectives' algorithm choice makes Δ piecewise linear, so
     no sample point may be skipped). Over a run, ``Σ_steps σ·(b − 1) = σ·(session-steps −
     steps)``, which the configuration LP adds as ``σ·new`` per session and ``−σ`` per step.
-    0 for attention DP (a step's time is its fullest rank's) and for b_max < 2."""
-    if lay.attention_dp != 1 or b_max < 2:
+    0 for attention DP (a step's time is its fullest rank's), for b_max < 2 and under two
+    micro-batches (a step's time is then not that sum)."""
+    if lay.attention_dp != 1 or b_max < 2 or perf.model.micro_batches == 2:
         return 0.0
     m = perf.model
     bs = np.arange(2, int(b_max) + 1, dtype=np.float64)
@@ -102,7 +110,7 @@ def session_step_floor(perf, lay: Layout, w: float, b_max: int) -> float:
     stages = m.stages(lay.pp)
     for k, st in enumerate(stages):
         for i, b in enumerate(bs):
-            pieces = m.stage_step(st, lay, np.array([b]), zero, float(b))
+            pieces = m.stage_terms(st, lay, np.array([b]), zero, float(b))
             total[i] += float(pieces.local[0]) + float(np.max(pieces.allreduce)) + float(np.max(pieces.alltoall))
         if k < len(stages) - 1:
             total += np.array([m.hw.p2p_s(b * m.spec.hidden * ACTIVATION_BYTES, m.crosses_servers(lay, k)) for b in bs])

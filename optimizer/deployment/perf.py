@@ -88,7 +88,8 @@ class PerfModel:
         self.m = problem.model
         self.model = SharedPerfModel(problem.model, Hardware(problem.gpu, problem.server, problem.allreduce),
                                      problem.weight_bytes, problem.kv_bytes, problem.reserve_bytes,
-                                     weight_dtype=problem.weight_dtype, kv_dtype=problem.kv_dtype)
+                                     weight_dtype=problem.weight_dtype, kv_dtype=problem.kv_dtype,
+                                     micro_batches=problem.micro_batches, contention_kappa=problem.contention_kappa)
         self.w = weight_bytes(self.m, problem.weight_bytes)
         self.kv_token = self.model.w.kv_bytes_per_token
         self.message_bytes = self.m.hidden * ACTIVATION_BYTES

@@ -138,6 +138,9 @@ class LayoutIn(_In):
     pp: int = Field(default=1, description="pipeline stages")
     cp: int = Field(default=1, description="context-parallel ranks (a power of two): copies of the attention TP x DP group "
                                            "with the same weights, each holding 1/cp of every session's KV")
+    sp: bool = Field(default=False, description="Megatron sequence parallelism inside the attention-TP group (needs "
+                                                 "attention.tp > 1; label 'TP8 SP'): each AllReduce a ReduceScatter + "
+                                                 "AllGather, the same ring time")
     gpus: Optional[int] = Field(default=None, description="GPUs of the instance (checked: pp x attention.tp x attention.dp x cp)")
 
 
@@ -149,6 +152,12 @@ class DeploymentIn(_In):
     max_batch: Optional[int] = Field(default=None, gt=0, le=MAX_SESSIONS_PER_GROUP,
                                      description="sessions an instance decodes at once (null: no limit beyond memory)")
     allreduce: Literal["ring", "tree", "best", "measured"] = "ring"
+    micro_batches: int = Field(default=1, ge=1, le=2, description=(
+        "decode steps as 1 batch or 2 micro-batches whose compute and collectives overlap (DeepSeek's two-batch "
+        "overlap; SGLang --enable-two-batch-overlap, vLLM --enable-dbo)"))
+    contention_kappa: float = Field(default=1.0, ge=1, le=2, description=(
+        "contention of two overlapped micro-batches: a layer takes kappa x the longer of compute and communication "
+        "(1 = none; a measured pair's group over its longer member; above 2 nothing overlaps)"))
 
     @field_validator("tensor_parallel")
     @classmethod
@@ -277,6 +286,8 @@ class Problem:
     kv_dtype: Optional[str] = None
     hf_id: str = MODEL_PLACEHOLDER  # the model in the launch commands
     rope_scaling: Optional[dict] = None  # model.rope_scaling as given (the launch commands pass it on)
+    micro_batches: int = 1  # decode steps as 1 batch or 2 overlapped micro-batches (PerfModel.micro_batches)
+    contention_kappa: float = 1.0  # their contention factor (PerfModel.contention_kappa)
 
     @property
     def batch_cap(self) -> int:
@@ -414,6 +425,8 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
     for i, f in enumerate(inst.faults):
         if f.gpu is not None and f.gpu >= total:
             raise InputError(path, f"faults[{i}].gpu", f"GPU {f.gpu} does not exist ({total} GPUs: 0..{total - 1})")
+    if dep.micro_batches == 1 and dep.contention_kappa != 1.0:
+        raise InputError(path, "deployment.contention_kappa", "applies to two micro-batches (deployment.micro_batches: 2)")
     if inst.deployment.allreduce == "measured" and server.scale_out.table is None and server.scale_up.table is None:
         raise InputError(path, "deployment.allreduce", "'measured' needs hardware.server.scale_out.allreduce_log (an nccl-tests all_reduce_perf file)")
 
@@ -441,6 +454,8 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         kv_dtype=inst.model.kv_dtype,
         hf_id=inst.model.hf_id or MODEL_PLACEHOLDER,
         rope_scaling=rope.model_dump(exclude_none=True) if rope is not None else None,
+        micro_batches=dep.micro_batches,
+        contention_kappa=dep.contention_kappa,
     )
 
 
@@ -456,7 +471,7 @@ def _layout(m: ModelShape, lay_in: LayoutIn, path: Path, prefix: str) -> Layout:
     cp = lay_in.cp
     if isinstance(cp, int) and cp >= 1 and cp & (cp - 1):
         raise InputError(path, f"{prefix}.cp", f"must be a power of two (1, 2, 4, ...; got {cp})")
-    lay = Layout(a.tp, a.dp, etp, eep, lay_in.pp, cp)
+    lay = Layout(a.tp, a.dp, etp, eep, lay_in.pp, cp, lay_in.sp)
     bad = layout_problem(m, lay, lay_in.gpus)
     if bad:
         raise InputError(path, f"{prefix}.{bad[0]}", bad[1])

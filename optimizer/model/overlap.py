@@ -20,7 +20,10 @@ subtraction would claim 2.7 and 11 ms.
 Micro-batch overlap in decode (two micro-batches alternating compute and All-to-All, as in
 DeepSeek's inference deployment): :func:`microbatch_step_s`, with a contention factor ``kappa``
 that defaults to none (1: perfect overlap) and can be calibrated from a measured pair
-(:meth:`Contention.kappa`).
+(:meth:`Contention.kappa`). :func:`microbatch_pair_s` is the same schedule for two halves timed
+one by one (vectorised; what :class:`~optimizer.model.perf.PerfModel` uses with
+``micro_batches=2``): equal to :func:`microbatch_step_s` for equal halves, never above the two
+halves run one after the other.
 
 Units: seconds and bytes.
 """
@@ -133,3 +136,60 @@ def microbatch_step_s(compute_s: float, alltoall_s: float, layers: int, kappa: f
         raise ValueError("times must be >= 0 and layers >= 1")
     c, a = compute_s, alltoall_s
     return layers * min(c + a, kappa * max(c, a)) + min(c, a) / 2
+
+
+MICRO_BATCHES = (1, 2)  # one batch, or DeepSeek-style two-batch overlap
+
+
+def check_micro_batches(n) -> int:
+    """``n`` if it is 1 (one batch per decode step) or 2 (two micro-batches overlapping compute
+    with communication).
+
+    Raises:
+        ValueError: any other value (bools included).
+    """
+    if isinstance(n, bool) or n not in MICRO_BATCHES:
+        raise ValueError(f"micro-batches per decode step must be 1 or 2 (got {n!r})")
+    return int(n)
+
+
+def check_kappa(kappa) -> float:
+    """``kappa`` as a float if it is a finite number >= 1 (1: no contention; a measured value from
+    :meth:`Contention.kappa`).
+
+    Raises:
+        ValueError: not a finite number >= 1.
+    """
+    if isinstance(kappa, bool) or not isinstance(kappa, (int, float)) or not (math.isfinite(kappa) and kappa >= 1.0):
+        raise ValueError(f"a contention factor is 1 (none) or more (got {kappa!r})")
+    return float(kappa)
+
+
+def microbatch_pair_s(work_s, comm_s, layers: int, kappa: float = 1.0):
+    """Two micro-batches through ``layers`` layers, each layer's compute of one half overlapping the
+    other half's collective (the schedule of :func:`microbatch_step_s`), from the halves' own
+    times over all the layers, alone: ``work_s = (W1, W2)`` (compute: eq. 6-2's ``max(HBM,
+    tensor-core)`` time of each half) and ``comm_s = (A1, A2)`` (its collectives). With ``c = W1 +
+    W2``, ``a = A1 + A2``::
+
+        t = min(c + a, min(c + a, max(kappa·max(c, a), W1 + A1, W2 + A2)) + min(c, a)/(2·layers))
+
+    ``kappa·max(c, a)``: each resource works on both halves (contention ``kappa``); ``W_h + A_h``:
+    a half's next layer waits for its own collective, which binds when the halves are unequal (an
+    odd batch); ``min(c, a)/(2·layers)``: one half-layer of the shorter part fills the pipeline;
+    ``c + a``: the two halves one after the other, an upper bound. For ``W1 = W2`` and ``A1 = A2``
+    this is ``min(c + a, microbatch_step_s(c/layers, a/layers, layers, kappa))``. Scalars or arrays
+    of one shape (seconds).
+
+    Raises:
+        ValueError: ``layers < 1`` or a bad ``kappa`` (:func:`check_kappa`).
+    """
+    kappa = check_kappa(kappa)
+    if layers < 1:
+        raise ValueError(f"layers must be >= 1 (got {layers})")
+    w1, w2 = (np.asarray(w, dtype=np.float64) for w in work_s)
+    a1, a2 = (np.asarray(x, dtype=np.float64) for x in comm_s)
+    c, a = w1 + w2, a1 + a2
+    serial = c + a
+    steady = np.minimum(serial, np.maximum(kappa * np.maximum(c, a), np.maximum(w1 + a1, w2 + a2)))
+    return np.minimum(serial, steady + np.minimum(c, a) / (2.0 * layers))

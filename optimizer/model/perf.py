@@ -25,7 +25,7 @@ Units: bytes, FLOP, seconds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple, Optional
 
@@ -34,6 +34,7 @@ import numpy as np
 from optimizer.model.config import ModelSpec
 from optimizer.model.hardware import FP8_DTYPES, Hardware, peak_flops_for
 from optimizer.model.layout import Layout, check_layout
+from optimizer.model.overlap import check_kappa, check_micro_batches, microbatch_pair_s
 from optimizer.model.weights import ACTIVATION_BYTES, NORM_BYTES, Weights, weights
 
 
@@ -85,6 +86,22 @@ class StageStep(NamedTuple):
     kv_bytes: np.ndarray
     flops: np.ndarray
     active_experts: float
+
+
+class MicrobatchTerms(NamedTuple):
+    """The two micro-batches of one stage's decode step, each pass timed alone
+    (:meth:`PerfModel.microbatch_terms`).
+
+    Attributes:
+        overlapped: the halves' :class:`StageStep` over the stage's layers with a collective.
+        serial: the halves' :class:`StageStep` over its other layers and its embedding / LM head
+            (None when the stage has none).
+        layers: how many layers the overlapped part has.
+    """
+
+    overlapped: tuple
+    serial: Optional[tuple]
+    layers: int
 
 
 @dataclass(frozen=True)
@@ -202,19 +219,39 @@ class PerfModel:
     ``load_eagle_model`` shares them when the draft does not own them), so they are read every
     pass but not held twice (they leave the static memory, not the step).
 
+    Two-batch overlap (``micro_batches=2``; DeepSeek's decode deployment, SGLang
+    ``--enable-two-batch-overlap``, vLLM ``--enable-dbo``): a decode step's sessions are split into
+    two micro-batches whose layers alternate, one half's compute running while the other half's
+    collective is on the wire (:meth:`stage_step`). Compute is a half's eq. 6-2 time
+    ``max(HBM, tensor-core)`` over a layer (weights read by each half, KV of its sessions, the
+    GEMM and attention FLOP of its tokens); communication its TP AllReduces, MoE dispatch/combine
+    All-to-Alls (and the experts' TP AllReduce) and the CP decode merge. The layers with a
+    collective are overlapped by :func:`~optimizer.model.overlap.microbatch_pair_s` at the
+    contention factor ``contention_kappa`` (1: none; :meth:`optimizer.model.overlap.Contention.kappa`
+    from a measured pair); the others run the halves one after the other. A batch of one per
+    attention-DP rank, prefill passes and mixed (chunked-prefill) steps run as one batch. 1 (the
+    default) is one batch: every existing figure. ``comm_overlap`` must be 0 with two micro-batches.
+
     Raises:
-        ValueError: an unknown ``cp_kv_exchange`` or ``cp_ffn``, or ``comm_overlap`` outside [0, 1].
+        ValueError: an unknown ``cp_kv_exchange`` or ``cp_ffn``, ``comm_overlap`` outside [0, 1],
+            ``micro_batches`` other than 1 or 2, ``contention_kappa`` below 1, or both overlaps.
     """
 
     def __init__(self, spec: ModelSpec, hw: Hardware, weight_bytes: float = 2.0, kv_bytes: Optional[float] = None,
                  reserve_bytes: float = 0.0, weight_dtype: Optional[str] = None, kv_dtype: Optional[str] = None,
                  cp_kv_exchange: str = "ring", comm_overlap: float = 0.0, cp_ffn: str = "rank",
-                 head_params: float = 0.0, shared_embeddings: bool = False):
+                 head_params: float = 0.0, shared_embeddings: bool = False, micro_batches: int = 1,
+                 contention_kappa: float = 1.0):
         from optimizer.model.sequence import check_cp_ffn, check_cp_kv_exchange, check_overlap
 
         self.cp_kv_exchange = check_cp_kv_exchange(cp_kv_exchange)
         self.cp_ffn = check_cp_ffn(cp_ffn)
         self.comm_overlap = check_overlap(comm_overlap)
+        self.micro_batches = check_micro_batches(micro_batches)
+        self.contention_kappa = check_kappa(contention_kappa)
+        if self.micro_batches == 2 and self.comm_overlap:
+            raise ValueError("two micro-batches time the overlap of compute and communication themselves: "
+                             f"comm_overlap must be 0 with them (got {self.comm_overlap})")
         self.spec = spec
         self.hw = hw
         self.head_params = float(head_params)
@@ -365,8 +402,158 @@ class PerfModel:
     # ------------------------------------------------------------------ time
     def stage_step(self, st: Stage, lay: Layout, b_rank: np.ndarray, ctx_rank: np.ndarray, b_total: float,
                    expert_loads: Optional[np.ndarray] = None) -> StageStep:
-        """The step of one stage for ranks with ``b_rank`` tokens and ``Σ(s_i+1)`` = ``ctx_rank``
-        (arrays of one shape, one entry per attention-DP rank; ``b_total`` tokens in all).
+        """The decode step of one stage for ranks with ``b_rank`` sessions and ``Σ(s_i+1)`` =
+        ``ctx_rank`` (arrays of one shape, one entry per attention-DP rank; ``b_total`` in all):
+        :meth:`stage_terms` (one batch), or with ``micro_batches=2`` and a batch that splits
+        (:meth:`microbatch_halves`) the two halves overlapped (:meth:`microbatch_terms`,
+        :meth:`microbatch_time`). Under two micro-batches the parts (``local``, ``compute``,
+        ``allreduce``, ``alltoall``, bytes, FLOP) are the two halves' sums (the work each resource
+        does) and ``active_experts`` the larger half's.
+
+        Returns:
+            StageStep: time and its parts, arrays over the ranks.
+        Raises:
+            ValueError: ``expert_loads`` of a shape other than ``[experts]`` or ``[MoE layers, experts]``.
+        """
+        mbt = self.microbatch_terms(st, lay, b_rank, ctx_rank, b_total, expert_loads)
+        if mbt is None:
+            return self.stage_terms(st, lay, b_rank, ctx_rank, b_total, expert_loads)
+        parts = mbt.overlapped + (mbt.serial or ())
+        total = lambda i: sum(np.asarray(x[i], dtype=np.float64) for x in parts)  # noqa: E731
+        return StageStep(self.microbatch_time(mbt), total(1), total(2), float(total(3)), float(total(4)),
+                         total(5), total(6), total(7), max(float(x[8]) for x in parts))
+
+    # ------------------------------------------------------------------ two-batch overlap
+    def microbatch_halves(self, b_rank) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """The two micro-batches of a decode step under ``micro_batches=2``: each attention-DP
+        rank's ``b_r`` sessions split ``b_r - floor(b_r/2)`` and ``floor(b_r/2)`` (a micro-batch
+        holds whole sequences). None (one batch) with ``micro_batches=1`` or when a rank has fewer
+        than 2 sessions: a batch of one cannot be split, and the engines micro-batch every DP rank
+        or none (vLLM ``ubatch_utils``: "Either all ranks run with microbatching or none of them do")."""
+        if self.micro_batches == 1:
+            return None
+        b = np.atleast_1d(np.asarray(b_rank, dtype=np.float64))
+        if b.size == 0 or float(b.min()) < 2.0:
+            return None
+        h2 = np.floor(b / 2.0)
+        return b - h2, h2
+
+    def comm_layers(self, lay: Layout, layers) -> tuple[int, ...]:
+        """The layers of ``layers`` whose pass on ``lay`` ends in a collective (what two
+        micro-batches overlap): every layer when attention TP > 1 (its AllReduce), MoE layers when
+        the experts span more than one GPU (dispatch/combine All-to-All, or the experts' TP
+        AllReduce), layers holding K/V under CP (the decode merge, :meth:`cp_merge_s`)."""
+        moe = set(self.spec.moe_layers) if self.spec.moe is not None else set()
+        kv = self.w.kv_bytes_per_token_layer
+        return tuple(i for i in layers if lay.attention_tp > 1 or (i in moe and lay.gpus_per_cp_rank > 1)
+                     or (lay.cp > 1 and kv[i] > 0))
+
+    def _layer_block(self, ix: tuple[int, ...]) -> Stage:
+        """A :class:`Stage` of the layers ``ix`` alone (no embedding, LM head or final norm): the
+        per-layer terms of :meth:`stages`, for the overlapped part of a micro-batched stage."""
+        w, m = self.w, self.spec
+        b = {c: w.category_bytes(c) for c in w.per_layer}
+        i = list(ix)
+        moe = set(m.moe_layers)
+        sharded_layers = float((b["attn_split"][i] + b["linear_attn"][i] + b["dense_ffn"][i] + b["shared"][i]).sum())
+        router = float(b["router"][i].sum())
+        repl_read = float(b["attn_repl"][i].sum())
+        st_kv = float(b["attn_kv"][i].sum())
+        return Stage(layers=tuple(ix), sharded=sharded_layers, kv_proj=st_kv,
+                     replicated=repl_read + router + float(b["norms"][i].sum()), routed=float(b["routed"][i].sum()),
+                     sharded_read=sharded_layers + st_kv + router, replicated_read=repl_read,
+                     moe_layers=sum(1 for j in ix if j in moe), kv_token=float(w.kv_bytes_per_token_layer[i].sum()),
+                     state=float(w.state_bytes_per_layer[i].sum()),
+                     attn_flops_ctx=float(w.attention_flops_per_context_token_layer[i].sum()),
+                     state_flops=float(w.state_flops_per_token_layer[i].sum()),
+                     dense_ffn_layers=sum(1 for j in ix if j not in moe))
+
+    def overlap_split(self, st: Stage, lay: Layout) -> Optional[tuple[Stage, Optional[Stage]]]:
+        """``st`` as (its layers with a collective, :meth:`comm_layers`; the rest: the other
+        layers plus the stage's embedding, LM head and final norm, or None when there is none),
+        the two adding up to ``st``. None when no layer of the stage has a collective (nothing to
+        overlap: the step runs as one batch). ``st`` must be one of :meth:`stages` (unscaled)."""
+        key = (st.layers, lay.attention_tp > 1, lay.gpus_per_cp_rank > 1, lay.cp > 1)
+        cache = self.__dict__.setdefault("_overlap_split", {})
+        if key not in cache:
+            ix = self.comm_layers(lay, st.layers)
+            if not ix:
+                cache[key] = None
+            else:
+                comm = self._layer_block(ix)
+                rest_ix = tuple(i for i in st.layers if i not in set(ix))
+                nums = ("sharded", "kv_proj", "replicated", "routed", "sharded_read", "replicated_read", "kv_token",
+                        "state", "attn_flops_ctx", "state_flops")
+                rest = Stage(layers=rest_ix, moe_layers=st.moe_layers - comm.moe_layers,
+                             dense_ffn_layers=st.dense_ffn_layers - comm.dense_ffn_layers,
+                             **{f: max(0.0, getattr(st, f) - getattr(comm, f)) for f in nums})
+                empty = not rest_ix and rest.sharded_read <= 1e-9 * max(st.sharded_read, 1.0) \
+                    and rest.replicated_read <= 1e-9 * max(st.replicated_read, 1.0)
+                cache[key] = (comm, None if empty else rest)
+        return cache[key]
+
+    def microbatch_terms(self, st: Stage, lay: Layout, b_rank, ctx_rank, b_total: float, expert_loads=None,
+                         attn_scale=None) -> Optional["MicrobatchTerms"]:
+        """The two micro-batches of a decode step of stage ``st``, each timed alone by
+        :meth:`stage_terms` (None: the step runs as one batch, see :meth:`microbatch_halves` and
+        :meth:`overlap_split`).
+
+        Half ``h`` of rank ``r`` has ``h_r`` sessions (:meth:`microbatch_halves`) and the share
+        ``h_r/b_r`` of the rank's KV positions ``ctx_rank`` (exact when the rank's sessions are at
+        one position). Each half is a pass of its own: it reads the layer's weights again (its MoE
+        layers touch eq. 6-8's experts of its own tokens) and its collectives pay their latency
+        again. ``expert_loads`` (tokens per expert) are scaled by each half's share of the tokens.
+        ``attn_scale``: attention FLOP per KV token read, per rank (the prefill module's
+        ``attn/kv``; None: 1, decode)."""
+        halves = self.microbatch_halves(b_rank)
+        if halves is None:
+            return None
+        split = self.overlap_split(st, lay)
+        if split is None:
+            return None
+        comm, rest = split
+        if attn_scale is not None:
+            comm = replace(comm, attn_flops_ctx=comm.attn_flops_ctx * attn_scale)
+            rest = None if rest is None else replace(rest, attn_flops_ctx=rest.attn_flops_ctx * attn_scale)
+        b = np.atleast_1d(np.asarray(b_rank, dtype=np.float64))
+        ctx = np.broadcast_to(np.asarray(ctx_rank, dtype=np.float64), b.shape)
+        over, ser = [], []
+        for h in halves:
+            ctx_h = ctx * (h / b)
+            bt = float(h.sum())
+            loads = None if expert_loads is None else np.asarray(expert_loads, dtype=np.float64) * (bt / b_total)
+            over.append(self.stage_terms(comm, lay, h, ctx_h, bt, loads))
+            if rest is not None:
+                ser.append(self.stage_terms(rest, lay, h, ctx_h, bt, loads))
+        return MicrobatchTerms(tuple(over), tuple(ser) if rest is not None else None, len(comm.layers))
+
+    def microbatch_time(self, terms: "MicrobatchTerms", memory: float = 1.0, compute: float = 1.0,
+                        network: float = 1.0) -> np.ndarray:
+        """Stage time (s, per rank) of two micro-batches (:class:`MicrobatchTerms`): over the
+        layers with a collective :func:`~optimizer.model.overlap.microbatch_pair_s` of the halves'
+        compute ``W_h = max(local, compute)`` (eq. 6-2) and communication ``A_h = AllReduce +
+        All-to-All`` (with the CP merge) at the model's ``contention_kappa``; the other layers
+        (and embedding / LM head) run both halves one after the other, ``Σ_h W_h + A_h``.
+        ``memory``, ``compute``, ``network``: efficiencies dividing the three parts."""
+        def work(x):
+            return np.maximum(np.asarray(x.local, dtype=np.float64) / memory, np.asarray(x.compute, dtype=np.float64) / compute)
+
+        def comm(x):
+            return (x.allreduce + x.alltoall) / network
+
+        h1, h2 = terms.overlapped
+        t = microbatch_pair_s((work(h1), work(h2)), (comm(h1), comm(h2)), terms.layers, self.contention_kappa)
+        for x in terms.serial or ():
+            t = t + work(x) + comm(x)
+        return t
+
+    def stage_terms(self, st: Stage, lay: Layout, b_rank: np.ndarray, ctx_rank: np.ndarray, b_total: float,
+                    expert_loads: Optional[np.ndarray] = None) -> StageStep:
+        """One pass of one stage as one batch (every token together) for ranks with ``b_rank``
+        tokens and ``Σ(s_i+1)`` = ``ctx_rank`` (arrays of one shape, one entry per attention-DP
+        rank; ``b_total`` tokens in all): ``time = max(local, compute) + allreduce + alltoall``
+        (with ``comm_overlap`` φ: ``max(work, φ·comm) + (1-φ)·comm``). Prefill passes and mixed
+        steps are always timed so; decode steps go through :meth:`stage_step`.
 
         Returns:
             StageStep: time and its parts, arrays over the ranks.
@@ -584,14 +771,25 @@ class BatchStepTable:
     of a stage's step time is affine in the rank's ``S_r = Σ(s_i+1)``: local (HBM) time
     ``l0 + l1·S_r``, compute time ``c0 + c1·S_r``, and the collectives are constant. The table
     caches these coefficients per (layout, sessions per rank) and evaluates a run of steps in
-    which every active session advances by one token per step in one numpy expression. It
-    equals :meth:`PerfModel.step` (``microbatches=1``, default expert loads) to floating-point
-    rounding (tests compare them).
+    which every active session advances by one token per step in one numpy expression. Under
+    ``micro_batches=2`` each half's terms are affine in ``S_r`` as well (a half holds the share
+    ``h_r/b_r`` of the rank's positions) and are combined per step as :meth:`PerfModel.stage_step`
+    does. It equals :meth:`PerfModel.step` (``microbatches=1``, default expert loads) to
+    floating-point rounding (tests compare them).
     """
 
     def __init__(self, perf: "PerfModel"):
         self.perf = perf
         self._coef: dict[tuple, list] = {}
+
+    @staticmethod
+    def _affine(zero: StageStep, one: StageStep, shape) -> tuple:
+        """(l0, l1, c0, c1, comm) of a pass timed at ``S_r = 0`` and ``S_r = 1``."""
+        l0 = np.broadcast_to(zero[1], shape).astype(np.float64)
+        l1 = np.broadcast_to(one[1], shape) - l0
+        c0 = np.broadcast_to(zero[2], shape).astype(np.float64)
+        c1 = np.broadcast_to(one[2], shape) - c0
+        return l0, l1, c0, c1, float(zero[3] + zero[4])
 
     def _coefficients(self, lay: Layout, b_rank: np.ndarray) -> list:
         key = _affine_key(lay, b_rank)
@@ -601,16 +799,18 @@ class BatchStepTable:
             b_total = float(b.sum())
             rows = []
             for k, st in enumerate(perf.stages(lay.pp)):
-                zero = perf.stage_step(st, lay, b, np.zeros_like(b), b_total, None)
-                one = perf.stage_step(st, lay, b, np.ones_like(b), b_total, None)
-                l0 = np.broadcast_to(zero[1], b.shape).astype(np.float64)
-                l1 = np.broadcast_to(one[1], b.shape) - l0
-                c0 = np.broadcast_to(zero[2], b.shape).astype(np.float64)
-                c1 = np.broadcast_to(one[2], b.shape) - c0
-                comm = float(zero[3] + zero[4])
                 hand = perf.hw.p2p_s(b_total * perf.spec.hidden * ACTIVATION_BYTES, perf.crosses_servers(lay, k)) \
                     if k < lay.pp - 1 else 0.0
-                rows.append((l0, l1, c0, c1, comm, hand))
+                mb0 = perf.microbatch_terms(st, lay, b, np.zeros_like(b), b_total)
+                if mb0 is not None:  # two micro-batches: each half's terms are affine in S_r too
+                    mb1 = perf.microbatch_terms(st, lay, b, np.ones_like(b), b_total)
+                    over = [self._affine(z, o, b.shape) for z, o in zip(mb0.overlapped, mb1.overlapped)]
+                    ser = [self._affine(z, o, b.shape) for z, o in zip(mb0.serial or (), mb1.serial or ())]
+                    rows.append(("two", over, ser, mb0.layers, hand))
+                    continue
+                zero = perf.stage_terms(st, lay, b, np.zeros_like(b), b_total, None)
+                one = perf.stage_terms(st, lay, b, np.ones_like(b), b_total, None)
+                rows.append(("one", self._affine(zero, one, b.shape), hand))
             self._coef[key] = rows
         return self._coef[key]
 
@@ -627,11 +827,23 @@ class BatchStepTable:
         ctx = ctx0[None, :] + j * b_rank[None, :]  # [steps, dp]
         total = np.zeros(steps)
         phi = self.perf.comm_overlap
-        for l0, l1, c0, c1, comm, hand in self._coefficients(lay, b_rank):
-            if phi:
-                t = np.maximum(np.maximum(l0 + l1 * ctx, c0 + c1 * ctx), phi * comm) + (1.0 - phi) * comm
+
+        def work(l0, l1, c0, c1):
+            return np.maximum(l0 + l1 * ctx, c0 + c1 * ctx)
+
+        for row in self._coefficients(lay, b_rank):
+            if row[0] == "two":
+                _, over, ser, layers, hand = row
+                t = microbatch_pair_s(tuple(work(*c[:4]) for c in over), tuple(c[4] for c in over), layers,
+                                      self.perf.contention_kappa)
+                for c in ser:
+                    t = t + work(*c[:4]) + c[4]
             else:
-                t = np.maximum(l0 + l1 * ctx, c0 + c1 * ctx) + comm
+                _, (l0, l1, c0, c1, comm), hand = row
+                if phi:
+                    t = np.maximum(work(l0, l1, c0, c1), phi * comm) + (1.0 - phi) * comm
+                else:
+                    t = work(l0, l1, c0, c1) + comm
             total = total + t.max(axis=1) + hand
         return total
 

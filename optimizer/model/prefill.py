@@ -24,7 +24,8 @@ decode (an over-estimate for chunked prefill, which updates it once per chunk).
 A context-parallel layout (``cp > 1``, chapter 6.2.4) prefills a prompt with :func:`prefill_terms`:
 each CP rank's pass of its ``n/cp`` zig-zag tokens on its own TP group plus the K/V exchange not
 hidden by compute (:mod:`optimizer.model.sequence`). The communication overlap fraction of the
-model (:attr:`PerfModel.comm_overlap`, chapter 6.4.3) applies here as in decode.
+model (:attr:`PerfModel.comm_overlap`, chapter 6.4.3) applies here as in decode; two-batch
+overlap (:attr:`PerfModel.micro_batches`) only to decode steps (:func:`forward_pass` ``decode``).
 Units: tokens, seconds.
 """
 from __future__ import annotations
@@ -63,7 +64,7 @@ class PassBreakdown:
 
 
 def forward_pass(perf: PerfModel, lay: Layout, tokens, kv_tokens, attn_tokens,
-                 eff: Efficiency = PEAK) -> PassBreakdown:
+                 eff: Efficiency = PEAK, decode: bool = False) -> PassBreakdown:
     """Time of one forward pass (see the module docstring).
 
     Args:
@@ -72,6 +73,10 @@ def forward_pass(perf: PerfModel, lay: Layout, tokens, kv_tokens, attn_tokens,
         tokens, kv_tokens, attn_tokens: per attention-DP rank, shape [attention_dp] (a scalar is
             put on rank 0, the other ranks idle but running every layer, as in :meth:`PerfModel.step`).
         eff: efficiencies dividing the HBM, compute and communication parts.
+        decode: the pass is a decode step (no prompt tokens): under the model's
+            ``micro_batches=2`` it is timed as two micro-batches
+            (:meth:`~optimizer.model.perf.PerfModel.microbatch_terms`, each part divided by its
+            efficiency before the overlap); prefill passes and mixed steps are one batch.
     Returns:
         :class:`PassBreakdown` of the busiest rank per stage, stages summed with the PP hand-offs
         (``α + tokens·H·2/B``, one micro-batch).
@@ -90,14 +95,22 @@ def forward_pass(perf: PerfModel, lay: Layout, tokens, kv_tokens, attn_tokens,
     total = local = compute = comm = 0.0
     stages = perf.stages(lay.pp)
     for k, st in enumerate(stages):
-        st_r = replace(st, attn_flops_ctx=st.attn_flops_ctx * ratio)
-        _, lo, co, ar, a2a, *_ = perf.stage_step(st_r, lay, b, kv, b_total, None)
-        lo, co = np.broadcast_to(lo, b.shape), np.broadcast_to(co, b.shape)
-        if phi:  # chapter 6.4.3: the overlapped share of the collectives runs under the compute
-            cm = (ar + a2a) / eff.network
-            t = np.maximum(np.maximum(lo / eff.memory, co / eff.compute), phi * cm) + (1.0 - phi) * cm
+        mbt = perf.microbatch_terms(st, lay, b, kv, b_total, None, ratio) if decode else None
+        if mbt is not None:  # two micro-batches: the halves' sums are the parts, the overlap the time
+            parts = mbt.overlapped + (mbt.serial or ())
+            lo = sum(np.broadcast_to(x.local, b.shape) for x in parts)
+            co = sum(np.broadcast_to(x.compute, b.shape) for x in parts)
+            ar, a2a = sum(float(x.allreduce) for x in parts), sum(float(x.alltoall) for x in parts)
+            t = perf.microbatch_time(mbt, eff.memory, eff.compute, eff.network)
         else:
-            t = np.maximum(lo / eff.memory, co / eff.compute) + (ar + a2a) / eff.network
+            st_r = replace(st, attn_flops_ctx=st.attn_flops_ctx * ratio)
+            _, lo, co, ar, a2a, *_ = perf.stage_terms(st_r, lay, b, kv, b_total, None)
+            lo, co = np.broadcast_to(lo, b.shape), np.broadcast_to(co, b.shape)
+            if phi:  # chapter 6.4.3: the overlapped share of the collectives runs under the compute
+                cm = (ar + a2a) / eff.network
+                t = np.maximum(np.maximum(lo / eff.memory, co / eff.compute), phi * cm) + (1.0 - phi) * cm
+            else:
+                t = np.maximum(lo / eff.memory, co / eff.compute) + (ar + a2a) / eff.network
         r = int(np.argmax(t))
         hand = perf.hw.p2p_s(b_total * perf.spec.hidden * ACTIVATION_BYTES, perf.crosses_servers(lay, k)) / eff.network \
             if k < len(stages) - 1 else 0.0
@@ -247,6 +260,9 @@ def mixed_step_s(perf: PerfModel, lay: Layout, chunk: float, context_before: flo
     tokens of KV (its position + 1). ``chunk = 0`` is a plain decode step (equal to
     :meth:`PerfModel.step` with ``batch`` sessions at that context); ``batch = 0`` a plain chunk.
 
+    A plain decode step (``chunk = 0``) is timed as two micro-batches under the model's
+    ``micro_batches=2`` (:func:`forward_pass` ``decode``); a step with a chunk is one batch.
+
     ``draft_tokens = k > 0``: each decode is a speculative verify step (Leviathan et al. 2023,
     sec. 3: the target scores the ``k`` drafted tokens and the next one in one pass): ``k + 1``
     query tokens per sequence, so the GEMMs (and MoE routing, eq. 6-8) see ``batch·(k+1)`` tokens
@@ -271,7 +287,7 @@ def mixed_step_s(perf: PerfModel, lay: Layout, chunk: float, context_before: flo
         tokens[r] += chunk
         kv[r] += context_before + chunk
         attn[r] += chunk_attention_pairs(chunk, context_before)
-    return forward_pass(perf, lay, tokens, kv, attn, eff).total_s
+    return forward_pass(perf, lay, tokens, kv, attn, eff, decode=chunk <= 0).total_s
 
 
 def kv_bytes_per_request(perf: PerfModel, tokens: int) -> float:

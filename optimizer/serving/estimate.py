@@ -83,12 +83,12 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
         moe = p.model.moe is not None
         ep = f.ep if f.ep is not None else 1
         lay = Layout(attention_tp=f.tp, attention_dp=f.dp, experts_tp=(f.tp * f.dp) // ep if moe else f.tp,
-                     experts_ep=ep if moe else 1, cp=f.cp)
+                     experts_ep=ep if moe else 1, cp=f.cp, sp=f.sp)
         if f.cp > 1 and f.role != "prefill":
             raise InputError(p.path, f"{where}.cp", "context parallelism is modelled for prefill workers only")
         bad = layout_problem(p.model, lay)
         if bad is not None:
-            raise InputError(p.path, f"{where}.tp", bad[1])
+            raise InputError(p.path, f"{where}.{'sp' if bad[0] == 'sp' else 'tp'}", bad[1])
         if lay.gpus > p.pools[pool].hw.server.gpus:
             raise InputError(p.path, f"{where}.tp", f"{lay.label()} needs {lay.gpus} GPUs, more than a "
                                                     f"{p.pools[pool].server} server has ({p.pools[pool].hw.server.gpus})")

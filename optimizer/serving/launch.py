@@ -60,6 +60,11 @@ assumed, and with the longest request of the traffic as its context limit:
   fraction (``performance.memory_fraction`` or the engine version's default, as
   aiconfigurator-core records it): the engine's command prints that fraction.
 
+Two-batch overlap (``serving.micro_batches: 2``) on decode and aggregated workers and sequence
+parallelism (``serving.<role>.sp``) on SP layouts: :func:`optimizer.launch.overlap_args` and
+:func:`optimizer.launch.sp_args` (flags where the engine version has them and runs them for the
+layout, else a launch note).
+
 Context-parallel prefill workers (``cp > 1``), checked against the engines' argument parsers at
 the versions the measured database names (vLLM 0.24.0, SGLang 0.5.14; the released wheels):
 
@@ -85,7 +90,7 @@ from typing import Callable, Optional
 
 from optimizer.launch import (DEFAULT_PORT, DEFAULT_VERSION, ENGINES_DIR, HEAD as _HEAD, VLLM_CP, Launch,  # noqa: F401
                               Nodes, UnknownFlag, dtype_args, flag_list, layout_note,
-                              memory_fractions, parallel_args)
+                              memory_fractions, overlap_args, parallel_args, sp_args)
 from optimizer.serving.perf import Worker
 from optimizer.serving.schema import Problem
 
@@ -240,6 +245,29 @@ def _vllm_port(c: Ctx, x: Launch) -> None:
     x.args += ["--port", str(c.end.port if c.end.port is not None else DEFAULT_PORT["vllm"])]
 
 
+def _two_batches(c: Ctx) -> bool:
+    """The worker runs decode steps and the plan times them as two micro-batches."""
+    return c.w.role != "prefill" and c.p.pools[c.w.pool].perf.micro_batches == 2
+
+
+def _overlap(engine: str) -> Step:
+    def step(c: Ctx, x: Launch) -> None:  # two-batch overlap (optimizer.launch.overlap_args)
+        if _two_batches(c):
+            x.args += overlap_args(engine, c.w.layout, c.p.model.moe is not None, c.have, c.version)[0]
+    step.__name__ = f"_{engine}_overlap"
+    return step
+
+
+def _sp(engine: str) -> Step:
+    def step(c: Ctx, x: Launch) -> None:  # sequence parallelism (optimizer.launch.sp_args)
+        x.args += sp_args(engine, c.w.layout, c.p.model.name, c.have, c.version, c.p.speculative is not None)[0]
+    step.__name__ = f"_{engine}_sp"
+    return step
+
+
+_vllm_overlap, _sglang_overlap, _vllm_sp, _sglang_sp = _overlap("vllm"), _overlap("sglang"), _sp("vllm"), _sp("sglang")
+
+
 # ------------------------------------------------------------------ SGLang steps
 _sglang_parallel = _parallel("sglang")
 
@@ -275,10 +303,10 @@ def _sglang_port(c: Ctx, x: Launch) -> None:
 
 
 STEPS: dict[str, list[Step]] = {
-    "vllm": [_vllm_parallel, _vllm_batch, _vllm_memory, _vllm_dtype, _vllm_cache, _vllm_speculative, _vllm_pd,
-             _vllm_port],
-    "sglang": [_sglang_parallel, _sglang_batch, _sglang_memory, _sglang_dtype, _sglang_speculative, _sglang_pd,
-               _sglang_port],
+    "vllm": [_vllm_parallel, _vllm_sp, _vllm_overlap, _vllm_batch, _vllm_memory, _vllm_dtype, _vllm_cache,
+             _vllm_speculative, _vllm_pd, _vllm_port],
+    "sglang": [_sglang_parallel, _sglang_sp, _sglang_overlap, _sglang_batch, _sglang_memory, _sglang_dtype,
+               _sglang_speculative, _sglang_pd, _sglang_port],
 }
 HEAD = {e: (lambda p, e=e: _HEAD[e](p.hf_id)) for e in _HEAD}
 
@@ -316,10 +344,18 @@ def engines_for(p: Problem, w: Worker) -> list[str]:
 
 
 def launch_notes(p: Problem, w: Worker) -> list[str]:
-    """What the plan says instead of a command an engine cannot run (a CP worker under vLLM 0.24.0)."""
+    """What the plan says instead of a command an engine cannot run (a CP worker under vLLM 0.24.0),
+    and what a command cannot set: two-batch overlap or sequence parallelism an engine (version)
+    does not run for the worker's layout (:func:`optimizer.launch.overlap_args`, :func:`optimizer.launch.sp_args`)."""
     moe = p.model.moe is not None
     out = [n for e in ("vllm", "sglang") if p.engine in (e, "both")
            for n in [layout_note(e, w.layout, moe, w.role)] if n is not None]
+    for e in engines_for(p, w):  # engines that run the worker without the plan's overlap or SP flag
+        have, version = flag_list(e, engine_version(p, e)), engine_version(p, e)
+        notes = [sp_args(e, w.layout, p.model.name, have, version, p.speculative is not None)[1]]
+        if p.pools[w.pool].perf.micro_batches == 2 and w.role != "prefill":
+            notes.append(overlap_args(e, w.layout, moe, have, version)[1])
+        out += [n for n in notes if n is not None]
     if "vllm" in engines_for(p, w):
         m = memory_plan(p, w)
         if m["capped"]:

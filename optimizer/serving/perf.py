@@ -190,15 +190,19 @@ class ServingModel:
         MoE); MoE experts either follow attention TP (EP 1) or spread over every GPU (EP = TP x DP).
         ``serving.<role>.tp`` / ``max_gpus`` restrict them. Prefill workers also get each of those
         layouts with every CP degree of ``serving.prefill.cp`` that still fits the server
-        (``cp x GPUs``; chapter 6.2.4), after the ``cp = 1`` ones."""
+        (``cp x GPUs``; chapter 6.2.4), after the ``cp = 1`` ones. ``serving.<role>.sp: true``
+        runs the role's layouts with attention TP > 1 with sequence parallelism instead (chapter
+        6.2.3: ``TP8 SP``; TP1 layouts stay as they are)."""
+        from dataclasses import replace
+
         role_in = self.p.roles[role]
         max_g = min(role_in.max_gpus or pool.hw.server.gpus, pool.hw.server.gpus)
         base = self._base_layouts(role_in, max_g)
+        if getattr(role_in, "sp", False):
+            base = [replace(lay, sp=True) if lay.attention_tp > 1 else lay for lay in base]
         cps = [c for c in (getattr(role_in, "cp", None) or [1]) if c > 1] if role == "prefill" else []
         if not cps:
             return base
-        from dataclasses import replace
-
         keep = base if 1 in (role_in.cp or [1]) else []
         return keep + [replace(lay, cp=c) for c in sorted(cps) for lay in base if lay.gpus * c <= max_g]
 

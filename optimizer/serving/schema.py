@@ -132,6 +132,7 @@ class FixedWorkerIn(_In):
     dp: PosInt = 1
     ep: Optional[PosInt] = None
     cp: PosInt = Field(default=1, description="context-parallel ranks (prefill workers only)")
+    sp: bool = Field(default=False, description="Megatron sequence parallelism in the TP group (needs tp > 1)")
     max_batch: Optional[PosInt] = None
     pool: Optional[str] = Field(default=None, min_length=1, description="pool name (GPU); default the first pool")
 
@@ -161,6 +162,9 @@ class RoleIn(_In):
     max_gpus: Optional[PosInt] = None
     cp: Optional[list[PosInt]] = Field(default=None, min_length=1, description=(
         "context-parallel degrees tried for prefill workers (chapter 6.2.4), e.g. [1, 2, 4, 8]; default [1] (no CP)"))
+    sp: bool = Field(default=False, description=(
+        "run this role's TP > 1 workers with Megatron sequence parallelism (chapter 6.2.3; label 'TP8 SP'): "
+        "each AllReduce a ReduceScatter + AllGather, same ring time; TP1 workers stay as they are"))
 
 
 class SimulationIn(_In):
@@ -205,6 +209,12 @@ class ServingIn(_In):
         "where a CP prefill worker's dense FFN is split: over all its GPUs (worker, SGLang 0.5.14) or per CP rank"))
     comm_overlap: Annotated[float, Field(ge=0, le=1, description=(
         "share of each step's TP AllReduce / All-to-All time hidden under its compute (chapter 6.4.3); 0 = none"))] = 0.0
+    micro_batches: Annotated[int, Field(ge=1, le=2, description=(
+        "decode steps as 1 batch or 2 micro-batches whose compute and collectives overlap (DeepSeek's two-batch "
+        "overlap; SGLang --enable-two-batch-overlap, vLLM --enable-dbo); with 2, comm_overlap must be 0"))] = 1
+    contention_kappa: Annotated[float, Field(ge=1, le=2, description=(
+        "contention of two overlapped micro-batches: a layer takes kappa x the longer of compute and "
+        "communication (1 = none; a measured pair's group over its longer member; above 2 nothing overlaps)"))] = 1.0
     speculative: Optional[SpeculativeIn] = None
 
 
@@ -555,7 +565,7 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
 
 def _pools(hw: HardwareIn, model: ModelSpec, wd: str, kd: str, reserve: float, path: Path,
            steps_for=None, cp_kv_exchange: str = "ring", comm_overlap: float = 0.0,
-           cp_ffn: str = "rank") -> tuple[Pool, ...]:
+           cp_ffn: str = "rank", micro_batches: int = 1, contention_kappa: float = 1.0) -> tuple[Pool, ...]:
     if hw.pools is not None:
         if any(v is not None for v in (hw.gpu, hw.server, hw.servers, hw.dollars_per_gpu_hour)):
             raise InputError(path, "hardware", "give either hardware.pools or hardware.gpu/server/servers, not both")
@@ -581,7 +591,8 @@ def _pools(hw: HardwareIn, model: ModelSpec, wd: str, kd: str, reserve: float, p
         h = Hardware(gpu_spec_from_catalog(gpu, g),
                      ServerSpec(server, int(s["gpus"]), link(s["scale_up"]), link(s["scale_out"])), hw.allreduce)
         pm = PerfModel(model, h, DTYPE_BYTES[wd], DTYPE_BYTES[kd], reserve, weight_dtype=wd, kv_dtype=kd,
-                       cp_kv_exchange=cp_kv_exchange, comm_overlap=comm_overlap, cp_ffn=cp_ffn)
+                       cp_kv_exchange=cp_kv_exchange, comm_overlap=comm_overlap, cp_ffn=cp_ffn,
+                       micro_batches=micro_batches, contention_kappa=contention_kappa)
         out.append(Pool(name, gpu, server, count, price if price is not None else g.get("dollars_per_gpu_hour"), h,
                         pm, steps_for(pm, gpu) if steps_for is not None else None))
     return tuple(out)
@@ -605,6 +616,39 @@ def _check_cp(cp: Optional[list[int]], role: str, s: ServingIn, path: Path) -> N
         raise InputError(path, where, f"degrees must be distinct (got {cp})")
     if role == "prefill" and any(c > 1 for c in cp) and s.mode == "aggregated":
         raise InputError(path, where, "CP prefill workers need disaggregated serving (mode: disaggregated or both)")
+
+
+def _check_sp(role_in: RoleIn, role: str, path: Path) -> None:
+    """``serving.<role>.sp``: sequence parallelism splits a TP group's activations, so a role
+    restricted to TP1 (``serving.<role>.tp: [1]``) has no layout to run it on.
+
+    Raises:
+        InputError: one line naming the field.
+    """
+    if role_in.sp and role_in.tp is not None and all(d == 1 for d in role_in.tp):
+        raise InputError(path, f"serving.{role}.sp", f"sequence parallelism needs attention TP > 1; serving.{role}.tp "
+                                                     f"allows TP1 only")
+
+
+def _check_micro_batches(s: ServingIn, performance: PerformanceIn, path: Path) -> None:
+    """``serving.micro_batches: 2`` times the overlap itself (``comm_overlap`` must stay 0) and is
+    a term of the analytic model: the measured database times one batch per step.
+
+    Raises:
+        InputError: one line naming the field.
+    """
+    if s.micro_batches == 1:
+        if s.contention_kappa != 1.0:
+            raise InputError(path, "serving.contention_kappa", "applies to two micro-batches (serving.micro_batches: 2)")
+        return
+    if s.comm_overlap:
+        raise InputError(path, "serving.micro_batches", f"two micro-batches time the overlap of compute and "
+                                                        f"communication themselves: set serving.comm_overlap to 0 "
+                                                        f"(got {s.comm_overlap})")
+    if performance.source != "analytic":
+        raise InputError(path, "serving.micro_batches", f"two micro-batches are timed by the analytic model only "
+                                                        f"(performance.source {performance.source}: the measured "
+                                                        f"database times one batch per step)")
 
 
 def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], objectives: dict) -> Problem:
@@ -640,6 +684,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
             if bad is not None:
                 raise InputError(path, f"serving.{role}.tp", bad[1])
         _check_cp(getattr(s, role).cp, role, s, path)
+        _check_sp(getattr(s, role), role, path)
     wd = inst.model.weight_dtype
     kd = inst.model.kv_dtype or DEFAULT_KV_DTYPE
     reserve = s.reserve_gib_per_gpu * GIB
@@ -660,7 +705,9 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         return speculative_steps(resolve_steps(performance, pm, cfg, gpu, eff, wd, kd, inst.model.hf_id), spec_dec,
                                  pm, eff)
 
-    pools = _pools(inst.hardware, spec, wd, kd, reserve, path, steps_for, s.cp_kv_exchange, s.comm_overlap, s.cp_ffn)
+    _check_micro_batches(s, inst.performance, path)
+    pools = _pools(inst.hardware, spec, wd, kd, reserve, path, steps_for, s.cp_kv_exchange, s.comm_overlap, s.cp_ffn,
+                   s.micro_batches, s.contention_kappa)
     if s.prefill.cp and max(s.prefill.cp) > 1:
         small = min(p.hw.server.gpus for p in pools)
         if max(s.prefill.cp) > small:
