@@ -221,15 +221,21 @@ def test_slot_bound_is_valid_and_proves_the_eplb_readme_layer():
     assert slot_bound(w0, [2] * 7 + [3]) is None  # unequal slots: no claim
 
 
-def test_the_eplb_readme_example_is_proven_optimal(tmp_path):
-    (tmp_path / "w.json").write_text(json.dumps([[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
-                                                 [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]]))
+def _eplb_shaped_layers(tmp_path, w: list) -> list:
+    """The CLI's optimised layers of trace ``w`` (a layer x expert matrix) on DeepSeek EPLB's README
+    shape: 8 GPUs x 2 slots, 2 nodes, 4 groups."""
+    (tmp_path / "w.json").write_text(json.dumps(w))
     inst = tmp_path / "e.yaml"
     inst.write_text("experts: {trace: w.json, format: matrix, num_gpus: 8, num_nodes: 2, num_groups: 4, "
-                    "slots_per_gpu: 2, evaluate_windows: none}\nname: eplb readme\n")
+                    "slots_per_gpu: 2, evaluate_windows: none}\nname: eplb shaped\n")
     code, rep = run_json(inst)
     assert code == 0
-    lays = rep["plan"]["layers"]
+    return rep["plan"]["layers"]
+
+
+def test_the_eplb_readme_example_is_proven_optimal(tmp_path):
+    lays = _eplb_shaped_layers(tmp_path, [[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86],
+                                          [20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27]])
     assert [lay["optimized"]["max_load"] for lay in lays] == [136, 172]
     assert all(lay["optimized"]["gap"] == 0.0 for lay in lays)
 
@@ -257,13 +263,7 @@ def test_random_twelve_expert_layers_are_proven(tmp_path):
     EPLB README layers: every layer proven optimal by the slot search, 0 gap."""
     w = [[90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86]]
     w += [row for s in range(1, 6) for row in np.random.default_rng(s).integers(1, 200, (2, 12)).tolist()]
-    (tmp_path / "w.json").write_text(json.dumps(w))
-    inst = tmp_path / "e.yaml"
-    inst.write_text("experts: {trace: w.json, format: matrix, num_gpus: 8, num_nodes: 2, num_groups: 4, "
-                    "slots_per_gpu: 2, evaluate_windows: none}\nname: twelve experts\n")
-    code, rep = run_json(inst)
-    assert code == 0
-    lays = rep["plan"]["layers"]
+    lays = _eplb_shaped_layers(tmp_path, w)
     assert len(lays) == 11
     assert all(lay["optimized"]["gap"] == 0.0 for lay in lays)
     assert lays[0]["optimized"]["max_load"] == 136

@@ -207,6 +207,29 @@ def random_fabric_instance(tmp_path, seed):
                           target_sessions=rnd.choice([None, 200, 2000]), fabric=fab)
 
 
+def check_against_brute_force(p, results, objective: str, seed) -> None:
+    """The CP-SAT answer equals :func:`brute_force` over every candidate fabric: infeasible exactly
+    when no option works, else optimal at the brute-force value on one fabric, and the plan passes
+    the independent evaluator with its closed-form steps equal to the model's."""
+    res = solve_for(p, results=results)
+    want, per_cand = brute_force(p, results, objective)
+    if want is None:
+        assert res.plan is None and res.status.value == "infeasible", (seed, objective)
+        return
+    assert res.status.value == "optimal", (seed, objective)
+    assert res.value == pytest.approx(want, abs=1e-6), (seed, objective)
+    used = {b.option.candidate for b in res.plan.instances}
+    assert len(used) == 1, (seed, objective)
+    assert per_cand[used.pop()] == pytest.approx(want, abs=1e-6), (seed, objective)
+    ev = PIPELINE.evaluate(p, res.plan)
+    assert ev.violations == [], (seed, objective, ev.violations)
+    if objective == "cost":
+        assert ev.cost_usd == pytest.approx(res.value)
+    for b in res.plan.instances:  # the evaluator's closed-form step equals the model's
+        (chk,) = [i for i in ev.instances if i.size == b.option.size and i.sessions_per_card == b.sessions_per_card][:1]
+        assert chk.step == pytest.approx(res.results[b.index].figures.step, rel=1e-9)
+
+
 def brute_force(p, results, objective):
     """Best primary objective over every fabric candidate and every vector of instance counts on
     it, with the fabric's power and switch-chip limits; returns ``(value, {candidate: value})``."""
@@ -263,23 +286,7 @@ def test_chosen_fabric_is_the_best_enumerated_candidate(tmp_path, seed):
         p = load(raw, path, objective)
         results = evaluate_all(p)
         assert all(r.option.fabric == FABRIC for r in results)
-        res = solve_for(p, results=results)
-        want, per_cand = brute_force(p, results, objective)
-        if want is None:
-            assert res.plan is None and res.status.value == "infeasible", (seed, objective)
-            continue
-        assert res.status.value == "optimal", (seed, objective)
-        assert res.value == pytest.approx(want, abs=1e-6), (seed, objective)
-        used = {b.option.candidate for b in res.plan.instances}
-        assert len(used) == 1, (seed, objective)
-        assert per_cand[used.pop()] == pytest.approx(want, abs=1e-6), (seed, objective)
-        ev = PIPELINE.evaluate(p, res.plan)
-        assert ev.violations == [], (seed, objective, ev.violations)
-        if objective == "cost":
-            assert ev.cost_usd == pytest.approx(res.value)
-        for b in res.plan.instances:  # the evaluator's closed-form step equals the model's
-            (chk,) = [i for i in ev.instances if i.size == b.option.size and i.sessions_per_card == b.sessions_per_card][:1]
-            assert chk.step == pytest.approx(res.results[b.index].figures.step, rel=1e-9)
+        check_against_brute_force(p, results, objective, seed)
 
 
 def test_random_instances_exercise_both_state_outcomes_and_the_limits(tmp_path):

@@ -22,7 +22,7 @@ from optimizer.supernode.fabric import torus_shapes
 from optimizer.supernode.perf import FABRIC, evaluate_all
 from optimizer.supernode.schema import load
 from tests.supernode_helpers import REPO, SMALL_INVENTORY, SMALL_SYSTEM, report_for, run_cli, small_instance, solve_for
-from tests.test_supernode_fabric import brute_force
+from tests.test_supernode_fabric import check_against_brute_force
 
 I64 = REPO / "instances" / "supernode_fabric_64.yaml"
 I512 = REPO / "instances" / "supernode_fabric_512.yaml"
@@ -287,23 +287,7 @@ def test_chosen_generated_fabric_is_the_brute_force_best(tmp_path, seed):
             if fc["buildable"]:
                 assert fc["per_byte"] == pytest.approx(r.fabric.a2a_s_per_byte, rel=1e-9), (seed, c.label)
                 assert fc["cost"] == pytest.approx(r.fabric.cost_usd) and fc["chips"] == r.fabric.switch_chips
-        res = solve_for(p, results=results)
-        want, per_cand = brute_force(p, results, objective)
-        if want is None:
-            assert res.plan is None and res.status.value == "infeasible", (seed, objective)
-            continue
-        assert res.status.value == "optimal", (seed, objective)
-        assert res.value == pytest.approx(want, abs=1e-6), (seed, objective)
-        used = {b.option.candidate for b in res.plan.instances}
-        assert len(used) == 1, (seed, objective)
-        assert per_cand[used.pop()] == pytest.approx(want, abs=1e-6), (seed, objective)
-        ev = PIPELINE.evaluate(p, res.plan)
-        assert ev.violations == [], (seed, objective, ev.violations)
-        if objective == "cost":
-            assert ev.cost_usd == pytest.approx(res.value)
-        for b in res.plan.instances:
-            (chk,) = [i for i in ev.instances if i.size == b.option.size and i.sessions_per_card == b.sessions_per_card][:1]
-            assert chk.step == pytest.approx(res.results[b.index].figures.step, rel=1e-9)
+        check_against_brute_force(p, results, objective, seed)
 
 
 def test_the_random_family_is_not_vacuous(tmp_path):
