@@ -72,13 +72,25 @@ def test_batch_limits_and_orders_beat_the_rule_on_makespan(tmp_path):
 
 
 def test_a_claim_beyond_the_exact_order_search_states_its_scope():
-    """16 sessions on one replica are past the exact order search: 'optimal' is qualified."""
-    rep = solve(load(INSTANCES / "qwen3_30b_a3b_batched.yaml"), "cost", time_limit_s=60, explain=False)
+    """16 sessions on one replica are past the exact order search of the configuration columns:
+    for the gpus objective (additive, no bounded columns) 'optimal' is qualified."""
+    rep = solve(load(INSTANCES / "qwen3_30b_a3b_batched.yaml"), "gpus", time_limit_s=60, explain=False)
     out = rep.outcome
     assert out.status == Status.OPTIMAL
     assert out.scope.startswith("earliest-deadline admission") and "more than" in out.scope
     assert rep.to_dict()["solver"]["scope"] == out.scope
     assert any(n.startswith("optimal under earliest-deadline admission") for n in out.notes)
+
+
+def test_bounded_columns_claim_over_every_order():
+    """The same 16 sessions for cost: the bounded columns prove the optimum over every batch
+    limit and admission order, so the claim carries no scope (the same value as the rule's)."""
+    rep = solve(load(INSTANCES / "qwen3_30b_a3b_batched.yaml"), "cost", time_limit_s=60, explain=False)
+    out = rep.outcome
+    assert out.status == Status.OPTIMAL and out.scope == ""
+    assert "bounded columns" in out.bound_method
+    assert out.value == pytest.approx(0.3044276, rel=1e-6)
+    assert "scope" not in rep.to_dict()["solver"] or not rep.to_dict()["solver"]["scope"]
 
 
 def test_distinct_orders_and_the_pareto_filter():

@@ -187,6 +187,38 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         packs = _packings(A, lp, mix, time.perf_counter() + min(0.1 * total, 0.2 * left()), cfg)
         for cand in packs:
             offer(cand, "packing at the LP makespan")
+    # 2a. bounded columns (batched threshold objectives, few session classes): optimistic
+    # columns simulated when chosen; a proof over every batch limit and admission order
+    side = None  # its plan when better than the anytime plan but not proven (kept with its order)
+    tried_bounded = False
+    if not proven() and not problem.tp_only and left() > 0.2:
+        from optimizer.deployment.exact import bounded_applies, solve_bounded
+
+        if bounded_applies(problem, perf, obj):
+            tried_bounded = True
+            inc = evaluate(problem, A.plan(best), perf)
+            got = solve_bounded(problem, perf, obj, time.perf_counter() + cfg.bounded_share * left(), lays, inc)
+            if got is not None:
+                stats.solves += got.stats.solves
+                tag = f"anytime search ({got.stats.name})"
+                if got.status == Status.OPTIMAL:
+                    got.bound_method = tag
+                    got.method = tag if got.evaluation is not inc else f"anytime search ({source})"
+                    if got.evaluation is inc:
+                        got.mode = f"anytime ({source})"
+                    got.notes.insert(0, f"{len(problem.sessions)} sessions in {len(problem.classes)} classes; "
+                                        f"plan from {'the bounded columns' if got.evaluation is not inc else source}, "
+                                        f"proven optimal over every batch limit and admission order")
+                    return got
+                if got.bound is not None and (bound is None or got.bound > bound):
+                    bound = min(got.bound, best_v)
+                    bound_source = tag
+                    progress.report("bounded columns", best_v, bound)
+                if got.evaluation is not None and got.evaluation is not inc and got.value is not None \
+                        and got.value < best_v * (1 - 1e-12):
+                    side = got
+                    progress.report("bounded columns (plan)", got.value, bound)
+
     # 2b. configuration LP (few classes): a tighter bound by column generation, and plans from
     # its integer master
     batched_cg = any(k.batch_cap > 1 for k in A.kinds)  # slower: ~10 s a threshold on 12 classes
@@ -231,7 +263,8 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     exact = "none"
     if not proven() and len(problem.classes) <= cfg.exact_classes and left() > 0.2:
         share = cfg.exact_share if len(problem.sessions) <= cfg.exact_sessions else cfg.exact_share_large
-        out = solve_exact(problem, obj, time.perf_counter() + share * left(), degrees, perf, layouts, progress)
+        out = solve_exact(problem, obj, time.perf_counter() + share * left(), degrees, perf, layouts, progress,
+                          bounded=not tried_bounded)
         stats.solves += out.stats.solves
         if out.status == Status.OPTIMAL:
             out.method = out.bound_method = f"anytime search (exact formulations: {out.stats.name})"
@@ -277,6 +310,8 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     if ev.violations:
         raise RuntimeError("anytime plan failed the evaluator: " + "; ".join(ev.violations))
     value = obj.value(ev)
+    if side is not None and side.value < value * (1 - 1e-12):  # the bounded columns' plan (its own orders)
+        ev, value, source = side.evaluation, side.value, side.stats.name
     if bound is not None:
         bound = min(bound, value)  # the plan's own value bounds the optimum from above
     stats.time_s = time.perf_counter() - t0

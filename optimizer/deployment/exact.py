@@ -28,7 +28,7 @@ from optimizer.deployment.params import build_options, degree_fits_hardware, deg
 from optimizer.deployment.progress import Progress
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
-from optimizer.deployment.units import deadline_ticks
+from optimizer.deployment.units import deadline_ticks, ticks_up
 from optimizer.errors import InputError
 from optimizer.result import SolverStats, Status, relative_gap
 
@@ -48,15 +48,17 @@ def build(problem: Problem, perf: PerfModel, degrees, objective, explain: bool =
 
 
 def solve_exact(problem: Problem, obj, deadline: float, degrees=None, perf: Optional[PerfModel] = None,
-                layouts=None, progress: Optional[Progress] = None) -> SolveOutcome:
+                layouts=None, progress: Optional[Progress] = None, bounded: bool = True) -> SolveOutcome:
     """The exact formulations (configuration search, ordered columns, compact and sequence
-    CP-SAT), chosen automatically; ``deadline`` is a ``time.perf_counter()`` value; ``progress``
-    gets the CP-SAT and Dinkelbach improvements."""
+    CP-SAT, bounded columns), chosen automatically; ``deadline`` is a ``time.perf_counter()``
+    value; ``progress`` gets the CP-SAT and Dinkelbach improvements; ``bounded`` False skips the
+    bounded column search (the caller ran it already)."""
     perf = perf or PerfModel(problem)
     progress = progress or Progress.off()
     limit = max(0.05, deadline - time.perf_counter())
     if not problem.tp_only:
-        return solve_batched(problem, perf, obj, deadline, tuple(problem.layouts if layouts is None else layouts))
+        return solve_batched(problem, perf, obj, deadline, tuple(problem.layouts if layouts is None else layouts),
+                             bounded)
     allowed = tuple(problem.degrees if degrees is None else degrees)
     usable = usable_degrees(problem, perf, allowed)
     mode = choose_mode(problem, obj)
@@ -468,13 +470,18 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
                    "configuration")
 
 
-def solve_batched(problem: Problem, perf: PerfModel, obj, deadline: float, layouts) -> SolveOutcome:
-    """Layouts and batched decode: configuration search over (layout, batch limit, sessions)
-    columns (:mod:`optimizer.deployment.batching`)."""
+def solve_batched(problem: Problem, perf: PerfModel, obj, deadline: float, layouts, bounded: bool = True) -> SolveOutcome:
+    """Layouts and batched decode: the bounded column search where it applies and proves the
+    answer (:func:`solve_bounded`), else the configuration search over (layout, batch limit,
+    sessions) columns (:mod:`optimizer.deployment.batching`)."""
     from optimizer.deployment.batching import (check_supported, enumerate_batch_configurations,
                                                layout_options)
     check_supported(problem, obj)
     allowed = tuple(problem.degrees)
+    if bounded and bounded_applies(problem, perf, obj):
+        got = solve_bounded(problem, perf, obj, deadline, layouts)
+        if got is not None and got.status in (Status.OPTIMAL, Status.INFEASIBLE):
+            return got  # a claim over every admission order; else the enumeration below
     mode = "configuration (layouts, batched)"
     stats = SolverStats("highs (configuration LP/MILP)", Status.INFEASIBLE, 0.0, solves=0)
     t0 = time.perf_counter()
@@ -496,6 +503,72 @@ def solve_batched(problem: Problem, perf: PerfModel, obj, deadline: float, layou
         return _scoped(_solve_batched_additive(problem, perf, obj, search, need, deadline, stats, allowed, mode, t0),
                        configs)
     return _scoped(_solve_batched_search(problem, perf, obj, search, stats, allowed, mode, t0), configs)
+
+
+def bounded_applies(problem: Problem, perf: PerfModel, obj) -> bool:
+    """The bounded column search (:mod:`optimizer.deployment.bounded`) covers this problem:
+    batched or layout problems without faults, a threshold objective (cost, makespan, energy),
+    one batch per decode step, and few enough session sub-multisets for its cover programme."""
+    from optimizer.deployment.bounded import CoverDP
+
+    return (not problem.faults and not problem.tp_only and obj.search in ("cost", "makespan")
+            and perf.model.micro_batches == 1 and CoverDP.fits(problem))
+
+
+def solve_bounded(problem: Problem, perf: PerfModel, obj, deadline: float, layouts,
+                  incumbent: Optional[Evaluation] = None) -> Optional[SolveOutcome]:
+    """The bounded column search as a solve: optimistic columns, simulated when chosen
+    (:func:`optimizer.deployment.bounded.bounded_search`). ``incumbent``: a plan already found
+    (its value prunes the columns: a better plan ends by ``value·N/G`` for cost, by its makespan
+    otherwise). Returns OPTIMAL (the plan found, or the incumbent proven), INFEASIBLE (no
+    column set covers the sessions with the on-time requirement), FEASIBLE with the bound, or
+    None when the columns cannot be enumerated in time. Claims hold over every batch limit and
+    admission order (no scope)."""
+    from optimizer.deployment.bounded import bounded_search
+    from optimizer.deployment.units import TIME_UNIT_S
+
+    t0 = time.perf_counter()
+    allowed = tuple(problem.degrees)
+    need = max(problem.required_on_time, obj.min_on_time)
+    kind = obj.search
+    G, N = problem.total_gpus, len(problem.sessions)
+    inc_key = t_max = None
+    if incumbent is not None and not incumbent.violations:
+        r = incumbent.nominal
+        mk_ticks = ticks_up(r.makespan_s)
+        if r.on_time >= need and (kind != "cost" or r.on_time > 0):
+            inc_key = Fraction(G * mk_ticks, r.on_time) if kind == "cost" else Fraction(mk_ticks)
+            t_max = float(inc_key) * N / G * TIME_UNIT_S if kind == "cost" else mk_ticks * TIME_UNIT_S
+    res = bounded_search(problem, perf, kind, need, deadline, tuple(layouts), inc_key, t_max)
+    if res is None:
+        return None
+    name = "bounded columns (cover DP, simulated when chosen)" if res.rounds else "bounded columns"
+    stats = SolverStats(name, Status.FEASIBLE, time.perf_counter() - t0, solves=res.rounds + res.solves)
+    mode = "bounded columns (layouts, batched)"
+    if res.counts is None:
+        if res.infeasible:
+            stats.status = Status.INFEASIBLE
+            out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, mode)
+            out.notes += res.notes
+            return out
+        if incumbent is None or res.bound is None:
+            stats.status = Status.TIME_LIMIT
+            out = SolveOutcome(Status.TIME_LIMIT, obj, None, None, None, stats, allowed, mode)
+            out.notes += res.notes
+            return out
+        ev = incumbent  # the incumbent stands; the search may have proven it
+    else:
+        plan = plan_from_batch_configurations(res.problem, perf, res.counts)
+        ev = evaluate(problem, plan, perf)
+    value = obj.value(ev)
+    bound = _search_bound_in_unit(problem, obj, res.bound) if res.bound is not None else None
+    proven = res.bound is not None and (res.proven or (res.counts is None and inc_key is not None
+                                                        and res.bound >= inc_key))
+    if proven:
+        bound = min(value, bound)
+    out = finish(Status.OPTIMAL if proven else Status.FEASIBLE, obj, value, bound, ev, stats, allowed, mode)
+    out.notes += res.notes
+    return out
 
 
 def _scoped(out: SolveOutcome, configs) -> SolveOutcome:

@@ -44,6 +44,7 @@ class AnytimeSettings:
         small_sessions: without a constructive plan, problems up to this size go to the exact path
         most_on_time_share: of the budget: the most-on-time mix climb when list scheduling misses the requirement
         aggregate_share: LP inconclusive: share of the time left for the aggregate feasibility model
+        bounded_share: batched threshold objectives: share of the time left for the bounded column search
     """
 
     optimal_gap: float = 1e-6
@@ -71,6 +72,7 @@ class AnytimeSettings:
     small_sessions: int = 60
     most_on_time_share: float = 0.2
     aggregate_share: float = 0.25
+    bounded_share: float = 0.8
 
 
 @dataclass(frozen=True)

@@ -750,6 +750,65 @@ class PerfModel:
                              total - float(stage_t[0].sum()) if lay.pp > 1 else 0.0,
                              acc["wr"], acc["kv"], acc["fl"], acc["act"])
 
+    def decode_step_floor(self, lay: Layout, b_max: int) -> Optional["StepFloor"]:
+        """A lower bound of every batched decode step of ``lay`` with up to ``b_max`` sessions,
+        linear in the KV read and concave in the batch size (what the batched column bounds of the
+        deployment problem sum over a run).
+
+        For every active set A (``b = |A| ≤ b_max`` sessions at positions ``s_i``, any split over
+        the attention-DP ranks):
+
+            ``step(A) ≥ g[b] + kv_rate · Σ_{i∈A} (s_i + 1) / dp``
+
+        where ``f[b]`` is the step's zero-context part: per stage the HBM time of the weights a
+        step of b tokens reads (eq. 6-2 with the eq. 6-8 expected active experts) and the state
+        read averaged over the ranks, plus ``(1 − comm_overlap)`` times its collectives at the
+        fewest sessions any rank can have (``ceil(b/dp)``; the AllReduce / All-to-All times are the
+        smallest at that or any larger rank batch), plus the PP hand-offs; ``kv_rate`` is the HBM
+        time of one token position of KV per stage (``kv_token / min(TP, KVH) / cp_split / B``);
+        ``g`` is the largest concave sequence below ``f`` with ``g[0] = 0`` (an LP, HiGHS), so
+        sums of ``g`` over the steps of a run are minimised by the run with the fewest, fullest
+        steps (Gale-Ryser / Karamata, :mod:`optimizer.deployment.bounded`). Compute
+        (``max(local, compute)``) is bounded by its HBM part.
+
+        Returns:
+            :class:`StepFloor`, or None under two micro-batches (a step is then two overlapped
+            halves, not this sum).
+        """
+        if self.micro_batches != 1:
+            return None
+        dp = lay.attention_dp
+        b_max = max(1, int(b_max))
+        stages = self.stages(lay.pp)
+        keep = 1.0 - self.comm_overlap
+        f = np.zeros(b_max + 1)
+        comm = np.zeros(b_max + 1)  # collectives with the fullest rank holding x sessions
+        kv_rate = 0.0
+        for k, st in enumerate(stages):
+            zero = np.zeros(dp)
+            one = np.zeros(dp)
+            one[0] = 1.0
+            l0 = float(np.max(self.stage_terms(st, lay, zero, zero, 0.0).local))
+            kv_rate += float(np.max(self.stage_terms(st, lay, zero, one, 0.0).local)) - l0
+            for b in range(1, b_max + 1):
+                avg = np.full(dp, b / dp)  # the ranks' average state read (the weights are every rank's)
+                f[b] += float(np.max(self.stage_terms(st, lay, avg, zero, float(b)).local))
+            for x in range(1, -(-b_max // dp) + 1):
+                fullest = np.zeros(dp)
+                fullest[0] = float(x)  # the collectives of a step whose fullest rank holds x sessions
+                pc = self.stage_terms(st, lay, fullest, zero, float(x))
+                comm[x] += float(np.max(pc.allreduce)) + float(np.max(pc.alltoall))
+            if k < len(stages) - 1:
+                f[1:] += np.array([self.hw.p2p_s(b * self.spec.hidden * ACTIVATION_BYTES, self.crosses_servers(lay, k))
+                                   for b in range(1, b_max + 1)])
+        # collectives of b sessions: the fullest rank holds x >= ceil(b/dp) of them; the fewest
+        # seconds over every such x (a measured table need not grow with the message)
+        top = -(-b_max // dp)
+        suffix = np.minimum.accumulate(comm[1:top + 1][::-1])[::-1]
+        for b in range(1, b_max + 1):
+            f[b] += keep * suffix[-(-b // dp) - 1]
+        return StepFloor(_concave_floor(f), kv_rate, dp)
+
     def step_time_s(self, lay: Layout, positions, **kw) -> float:
         """Step time (s) of the active sessions at ``positions`` (see :meth:`step`)."""
         return self.step(lay, positions, **kw).total_s
@@ -758,6 +817,69 @@ class PerfModel:
     def summary(self) -> dict:
         """The weight inventory as a JSON-ready dict (see :meth:`Weights.as_dict`)."""
         return self.w.as_dict()
+
+
+class StepFloor(NamedTuple):
+    """:meth:`PerfModel.decode_step_floor`: ``step(A) ≥ g[|A|] + kv_rate · Σ(s_i + 1) / dp``.
+
+    Attributes:
+        g: seconds, shape [b_max + 1], ``g[0] = 0``, concave and nondecreasing.
+        kv_rate: seconds per token position of KV read on one rank.
+        dp: attention-DP ranks the KV is averaged over.
+    """
+
+    g: np.ndarray
+    kv_rate: float
+    dp: int
+
+
+def _concave_floor(f: np.ndarray) -> np.ndarray:
+    """The concave sequence ``g ≤ f`` with ``g[0] = 0`` of the largest sum (an LP over
+    ``g[1..n]`` with the second differences ≤ 0, HiGHS), made nondecreasing (a nondecreasing ``f``
+    allows it); ``f`` itself when it is concave already (the usual case: expected active experts
+    and alpha-beta collectives are concave in the batch)."""
+    f = np.asarray(f, dtype=np.float64)
+    n = f.size - 1
+    d = np.diff(f)
+    if n <= 1 or np.all(np.diff(d) <= 1e-15 * max(1.0, float(np.max(np.abs(f))))):
+        g = f.copy()
+    else:
+        import highspy
+
+        from optimizer.highs import new_highs
+
+        h = new_highs()
+        lp = highspy.HighsLp()
+        lp.num_col_ = n
+        lp.col_cost_ = -np.ones(n)
+        lp.col_lower_ = np.full(n, -highspy.kHighsInf)
+        lp.col_upper_ = f[1:].copy()
+        # row b (b = 1..n-1): g[b+1] - 2 g[b] + g[b-1] <= 0, with g[0] = 0 (column j is g[j+1])
+        starts, idx, val = [0], [], []
+        for j in range(n):
+            rows = [(j - 1, 1.0), (j, -2.0), (j + 1, 1.0)]  # g[j+1] in the rows of b = j, j+1, j+2
+            for r, v in sorted(rows):
+                if 0 <= r < n - 1:
+                    idx.append(r)
+                    val.append(v)
+            starts.append(len(idx))
+        lp.num_row_ = n - 1
+        lp.row_lower_ = np.full(n - 1, -highspy.kHighsInf)
+        lp.row_upper_ = np.zeros(n - 1)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+        lp.a_matrix_.index_ = np.array(idx, dtype=np.int32)
+        lp.a_matrix_.value_ = np.array(val)
+        h.passModel(lp)
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            raise RuntimeError("concave floor LP not solved")
+        g = np.concatenate(([0.0], np.minimum(np.array(h.getSolution().col_value), f[1:])))
+    g[0] = 0.0
+    # a concave g that falls at the end can be held flat from its peak (still concave, still ≤ f)
+    top = int(np.argmax(g))
+    g[top:] = g[top]
+    return g
 
 
 def _affine_key(lay: Layout, b_rank) -> tuple:
