@@ -408,6 +408,52 @@ def place_named_gpu(problem: Problem, plan: Plan, gpu: int, host: Optional[str])
     return Plan(out)
 
 
+def _configuration_cache(problem: Problem, perf: PerfModel) -> list:
+    """Enumerations of the configuration search kept on the problem's PerfModel, which the main
+    solve and its comparison rows share: [(degrees, ub ticks, configurations)] for this
+    problem's classes, servers and on-time requirement."""
+    key = (tuple((c.context, c.new, c.deadline_s, c.count) for c in problem.classes), problem.servers,
+           problem.min_on_time_fraction, problem.reserve_bytes)
+    store = perf.__dict__.setdefault("_configuration_cache", {})
+    return store.setdefault(key, [])
+
+
+def _cached_configurations(problem: Problem, perf: PerfModel, options, ub: int):
+    """The configurations of ``options``' degrees with load ≤ ``ub`` from an enumeration already
+    made over a superset of the degrees up to at least ``ub`` (the main solve's, for a comparison
+    row), else None: a configuration depends only on its degree's constants, so the filter is
+    the enumeration (warm rows, issue #25 item 4)."""
+    want = set(options)
+    for degrees, top, configs in _configuration_cache(problem, perf):
+        if want <= set(degrees) and top >= ub:
+            return [c for c in configs if c.degree in want and c.load <= ub]
+    return None
+
+
+def _cache_configurations(problem: Problem, perf: PerfModel, options, ub: int, configs) -> None:
+    cache = _configuration_cache(problem, perf)
+    cache.append((tuple(options), ub, configs))
+    if len(cache) > 4:
+        del cache[0]
+
+
+def warm_row(problem: Problem, perf: PerfModel, objective, degree: int, deadline: float) -> Optional[SolveOutcome]:
+    """A comparison row of one TP degree from the configurations the main solve enumerated
+    (:func:`_cached_configurations`) and the configuration search alone, without the anytime
+    phases; None when it does not prove the row's optimum (the row is then solved in full)."""
+    if not _configuration_cache(problem, perf) or problem.faults or objective.search is None:
+        return None
+    usable = usable_degrees(problem, perf, (degree,))
+    if not usable or choose_mode(problem, objective) != "aggregate" or not chain_degrees(problem, usable):
+        return None
+    stats = SolverStats("cp-sat", Status.INFEASIBLE, 0.0, solves=0)
+    out = _solve_with_configurations(problem, perf, usable, objective, deadline, stats, (degree,))
+    if out is None or out.status != Status.OPTIMAL:
+        return None
+    out.method = out.bound_method = f"comparison rows (warm: the main solve's configurations, {out.stats.name})"
+    return out
+
+
 def _solve_with_configurations(problem, perf, usable, objective, deadline, stats, allowed):
     """Configuration search (cost, makespan, energy without faults); None to fall back to
     the compact formulation (too many configurations, or no plan within the time)."""
@@ -431,10 +477,13 @@ def _solve_with_configurations(problem, perf, usable, objective, deadline, stats
     # is then left to the compact model, whose aggregate form proves that quickly
     half = t0 + 0.5 * max(0.0, deadline - t0)
     for it in range(12):
-        configs = enumerate_configurations(problem, options, deadline_ticks(problem.classes), ub,
-                                           deadline=deadline if it == 0 or best is not None else half)
+        configs = _cached_configurations(problem, perf, options, ub)
         if configs is None:
-            break
+            configs = enumerate_configurations(problem, options, deadline_ticks(problem.classes), ub,
+                                               deadline=deadline if it == 0 or best is not None else half)
+            if configs is None:
+                break
+            _cache_configurations(problem, perf, options, ub, configs)
         search = ConfigurationSearch(problem, configs, need, deadline)
         res = search.run(kind, best[0] if best else None)
         stats.solves += res.lp_solves + res.milp_solves

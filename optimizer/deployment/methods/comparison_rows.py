@@ -13,7 +13,7 @@ from typing import Optional
 from objectives.deployment import get
 from optimizer.budget import Budget
 from optimizer.deployment.context import SolveContext
-from optimizer.deployment.exact import max_on_time
+from optimizer.deployment.exact import max_on_time, warm_row
 from optimizer.deployment.explain import Alternative, versus_chosen, memory_rejection, plan_row
 from optimizer.deployment.outcome import SolveOutcome
 from optimizer.deployment.params import degree_fits_hardware, degree_fits_model, layout_reason
@@ -120,7 +120,10 @@ def alternatives(ctx: SolveContext, objective, best_value: Optional[float],
             rows.append(Alternative(name, p, "time_limit", "not solved: the time limit was used up", status=Status.TIME_LIMIT))
             continue
         else:
-            out = ctx.solve_restricted(share, degrees=(p,))
+            out = warm_row(problem, perf, objective, p, time.perf_counter() + 0.5 * share)
+            if out is None:
+                out = ctx.solve_restricted(max(0.2, (t_end - time.perf_counter()) / max(1, len(degrees) - i)),
+                                           degrees=(p,))
         if out.status in (Status.OPTIMAL, Status.FEASIBLE):
             rows.append(plan_row(problem, objective, name, p, out, best_value, ""))
             continue
