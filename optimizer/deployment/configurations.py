@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
+import bisect
 import heapq
 import time
 
@@ -99,29 +100,39 @@ def enumerate_configurations(problem: Problem, options: dict[int, Option], deadl
         if max(caps, default=0) == 0:
             continue
         counts = [0] * len(classes)
+        # classes in earliest-deadline order (no deadline last): Moore-Hodgson then runs along
+        # the recursion, k jobs of a class at a time, instead of once per configuration
+        order = sorted(range(len(classes)), key=lambda i: (deadline_ticks[i] is None, deadline_ticks[i] or 0,
+                                                           opt.ticks[i]))
 
-        def rec(i: int, load: int, mem: int) -> bool:
+        def rec(pos: int, load: int, mem: int, kept: list, total: int, free: int) -> bool:
             calls[0] += 1
             if deadline is not None and calls[0] % 256 == 0 and time.perf_counter() > deadline:
                 return False
-            if i == len(classes):
+            if pos == len(order):
                 if load > 0:
-                    jobs = [(opt.ticks[c.index], deadline_ticks[c.index]) for c in classes for _ in range(counts[c.index])]
-                    out.append(Configuration(p, tuple(counts), load, moore_hodgson(jobs)))
+                    out.append(Configuration(p, tuple(counts), load, len(kept) + free))
                     if len(out) > limit:
                         return False
                 return True
-            t, kv = opt.ticks[i], opt.kv_bytes[i]
+            i = order[pos]
+            t, kv, d = opt.ticks[i], opt.kv_bytes[i], deadline_ticks[i]
+            kept = list(kept)
             k = 0
             while k <= caps[i] and load + k * t <= ub_ticks and mem + k * kv <= opt.room_bytes:
                 counts[i] = k
-                if not rec(i + 1, load + k * t, mem + k * kv):
+                if not rec(pos + 1, load + k * t, mem + k * kv, kept, total, free + (k if d is None else 0)):
                     return False
+                if d is not None:  # one more job of this class: Moore-Hodgson's step
+                    bisect.insort(kept, t)
+                    total += t
+                    if total > d:
+                        total -= kept.pop()  # drop the longest so far
                 k += 1
             counts[i] = 0
             return True
 
-        if not rec(0, 0, 0):
+        if not rec(0, 0, 0, [], 0, 0):
             return None
     return out
 
