@@ -33,7 +33,7 @@ def data_of(raw, mode="aggregated", static_plan=False, margins=None):
     from optimizer.serving.dayplan import day_data, window_workers
 
     p = problem(raw)
-    ws, _ = window_workers(p, ("aggregated",) if mode == "aggregated" else ("prefill", "decode"))
+    ws, _, _ = window_workers(p, ("aggregated",) if mode == "aggregated" else ("prefill", "decode"))
     return day_data(p, [list(w) for w in ws], mode, margins, static_plan)
 
 
@@ -158,7 +158,7 @@ def test_load_time_from_storage_bandwidth():
     raw = day_raw()
     raw["serving"]["startup"] = {"storage_gb_s": 2.0, "engine_start_s": 30}
     p = problem(raw)
-    ws, _ = window_workers(p, ("aggregated",))
+    ws, _, _ = window_workers(p, ("aggregated",))
     d = day_data(p, [list(w) for w in ws], "aggregated")
     weights = p.pools[0].perf.weight_bytes_total(ws[0][d.index[0]].layout)
     assert 15e9 < weights < 17e9  # Llama-3.1-8B in BF16
@@ -324,8 +324,40 @@ def test_a_time_limit_that_cuts_the_simulations_is_not_called_optimal(cli):
     d = _json.loads(r.stdout)
     cut = d["solver"].get("cut_short") or []
     sims = [w.get("simulation_note") or "" for w in d["plan"]["modes"][d["plan"]["best_mode"]]["windows"]]
-    assert cut and len(cut) == sum(n.startswith("simulation cut") for n in sims)  # 1 s cannot simulate 12 windows
+    n_cut = sum(n.startswith("simulation cut") for n in sims)
+    assert n_cut and d["solver"]["unchecked_windows"] == n_cut  # 1 s cannot simulate 12 windows
+    assert any(line.startswith(f"{n_cut} of 12 windows") for line in cut)
     assert d["status"] == "feasible"
+
+
+def test_window_models_past_their_share_of_the_limit_take_the_day_mix():
+    """3-second windows of the Azure trace (1,168 of them, each its own lengths mix) modelled for
+    ~200 s against a 20 s limit (issue #25 item 6): past MODEL_SHARE of the budget the remaining
+    windows take the whole day's mix, said in solver.cut_short, and the plan is not optimal."""
+    import time
+
+    import yaml
+
+    from optimizer.budget import Budget
+    from optimizer.result import Status
+    from optimizer.serving import PIPELINE
+    from optimizer.serving.dayplan import MODEL_SHARE, solve_day_problem
+    from tests.conftest import shared
+
+    shared("serving", "azure-llm-2023", "AzureLLMInferenceTrace_conv.csv")
+    path = INSTANCES / "serving_azure_conv_day.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["serving"]["traffic"]["window_min"] = 0.25
+    p = PIPELINE.load(raw, path)
+    t0 = time.perf_counter()
+    sol = solve_day_problem(p, Budget.seconds(4.0), simulate_plans=False)
+    assert sol.model_s <= MODEL_SHARE * 4.0 + 1.0  # one model past the deadline, then the day's
+    assert 0 < sol.pooled_windows < len(p.windows)
+    assert sol.distinct_mixes + sol.pooled_windows <= len(p.windows) + 1
+    assert sol.status != Status.OPTIMAL and time.perf_counter() - t0 < 4.0 * 1.1 + 2.0
+    d = PIPELINE.report(p, sol, None).to_dict()
+    assert d["solver"]["pooled_windows"] == sol.pooled_windows
+    assert any("whole day's lengths mix" in line for line in d["solver"]["cut_short"])
 
 
 def test_windows_shorter_than_a_request_warn(cli, tmp_path):

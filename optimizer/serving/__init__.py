@@ -390,7 +390,7 @@ class ServingPipeline:
         if data.windows:
             from optimizer.serving import dayplan
 
-            workers, _ = dayplan.window_workers(data, tuple(r for m in modes for r in MODE_ROLES[m]))
+            workers, _, _ = dayplan.window_workers(data, tuple(r for m in modes for r in MODE_ROLES[m]))
             return {m: dayplan.build(dayplan.day_data(data, [list(w) for w in workers], m)) for m in modes}
         workers = ServingModel(data).workers(tuple(r for m in modes for r in MODE_ROLES[m]))
         return {m: build(mode_data(data, workers, m, data.rates[0]), objective) for m in modes}

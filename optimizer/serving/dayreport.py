@@ -123,9 +123,19 @@ class DayReport:
                   "milp_time_s": r.time_s if r is not None else None,
                   "objective": r.value if r is not None else None, "bound": r.bound if r is not None else None,
                   "gap": r.gap if r is not None else None}
+        cut = []
         if best is not None and best.unchecked:
-            solver["cut_short"] = [f"{p.windows[w].name}: simulation cut by the time limit (SLO not checked)"
-                                   for w in best.unchecked]
+            names = [p.windows[w].name for w in best.unchecked]
+            listed = ", ".join(names) if len(names) <= 6 else f"{', '.join(names[:3])}, ..., {names[-1]}"
+            cut.append(f"{len(names)} of {len(p.windows)} windows ({listed}): simulation cut by the time limit "
+                       "(SLO not checked)")
+        if sol.pooled_windows:
+            cut.append(f"{sol.pooled_windows} of {len(p.windows)} windows sized with the whole day's lengths mix, not "
+                       "their own: modelling each window's mix took more than its share of the time limit")
+        if cut:
+            solver["cut_short"] = cut
+            solver["unchecked_windows"] = len(best.unchecked) if best is not None else 0
+            solver["pooled_windows"] = sol.pooled_windows
         conflicts = []
         if best is None:  # grouped by family, as every problem's conflicts are
             groups: dict[str, list[str]] = {}
@@ -206,10 +216,9 @@ class DayReport:
         o = d["objective"]
         console.print(f"[bold]{escape(p.name)}[/bold]  serving day plan, {len(p.windows)} windows, objective "
                       f"{o['name']} ({o['unit']}), mode {p.mode}  status [bold]{d['status']}[/bold]")
-        cut = d["solver"].get("cut_short") or []
-        if cut:
-            console.print(escape(f"time limit: {len(cut)} of {len(p.windows)} windows not simulated (their SLO is not "
-                                 "checked; status feasible, not optimal): give more --time-limit"))
+        for line in d["solver"].get("cut_short") or []:
+            console.print(escape(f"time limit: {line}" + ("; status feasible, not optimal" if d["status"] == "feasible"
+                                                          else "") + ": give more --time-limit"))
         su = d["plan"].get("startup") if d["plan"] else None
         console.print(escape(f"traffic {p.traffic.source}; SLO TTFT {p.ttft_s * 1e3:g} ms, TPOT {p.tpot_s * 1e3:g} ms, "
                              f"p{p.percentile:g}, attainment {p.attainment:.0%}"
