@@ -132,8 +132,12 @@ def enumerate_configurations(problem: Problem, options: dict[int, Option], deadl
             counts[i] = 0
             return True
 
+        first = len(out)
         if not rec(0, 0, 0, [], 0, 0):
             return None
+        # columns in lexicographic order of their counts, as class-index recursion lists them: the
+        # MILP's branching depends on the column order, and this order is the benchmarked one
+        out[first:] = sorted(out[first:], key=lambda c: c.counts)
     return out
 
 

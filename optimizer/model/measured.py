@@ -385,7 +385,8 @@ class MeasuredSteps:
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
         np.savez(tmp, t_ms=t, kv_tokens=kv_tokens, fraction_kind=kind, fraction=value)
         os.replace(tmp, path)
-        print(f"  built in {time.perf_counter() - t0:.1f} s ({path})", file=sys.stderr, flush=True)
+        print(f"  built in {time.perf_counter() - t0:.1f} s ({path}; once per cache, run to the end even past "
+              "--time-limit)", file=sys.stderr, flush=True)
         return _Table(t, kv_tokens, (kind, value))
 
     # ---------------------------------------------------------------- StepTimes
