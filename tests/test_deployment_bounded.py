@@ -255,13 +255,13 @@ def test_the_issue_moe_case_is_proven_optimal(tmp_path):
     import yaml
 
     from benchmarks.bench_exactness import moe16_raw
-    from optimizer.deployment.api import load, solve
+    from optimizer.deployment.api import load
+    from optimizer.deployment.strategy import solve_deployment
     from optimizer.result import Status
 
     path = tmp_path / "moe16.yaml"
     path.write_text(yaml.safe_dump(moe16_raw(0)))
-    rep = solve(load(path), "cost", time_limit_s=30, explain=False)
-    out = rep.outcome
+    out = solve_deployment(load(path), "cost", time_limit_s=10)
     assert out.status == Status.OPTIMAL and out.scope == ""
     assert "bounded columns" in out.bound_method
     assert out.value == pytest.approx(0.30991, abs=5e-5)
