@@ -67,6 +67,7 @@ Every plan returned is re-checked by the independent evaluator.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 import time
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -272,16 +273,25 @@ class Anytime:
 
     def _fluid_makespan(self, mix: dict[int, int]) -> float:
         """Fluid makespan estimate (s) of ``mix`` (see :meth:`mixes`); inf when a session fits none."""
-        alone = np.full(len(self.sess), np.inf)
-        work = np.full(len(self.sess), np.inf)
+        # per class, weighted by its sessions: identical sessions share a class (200,000 sessions
+        # over thousands of mixes were minutes per session-array pass)
+        counts = self._class_counts
+        alone = np.full(len(counts), np.inf)
+        work = np.full(len(counts), np.inf)
         for k in mix:
             kd = self.kinds[k]
-            ok = kd.fits[self.cls]
-            alone = np.where(ok, np.minimum(alone, kd.alone[self.cls]), alone)
-            work = np.where(ok, np.minimum(work, kd.work[self.cls]), work)
-        if not np.all(np.isfinite(alone)):
+            ok = kd.fits[:len(counts)]
+            alone = np.where(ok, np.minimum(alone, kd.alone[:len(counts)]), alone)
+            work = np.where(ok, np.minimum(work, kd.work[:len(counts)]), work)
+        held = counts > 0
+        if not np.all(np.isfinite(alone[held])):
             return math.inf
-        return max(float(alone.max()), float(work.sum()) / max(1, sum(mix.values())))
+        return max(float(alone[held].max()), float((work[held] * counts[held]).sum()) / max(1, sum(mix.values())))
+
+    @cached_property
+    def _class_counts(self) -> np.ndarray:
+        """Sessions per class (index = class index, as ``self.cls`` holds per session)."""
+        return np.bincount(np.asarray(self.cls), minlength=len(self.problem.classes)).astype(float)
 
     def greedy(self, mix: dict[int, int], target: Optional[float] = None,
                prefer: Optional[np.ndarray] = None) -> Optional[list[Inst]]:

@@ -51,7 +51,7 @@ from optimizer.deployment import anytime as at
 from optimizer.deployment.evaluate import evaluate
 from optimizer.deployment.exact import aggregate_feasibility, solve_exact
 from optimizer.deployment.outcome import SolveOutcome, finish
-from optimizer.deployment.params import usable_degrees
+from optimizer.deployment.params import kv_gpus_needed, usable_degrees
 from optimizer.deployment.progress import Progress
 from optimizer.deployment.settings import AnytimeSettings
 from optimizer.deployment.lns import lns
@@ -92,6 +92,15 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         # a session fits no instance even alone: proven infeasible without a search
         st = SolverStats("anytime (memory check)", Status.INFEASIBLE, time.perf_counter() - t0, solves=0)
         return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, st, allowed, mode)
+    gpus = None if problem.tp_only else kv_gpus_needed(problem, perf, allowed)
+    if gpus is not None and gpus > problem.total_gpus * (1 + 1e-9) and len(problem.sessions) > cfg.small_sessions:
+        # the sessions' KV alone needs more GPUs than there are: no search (O(classes) to check;
+        # TP-only problems keep the LP's proof, whose explanation says how many fit)
+        st = SolverStats("anytime (KV memory bound)", Status.INFEASIBLE, time.perf_counter() - t0, solves=0)
+        out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, st, allowed, "anytime (KV memory bound)")
+        out.notes.append(f"KV memory: the {len(problem.sessions)} sessions' KV caches, each held for the whole run, "
+                         f"need at least {gpus:,.1f} GPUs of room next to the weights; {problem.total_gpus} GPUs given")
+        return out
     unit = obj.unit
     notes: list[str] = []
     sol = A.construct(t0 + 0.1 * total, hard=deadline)
@@ -636,7 +645,10 @@ def anytime_layouts(problem: Problem, perf, degrees=None, layouts=None) -> tuple
 
 
 def _lp_verdict(problem: Problem, perf, obj, A, allowed, t0: float):
-    """(INFEASIBLE outcome or None, the LP's most sessions on time at any makespan)."""
+    """(INFEASIBLE outcome or None, the LP's most sessions on time at any makespan); where the LP
+    places every session, the KV-memory bound :func:`~optimizer.deployment.params.kv_gpus_needed`
+    (KV held for the whole run, which the LP's memory-time rows do not require) may still prove
+    that they do not fit."""
 
     need = max(problem.required_on_time, obj.min_on_time)
     lp = at.BoundLP(problem, perf, A.kinds)
@@ -648,6 +660,13 @@ def _lp_verdict(problem: Problem, perf, obj, A, allowed, t0: float):
         out.notes.append(f"the LP relaxation proves the {len(problem.sessions)} sessions cannot all be placed "
                          f"(KV memory of the instances that fit the GPUs)")
         return out, most
+    gpus = kv_gpus_needed(problem, perf, allowed)
+    if gpus is not None and gpus > problem.total_gpus * (1 + 1e-9):
+        stats.name = "anytime (KV memory bound)"
+        out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (KV memory bound)")
+        out.notes.append(f"KV memory: the {len(problem.sessions)} sessions' KV caches, each held for the whole run, "
+                         f"need at least {gpus:,.1f} GPUs of room next to the weights; {problem.total_gpus} GPUs given")
+        return out, -1.0
     if most < need - 1e-6:
         out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (LP relaxation)")
         out.notes.append(f"the LP relaxation proves at most {max(0.0, most):.1f} of {len(problem.sessions)} sessions "

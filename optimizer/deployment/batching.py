@@ -55,6 +55,9 @@ MEMO_SEGMENTS = 500_000  # cached timeline segments per performance model (clear
 # simulated timelines spent on exact admission orders per instance (~0.1 ms each on the 2-core
 # machine, a few seconds at most); configurations beyond it keep the rule orders
 ORDER_WORK = 40_000
+# one recursion level per session class: beyond this the enumeration is refused (None, "too
+# many"), well inside Python's recursion limit and far past what 200,000 columns can hold
+MAX_RECURSION_CLASSES = 500
 
 
 @dataclass(frozen=True)
@@ -279,7 +282,7 @@ def enumerate_batch_configurations(problem: Problem, perf, options: dict[Layout,
             counts[i] = 0
             return True
 
-        if not rec(0, np.zeros(len(static))):
+        if len(classes) > MAX_RECURSION_CLASSES or not rec(0, np.zeros(len(static))):
             return None
     return _with_exact_orders(problem, perf, out, groups, mem_limit, order_work, deadline)
 

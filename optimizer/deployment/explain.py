@@ -10,7 +10,7 @@ from optimizer.model.collectives import AllReduceSource
 from constraints.deployment import describe as describe_constraint
 from optimizer.deployment.evaluate import Evaluation
 from optimizer.deployment.exact import conflicts, max_on_time, servers_to_fit, usable_degrees
-from optimizer.deployment.params import degree_fits_hardware, degree_fits_model
+from optimizer.deployment.params import degree_fits_hardware, degree_fits_model, kv_gpus_needed
 from optimizer.deployment.perf import PerfModel
 from optimizer.deployment.schema import Problem
 from optimizer.result import Binding, ConstraintKey, Status
@@ -391,6 +391,16 @@ def explain_infeasible_batched(ex: "Explanation", problem: Problem, perf: PerfMo
         return
     n = len(problem.sessions)
     need = max(problem.required_on_time, obj.min_on_time)
+    gpus = kv_gpus_needed(problem, perf)
+    if gpus is not None and gpus > problem.total_gpus:
+        ex.achievable = {"requirement": "memory", "best": None, "required": n,
+                         "detail": f"the {n} sessions' KV caches, each held for the whole run, need at least "
+                                   f"{gpus:,.1f} GPUs of room next to the weights; {problem.total_gpus} GPUs given"}
+        ex.conflict_keys = [ConstraintKey("memory", "all GPUs"), ConstraintKey("assignment", "all sessions")]
+        ex.conflict_details = [f"memory[all GPUs]: {problem.total_gpus} GPUs hold the weights of every replica and "
+                               f"the KV of every session",
+                               "assignment[all sessions]: every session must be served by one instance"]
+        return
     best = max_on_time_batched(problem, perf, max(0.2, left())) if left() > 0.1 else None
     if best is None:
         ex.achievable = {"requirement": "memory", "best": None, "required": n,

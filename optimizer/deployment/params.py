@@ -452,3 +452,23 @@ def layout_options(problem: Problem, perf, layouts) -> dict[Layout, LayoutOption
         cap = tuple(min(c.count, m.max_sessions(lay, c.context, c.new)) if room >= 0 else 0 for c in problem.classes)
         out[lay] = LayoutOption(lay, lay.gpus, static, room, kv, cap)
     return out
+
+
+def kv_gpus_needed(problem: Problem, perf, degrees=None) -> Optional[float]:
+    """A lower bound on the GPUs the sessions' KV caches need, every layout and batch limit
+    alike; None when a GPU has no room next to the weights even on the largest replica.
+
+    A replica of ``g`` GPUs holds the whole model's resident weights ``W`` at least once and
+    ``reserve`` on each GPU, so its KV room is at most ``g·(M − reserve) − W`` = ``g·(M −
+    reserve − W/g)`` ≤ ``g·r`` with ``r = M − reserve − W/g_max`` (``g_max`` the largest layout's
+    GPUs); every session holds at least ``kv_token·(context + new)`` bytes for the whole run
+    (eq. 6-1; replicated KV heads only add). Replicas share no GPU, so
+    ``Σ kv_token·(context+new) / r`` GPUs at least must exist."""
+    if problem.tp_only:
+        g_max = max(degrees or problem.degrees)
+    else:
+        g_max = max(lay.gpus for lay in problem.layouts)
+    room = problem.gpu.memory_bytes - problem.reserve_bytes - perf.w.resident / g_max
+    if room <= 0:
+        return None
+    return sum(c.count * perf.kv_token * (c.context + c.new) for c in problem.classes) / room
