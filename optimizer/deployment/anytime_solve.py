@@ -215,7 +215,8 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
                     got.method = tag if got.evaluation is not inc else f"anytime search ({source})"
                     if got.evaluation is inc:
                         got.mode = f"anytime ({source})"
-                    got.notes.insert(0, f"{len(problem.sessions)} sessions in {len(problem.classes)} classes; "
+                    got.notes.insert(0, f"{len(problem.sessions)} sessions in {len(problem.classes)} "
+                                        f"class{'es' if len(problem.classes) != 1 else ''}; "
                                         f"plan from {'the bounded columns' if got.evaluation is not inc else source}, "
                                         f"proven optimal over every batch limit and admission order")
                     return got
@@ -326,7 +327,8 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
     stats.time_s = time.perf_counter() - t0
     n_cls = len(problem.classes)
     mode = f"anytime ({source})"
-    notes.append(f"{len(problem.sessions)} sessions in {n_cls} classes by exact equality; plan from {source}; "
+    notes.append(f"{len(problem.sessions)} sessions in {n_cls} class{'es' if n_cls != 1 else ''} by exact equality; "
+                 f"plan from {source}; "
                  f"exact part: {exact}; bound: " +
                  (f"LP relaxation (HiGHS, {lp.solves} solves)" if bound is not None else
                   f"none (the {obj.name} objective has no LP bound)" if obj.search not in ("cost", "makespan") and

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Sequence
 
@@ -225,7 +225,12 @@ class Torus(Topology):
     switch_chips = 0
 
     def _coords(self, c) -> np.ndarray:
-        return np.stack(np.unravel_index(np.asarray(c, dtype=np.int64), self.dims), axis=-1)
+        return self._coord_table[np.asarray(c, dtype=np.int64)]
+
+    @cached_property
+    def _coord_table(self) -> np.ndarray:
+        """Coordinates of every card, shape (cards, len(dims)): one lookup per flow."""
+        return np.stack(np.unravel_index(np.arange(self.cards, dtype=np.int64), self.dims), axis=-1)
 
     def hops(self, src, dst) -> np.ndarray:
         a, b = self._coords(src), self._coords(dst)

@@ -433,6 +433,15 @@ def _no_single() -> SingleUser:
     return SingleUser(nan, nan, nan, nan, nan, nan, nan, nan, {})
 
 
-def evaluate_all(p: Problem) -> list[OptionResult]:
-    """Evaluate every option of the instance (see :func:`options`)."""
-    return [evaluate_option(p, o) for o in options(p)]
+def evaluate_all(p: Problem, deadline: float | None = None) -> list[OptionResult]:
+    """Evaluate every option of the instance (see :func:`options`); with ``deadline``
+    (``time.perf_counter()`` seconds) the options left when it passes are not evaluated (at least
+    one is): compare the length with ``len(options(p))`` to know how many were left out."""
+    import time
+
+    out = []
+    for o in options(p):
+        if out and deadline is not None and time.perf_counter() >= deadline:
+            break
+        out.append(evaluate_option(p, o))
+    return out

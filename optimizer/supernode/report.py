@@ -268,7 +268,10 @@ class SupernodeReport:
             {"name": res.stats.name, "status": res.status.value, "time_s": res.wall_s + self.explanation.wall_s,
              "solve_time_s": res.stats.time_s, "gap": gap,
              "solves": res.stats.solves,
-             "stages": [{"name": n, "status": s.value, "time_s": t} for n, s, t in res.stages]},
+             "stages": [{"name": n, "status": s.value, "time_s": t} for n, s, t in res.stages],
+             **({"cut_short": [f"supernode options: {res.skipped_options} of "
+                               f"{res.skipped_options + len(res.results)} not evaluated (time limit)"]}
+                if res.skipped_options else {})},
             binding=[b.to_dict() for b in self.binding],
             alternatives=alternatives,
             conflicts=conflicts,
@@ -326,11 +329,14 @@ class SupernodeReport:
         if d["plan"] is None:
             print_no_plan(console, self.conflict, self.achievable)
             console.print(f"solver {s['name']}: {s['status']}, {s['time_s']:.3f} s")
+            for line in s.get("cut_short") or []:
+                console.print(escape(f"time limit: {line}: give more --time-limit"))
             return
         plan = d["plan"]
         val = f"{o['value']:,.3f}" if isinstance(o["value"], float) else f"{o['value']:,}"
-        bnd = f"{o['bound']:,.3f}" if isinstance(o["bound"], float) else f"{o['bound']:,}"
-        console.print(f"{o['name']} = {val} {o['unit']} (bound {bnd}, gap {o['gap']:.2%}); "
+        bnd = "-" if o["bound"] is None else f"{o['bound']:,.3f}" if isinstance(o["bound"], float) else f"{o['bound']:,}"
+        gap_txt = "-" if o["gap"] is None else f"{o['gap']:.2%}"
+        console.print(f"{o['name']} = {val} {o['unit']} (bound {bnd}, gap {gap_txt}); "
                       f"{plan['cards_used']} of {plan['cards']} cards, {plan['sessions']:,} sessions, "
                       f"{plan['tokens_per_s_per_card']:,.0f} tokens/s per card, context {plan['context_tokens']:,}")
         t = Table(title="Instances")
@@ -422,4 +428,6 @@ class SupernodeReport:
         for th in plan["flip_thresholds"]:
             console.print(escape(f"flip threshold: {th['detail']}"))
         console.print(f"solver {s['name']}: {s['status']}, {s['solves']} solves, {s['time_s']:.3f} s, "
-                      f"bound {bnd}, gap {o['gap']:.2%}")
+                      f"bound {bnd}, gap {gap_txt}")
+        for line in s.get("cut_short") or []:
+            console.print(escape(f"time limit: {line} (the status and bound cover the evaluated ones only)"))

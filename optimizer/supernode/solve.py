@@ -13,6 +13,7 @@ The status is ``optimal`` only when every stage is proven; bound and gap are tho
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from objectives.supernode import SupernodeObjective, registry as objective_registry
@@ -21,12 +22,13 @@ from optimizer.cpsat import solve_cp
 from optimizer.result import ConstraintKey, SolverStats, Status, relative_gap
 from optimizer.supernode.evaluate import Evaluation
 from optimizer.supernode.model import build
-from optimizer.supernode.perf import OptionResult, evaluate_all
+from optimizer.supernode.perf import OptionResult, evaluate_all, options
 from optimizer.supernode.plan import BuiltOption, SupernodePlan
 from optimizer.supernode.schema import Problem
 
 DEFAULT_TIME_LIMIT_S = 30.0  # without --time-limit: all stages together
 CONFLICT_TIME_S = 10.0       # at most this long for the minimal conflict of an infeasible instance
+EVALUATE_SHARE = 0.85        # of the time left, at most, for the options' performance model (at least one option)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class SupernodeSolution:
     conflict: tuple[ConstraintKey, ...] = ()
     wall_s: float = 0.0  # wall time of the solve and its independent re-check (the pipeline's solve), s
     evaluation: Evaluation | None = None
+    skipped_options: int = 0  # options the time limit left unevaluated (the claims then cover the others only)
 
 
 def solve(p: Problem, budget: Budget, results: list[OptionResult] | None = None) -> SupernodeSolution:
@@ -71,7 +74,15 @@ def solve(p: Problem, budget: Budget, results: list[OptionResult] | None = None)
     """
     if not budget.limited:
         budget = budget.within(DEFAULT_TIME_LIMIT_S)
-    results = evaluate_all(p) if results is None else list(results)
+    skipped = 0
+    if results is None:
+        # the options' performance model takes at most EVALUATE_SHARE of the time left
+        results = evaluate_all(p, time.perf_counter() + EVALUATE_SHARE * budget.remaining_s())
+        skipped = len(options(p)) - len(results)
+        if skipped:
+            budget.note_cut(f"supernode options: {skipped} of {skipped + len(results)} not evaluated")
+    else:
+        results = list(results)
     obj = p.objective
     model = build(p, results, with_built_flags=obj.needs_built_flags())
     m = model.cp
@@ -108,8 +119,9 @@ def solve(p: Problem, budget: Budget, results: list[OptionResult] | None = None)
                 if out.status == Status.INFEASIBLE:
                     conflict = build(p, results, explain=True).named.minimal_conflict(
                         min(CONFLICT_TIME_S, max(budget.remaining_s(), 0.05))) or []
-                return SupernodeSolution(out.status, obj, None, None, None, stats, tuple(results), tuple(stages),
-                                         tuple(conflict))
+                status = out.status if not skipped else Status.TIME_LIMIT  # unevaluated options may fit
+                return SupernodeSolution(status, obj, None, None, None, stats, tuple(results), tuple(stages),
+                                         tuple(conflict) if not skipped else (), skipped_options=skipped)
             break
         values = [int(out.solver.value(x)) for x in model.x]
         if i == 0:
@@ -120,9 +132,10 @@ def solve(p: Problem, budget: Budget, results: list[OptionResult] | None = None)
         else:
             m.add(expr >= obj_val) if sense == "max" else m.add(expr <= obj_val)
     value = obj.to_unit(primary.objective, model)
-    bound = obj.to_unit(primary.bound, model)
-    status = Status.OPTIMAL if all(s == Status.OPTIMAL for _, s, _ in stages) else Status.FEASIBLE
+    bound = obj.to_unit(primary.bound, model) if not skipped else None  # a bound over the evaluated options only
+    status = Status.OPTIMAL if all(s == Status.OPTIMAL for _, s, _ in stages) and not skipped else Status.FEASIBLE
     stats = SolverStats("cp-sat", status, solver_time, value, bound, relative_gap(value, bound), solves=len(stages))
     plan = SupernodePlan(tuple(BuiltOption(results[j].option, results[j].sessions_per_card, v, j)
                                for j, v in enumerate(values) if v))
-    return SupernodeSolution(status, obj, plan, value, bound, stats, tuple(results), tuple(stages))
+    return SupernodeSolution(status, obj, plan, value, bound, stats, tuple(results), tuple(stages),
+                             skipped_options=skipped)
