@@ -92,15 +92,13 @@ def solve_anytime(problem: Problem, perf: PerfModel, obj, deadline: float, degre
         # a session fits no instance even alone: proven infeasible without a search
         st = SolverStats("anytime (memory check)", Status.INFEASIBLE, time.perf_counter() - t0, solves=0)
         return SolveOutcome(Status.INFEASIBLE, obj, None, None, None, st, allowed, mode)
-    gpus = None if problem.tp_only else kv_gpus_needed(problem, perf, allowed)
-    if gpus is not None and gpus > problem.total_gpus * (1 + 1e-9) and len(problem.sessions) > cfg.small_sessions:
-        # the sessions' KV alone needs more GPUs than there are: no search (O(classes) to check;
+    if not problem.tp_only and len(problem.sessions) > cfg.small_sessions:
+        # the sessions' KV alone may need more GPUs than there are: no search (O(classes) to check;
         # TP-only problems keep the LP's proof, whose explanation says how many fit)
-        st = SolverStats("anytime (KV memory bound)", Status.INFEASIBLE, time.perf_counter() - t0, solves=0)
-        out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, st, allowed, "anytime (KV memory bound)")
-        out.notes.append(f"KV memory: the {len(problem.sessions)} sessions' KV caches, each held for the whole run, "
-                         f"need at least {gpus:,.1f} GPUs of room next to the weights; {problem.total_gpus} GPUs given")
-        return out
+        out = _kv_memory_verdict(problem, perf, obj, allowed, SolverStats("anytime (KV memory bound)",
+                                                                          Status.INFEASIBLE, 0.0, solves=0), t0)
+        if out is not None:
+            return out
     unit = obj.unit
     notes: list[str] = []
     sol = A.construct(t0 + 0.1 * total, hard=deadline)
@@ -662,16 +660,27 @@ def _lp_verdict(problem: Problem, perf, obj, A, allowed, t0: float):
         out.notes.append(f"the LP relaxation proves the {len(problem.sessions)} sessions cannot all be placed "
                          f"(KV memory of the instances that fit the GPUs)")
         return out, most
-    gpus = kv_gpus_needed(problem, perf, allowed)
-    if gpus is not None and gpus > problem.total_gpus * (1 + 1e-9):
-        stats.name = "anytime (KV memory bound)"
-        out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (KV memory bound)")
-        out.notes.append(f"KV memory: the {len(problem.sessions)} sessions' KV caches, each held for the whole run, "
-                         f"need at least {gpus:,.1f} GPUs of room next to the weights; {problem.total_gpus} GPUs given")
+    stats.name = "anytime (KV memory bound)"
+    out = _kv_memory_verdict(problem, perf, obj, allowed, stats, t0)
+    if out is not None:
         return out, -1.0
+    stats.name = "anytime (list scheduling, HiGHS LP bound)"
     if most < need - 1e-6:
         out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (LP relaxation)")
         out.notes.append(f"the LP relaxation proves at most {max(0.0, most):.1f} of {len(problem.sessions)} sessions "
                          f"can be on time; {need} required")
         return out, most
     return None, most
+
+
+def _kv_memory_verdict(problem: Problem, perf, obj, allowed, stats: SolverStats, t0: float):
+    """INFEASIBLE when the sessions' KV caches need more GPUs than there are
+    (:func:`~optimizer.deployment.params.kv_gpus_needed`), else None; ``stats`` is the outcome's."""
+    gpus = kv_gpus_needed(problem, perf, allowed)
+    if gpus is None or gpus <= problem.total_gpus * (1 + 1e-9):
+        return None
+    stats.time_s = time.perf_counter() - t0
+    out = SolveOutcome(Status.INFEASIBLE, obj, None, None, None, stats, allowed, "anytime (KV memory bound)")
+    out.notes.append(f"KV memory: the {len(problem.sessions)} sessions' KV caches, each held for the whole run, "
+                     f"need at least {gpus:,.1f} GPUs of room next to the weights; {problem.total_gpus} GPUs given")
+    return out
