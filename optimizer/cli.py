@@ -211,9 +211,9 @@ def _progress_display():
 def _result_dict(report, files: list[str]) -> dict:
     """The ``--format json`` object; ``files`` lists every file written (``--plot`` figures,
     ``--output`` files, ``result.json``), when any."""
-    d = report.to_dict()
+    d = dict(report.to_dict())  # a copy: some reports keep the dict they return
     if files:
-        d["files"] = list(d.get("files", [])) + files
+        d["files"] = list(dict.fromkeys([*d.get("files", []), *files]))
     return d
 
 

@@ -52,24 +52,25 @@ def _assert_pngs(files: list[Path]) -> None:
         assert len(data) > 5000, f  # a real figure, not an empty canvas
 
 
-@pytest.mark.parametrize("path", _instances(), ids=lambda p: p.name)
-def test_every_instance_writes_its_pngs(cli, path, tmp_path):
-    if "shared/" in path.read_text() and not SHARED_DATA.exists():
-        pytest.skip(f"{path.name} needs ../shared/data")
+def expected_pngs(path: Path) -> list[str] | None:
+    """The PNG names ``--plot`` must write for the instance at ``path`` (None: any, at least one).
+    Every instance is run once, with ``--plot`` and ``--output``, by
+    tests/test_result_envelope.py::test_every_instance_output_validates_and_plots."""
     from optimizer.problems import registry
 
     kind = _kind(path)
     assert registry()[kind].plots, f"{path.name}: problem '{kind}' declares no plots module (ProblemSpec.plots)"
-    # no wall-clock limit (a 3 s one cut deepseek_v3_two_h200's 3.2 s solve under load): every
-    # instance here is solved to its end; the expert search with little deterministic work
-    quick = ["--set", "experts.work_units_per_layer=0.05"] if kind == "experts" else []
-    r = cli(path, "--plot", tmp_path / "plots", "--format", "json", *quick)
-    assert r.exit_code == 0, r.output
-    d = json.loads(r.stdout)  # stdout stays one JSON object
-    written = [Path(f) for f in d["files"]]
-    if kind in EXPECTED:
-        assert [f.name for f in written] == EXPECTED_BY_INSTANCE.get(path.name, EXPECTED[kind])
-    assert sorted(f.name for f in (tmp_path / "plots").iterdir()) == sorted(f.name for f in written)
+    return EXPECTED_BY_INSTANCE.get(path.name, EXPECTED[kind]) if kind in EXPECTED else None
+
+
+def assert_instance_pngs(path: Path, plots: Path, files: list[str]) -> None:
+    """``files`` (the envelope's ``files`` in ``plots``) are the PNGs expected of
+    ``path``, each a real figure, and exactly what ``plots`` holds."""
+    written = [Path(f) for f in files]
+    want = expected_pngs(path)
+    if want is not None:
+        assert [f.name for f in written] == want
+    assert sorted(f.name for f in plots.iterdir()) == sorted(f.name for f in written)
     _assert_pngs(written)
 
 
