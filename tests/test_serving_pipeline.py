@@ -26,7 +26,11 @@ def test_every_row_of_the_milp_is_named_by_its_constraint_key():
         roles = ("aggregated",) if mode == "aggregated" else ("prefill", "decode")
         want = [str(capacity.key(r)) for r in roles] + [str(deploy.key(r)) for r in roles] + \
                [str(gpus.key(pool.name)) for pool in p.pools]
-        assert names == want and list(m.rows) == want
+        # prefill configurations with a pooling gain first: their segments and count links
+        pooled = [n for n in names if n.startswith("pooling[")]
+        assert (mode == "disaggregated") == bool(pooled)
+        assert names[len(pooled):] == want and list(m.rows)[len(pooled):] == want
+        assert all(n.endswith(("low]", "high]", "one segment]")) or n.startswith("pooling[prefill ") for n in pooled)
         assert all(str(k) == n for n, k in m.rows.items())
 
 

@@ -64,7 +64,8 @@ def test_double_rate_at_most_double_gpus(ln, slo, mode, rate):
 def test_milp_matches_brute_force(ln, slo, mode, rate):
     """Enumerate every count vector of each role (each configuration 0..16/g workers); the roles
     share only the 16 GPUs and the objective is their sum, so the optimum is the sum of each role's
-    fewest GPUs carrying the rate, feasible when it fits the 16."""
+    fewest GPUs carrying the rate, feasible when it fits the 16. A configuration's n workers carry
+    ``Worker.capacity(n)`` (pooled prefill queues; ``rate·n`` otherwise)."""
     p, ws = _workers(*ln, *slo, 2)
     res = solve_mode(p, ws, mode, GPUS, rate)
     total = 0
@@ -73,7 +74,7 @@ def test_milp_matches_brute_force(ln, slo, mode, rate):
         best = math.inf
         for counts in itertools.product(*[range(0, 16 // w.gpus + 1) for w in usable]):
             gpus = sum(n * w.gpus for n, w in zip(counts, usable))
-            if gpus < best and sum(counts) >= 1 and sum(n * w.rate for n, w in zip(counts, usable)) >= rate - 1e-9:
+            if gpus < best and sum(counts) >= 1 and sum(w.capacity(n) for n, w in zip(counts, usable)) >= rate - 1e-9:
                 best = gpus
         total += best
     want = total if total <= 16 else math.inf

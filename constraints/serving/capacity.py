@@ -4,10 +4,12 @@
 
 with ``n_j`` the workers of configuration j (integer >= 0), ``r_j`` the largest rate one worker of
 configuration j sustains within the SLOs (req/s, :mod:`optimizer.serving.perf`) and ``R`` the
-target rate (req/s; a variable for ``goodput``).
+target rate (req/s; a variable for ``goodput``). Prefill configurations with a pooling gain carry
+their pooled rate instead of ``r_j·n_j`` (:mod:`constraints.serving.pooling`).
 """
 from __future__ import annotations
 
+from constraints.serving import pooling
 from optimizer.result import ConstraintKey
 
 FAMILY = "capacity"
@@ -19,8 +21,7 @@ def key(role: str) -> ConstraintKey:
 
 def define(model, data) -> None:
     for role in data.roles:
-        carried = sum(w.rate * x for w, x in zip(data.workers, model.x) if w.role == role)
-        model.add(carried >= model.rate, key(role))
+        model.add(pooling.carried(model, data, role) >= model.rate, key(role))
 
 
 def describe(k: ConstraintKey, data) -> str:

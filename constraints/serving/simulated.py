@@ -10,6 +10,7 @@ capacity; with every margin at 1 no row is added.
 """
 from __future__ import annotations
 
+from constraints.serving import pooling
 from optimizer.result import ConstraintKey
 
 FAMILY = "simulated"
@@ -23,8 +24,7 @@ def define(model, data) -> None:
     for role in data.roles:
         m = data.margins.get(role, 1.0)
         if m > 1.0:
-            carried = sum(w.rate * x for w, x in zip(data.workers, model.x) if w.role == role)
-            model.add(carried >= m * model.rate, key(role))
+            model.add(pooling.carried(model, data, role) >= m * model.rate, key(role))
 
 
 def describe(k: ConstraintKey, data) -> str:

@@ -4,6 +4,8 @@ TPOT any worker reaches, else the widest worker's memory shortfall).
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -94,6 +96,13 @@ def why_lost(solution: ServingSolution, rr: RateResult) -> tuple[dict[str, Any],
             fams = sorted({k.family for k in c.keys})
             reason = f"infeasible ({', '.join(fams)})"
             why = f"{m.mode}: no plan ({', '.join(fams)}): " + "; ".join(c.details[:3])
+        elif best is not None and math.isclose(m.result.value, best.result.value, rel_tol=1e-9, abs_tol=1e-12) \
+                and solution.gpus(m) == solution.gpus(best):
+            # solution.best's order: objective, then GPUs, then the mode's name
+            reason = "tie"
+            why = (f"{m.mode}: {obj.name} {m.result.value:.4g} {obj.unit} and {solution.gpus(m)} GPUs, the same as "
+                   f"{best.mode}; the tie goes to {best.mode} (the modes in name order: aggregated runs one kind "
+                   f"of worker)")
         elif best is not None:
             gp = "" if obj.name == "gpus" else f" ({solution.gpus(m)} GPUs vs {solution.gpus(best)})"
             reason = f"worse {obj.name}"
@@ -115,7 +124,7 @@ def bindings(solution: ServingSolution, m: Optional[ModePlan]) -> tuple[Binding,
     cap: dict[str, float] = {}
     for j, n in sorted(m.result.counts.items()):
         w = workers[j]
-        cap[w.role] = cap.get(w.role, 0.0) + w.rate * n
+        cap[w.role] = cap.get(w.role, 0.0) + w.capacity(n)
         out.append(Binding(ConstraintKey(w.limit, w.label(p)), 0.0, "", f"{LIMITS.get(w.limit, w.limit)}: {w.detail}"))
     for role, c in cap.items():
         out.append(Binding(ConstraintKey("capacity", role), c - m.rate, "requests/s",

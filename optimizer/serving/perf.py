@@ -8,10 +8,16 @@ measured kernel database, ``performance.source``). Every SLO is checked at the q
 
 Queueing assumptions (stated in the README):
 
-* Prompts wait in an M/G/c queue per worker (Poisson arrivals split evenly over the workers,
-  ``c`` = attention-DP ranks, one prompt per rank at a time); the wait quantile is the
+* Aggregated prompts wait in an M/G/c queue per worker (Poisson arrivals split evenly over the
+  workers, ``c`` = attention-DP ranks, one prompt per rank at a time); the wait quantile is the
   Allen-Cunneen approximation of Erlang C: ``P(W > t) = C(c, a)·exp(-(cμ - λ)·t·2/(1 + cs²))``
   with ``a = λ·E[S]`` and ``cs²`` the squared coefficient of variation of the service time.
+* Disaggregated prompts wait in one queue for all the prefill ranks (the router hands a prompt to
+  the first free rank, as the simulator does): ``n`` workers of one configuration are one
+  M/G/(n·c) queue, which carries more than ``n`` times one worker's rate (pooling). The MILP
+  takes that per configuration (:attr:`Worker.pooling`, :mod:`constraints.serving.pooling`);
+  prefill workers of different configurations are taken as separate queues (a lower capacity
+  than the one shared queue they are).
 * Disaggregated: TTFT = wait + prefill of the quantile prompt + KV transfer (``request`` or
   ``layerwise``, :func:`~optimizer.model.prefill.kv_transfer_s`) over the prefill worker's ``g``
   NICs + the wait for that link (M/G/1, same formula); the link must carry ``λ·E[KV bytes]``.
@@ -69,6 +75,9 @@ class Worker:
         rate: largest request rate per worker meeting the SLOs, requests/s (0: none).
         limit: what caps ``rate`` (a key of :data:`LIMITS`); detail: one sentence with numbers.
         zero_load: figures at a rate near zero (ttft_s / tpot_s / prefill_s / transfer_s).
+        pooling: prefill only: ``((n_k, r_k), ...)``, breakpoints ``n_1 = 1 < n_2 < ...`` and the
+            per-worker rate (req/s) ``n_k`` workers of this configuration sustain sharing one prompt
+            queue (``r_1 = rate``, non-decreasing); empty: no pooling gain (``rate`` per worker).
     """
 
     role: str
@@ -80,9 +89,25 @@ class Worker:
     limit: str = ""
     detail: str = ""
     zero_load: dict = field(default_factory=dict)
+    pooling: tuple = ()
 
     def label(self, p: Problem) -> str:
         return f"{self.role} {self.layout.label()} on {p.pools[self.pool].name}"
+
+    def per_worker_rate(self, n: int) -> float:
+        """Requests/s each of ``n`` workers of this configuration carries within the SLOs: the
+        pooled rate of the largest breakpoint ``n_k <= n`` (:attr:`pooling`; a lower bound between
+        breakpoints, since the pooled rate per worker does not fall as ``n`` grows), else ``rate``."""
+        r = self.rate
+        for nk, rk in self.pooling:
+            if nk > n:
+                break
+            r = rk
+        return r
+
+    def capacity(self, n: int) -> float:
+        """Requests/s ``n`` workers of this configuration carry within the SLOs (``n·per_worker_rate(n)``)."""
+        return n * self.per_worker_rate(n) if n > 0 else 0.0
 
 
 def erlang_c(c: int, a: float) -> float:
@@ -163,6 +188,7 @@ class ServingModel:
         # this model's own caches (a cache on the class would keep every model of the process alive)
         self._prefill_s = lru_cache(maxsize=None)(self._prefill_s_uncached)
         self._table = lru_cache(maxsize=None)(self._table_uncached)
+        self._pparts: dict = {}
 
     def retarget(self, ttft_s: float | None = None, tpot_s: float | None = None) -> "ServingModel":
         """The same model at other TTFT/TPOT targets (s), keeping the step-time and prefill caches
@@ -289,28 +315,62 @@ class ServingModel:
         return kv_transfer_s(kvb, w.gpus, p.kv_link.bandwidth_bytes_per_s, p.kv_link.alpha_s, prefill,
                              p.model.layers, p.kv_transfer)
 
-    def prefill_figures(self, w: Worker, lam: float) -> dict:
-        """TTFT quantile (s) and its parts for a prefill worker at ``lam`` requests/s."""
-        tr, p = self.p.traffic, self.p
+    def _prefill_parts(self, w: Worker) -> tuple[float, float, float, float, float, float]:
+        """The rate-free parts of a prefill worker's TTFT: mean and SCV of the prefill time (s),
+        mean and SCV of the KV transfer time (s), the quantile prompt's prefill and transfer (s)."""
+        key = (w.pool, w.layout, w.gpus)
+        got = self._pparts.get(key)
+        if got is None:
+            p, pw = self.p, self.pre_w
+            s = np.array([self._prefill_s(w.pool, w.layout, float(n + k), float(k))
+                          for n, k in zip(self.pre_new, self.pre_cached)])
+            mean_s = float(np.dot(pw, s))
+            scv_s = float(np.dot(pw, (s - mean_s) ** 2)) / mean_s ** 2
+            link_bw = w.gpus * p.kv_link.bandwidth_bytes_per_s
+            # a cached prefix is on the decode workers too: only the new tokens' KV goes over the link
+            tx = np.array([kv_bytes_per_request(self._perf(w), int(n)) for n in self.pre_new]) / link_bw
+            mean_tx = float(np.dot(pw, tx))
+            scv_tx = float(np.dot(pw, (tx - mean_tx) ** 2)) / mean_tx ** 2 if mean_tx > 0 else 0.0
+            sq = weighted_quantile(s, pw, p.quantile)
+            got = self._pparts[key] = (mean_s, scv_s, mean_tx, scv_tx, sq, self.transfer_s(w, self.new_q, sq))
+        return got
+
+    def prefill_figures(self, w: Worker, lam: float, n: int = 1) -> dict:
+        """TTFT quantile (s) and its parts for a prefill worker at ``lam`` requests/s, one of ``n``
+        workers of its configuration sharing one prompt queue (M/G/(n·c) at ``n·lam``; each
+        worker's own KV link at ``lam``)."""
+        mean_s, scv_s, mean_tx, scv_tx, sq, xq = self._prefill_parts(w)
         c = w.layout.attention_dp
-        pw = self.pre_w
-        s = np.array([self._prefill_s(w.pool, w.layout, float(n + k), float(k))
-                      for n, k in zip(self.pre_new, self.pre_cached)])
-        mean_s = float(np.dot(pw, s))
-        scv_s = float(np.dot(pw, (s - mean_s) ** 2)) / mean_s ** 2
-        perf = self._perf(w)
-        link_bw = w.gpus * p.kv_link.bandwidth_bytes_per_s
-        # a cached prefix is on the decode workers too: only the new tokens' KV goes over the link
-        tx = np.array([kv_bytes_per_request(perf, int(n)) for n in self.pre_new]) / link_bw
-        mean_tx = float(np.dot(pw, tx))
-        scv_tx = float(np.dot(pw, (tx - mean_tx) ** 2)) / mean_tx ** 2 if mean_tx > 0 else 0.0
-        sq = weighted_quantile(s, pw, p.quantile)
-        xq = self.transfer_s(w, self.new_q, sq)
-        wq = wait_quantile_s(lam, mean_s, scv_s, c, p.quantile)
-        wl = wait_quantile_s(lam, mean_tx, scv_tx, 1, p.quantile)
+        q = self.p.quantile
+        wq = wait_quantile_s(n * lam, mean_s, scv_s, n * c, q)
+        wl = wait_quantile_s(lam, mean_tx, scv_tx, 1, q)
         return {"ttft_s": wq + sq + xq + wl, "wait_s": wq, "prefill_s": sq, "transfer_s": xq, "link_wait_s": wl,
                 "utilisation": lam * mean_s / c, "link_utilisation": lam * mean_tx, "mean_prefill_s": mean_s,
                 "mean_transfer_s": mean_tx}
+
+    def _pooling(self, w: Worker, hi: float) -> tuple:
+        """:attr:`Worker.pooling` of a prefill configuration whose one-worker rate is ``w.rate``:
+        breakpoints 1, 2, 3, 4, 6, 8, 12, ... up to the pool's worker count, ending once the rate
+        per worker is within 0.5 % of ``hi`` (the rate at which a worker is busy all the time)."""
+        top = self.p.pools[w.pool].count // w.gpus
+        out = [(1, w.rate)]
+        n, r = 1, w.rate
+        while r < 0.995 * hi:
+            n = n + 1 if n < 4 else n + n // 2
+            if n > top:
+                break
+            # the pooled rate per worker does not fall with n: bisect above the last one
+            lo, top_r = r, hi
+            for _ in range(24):
+                mid = (lo + top_r) / 2
+                if self.prefill_figures(w, mid, n)["ttft_s"] <= self.p.ttft_s:
+                    lo = mid
+                else:
+                    top_r = mid
+            r = lo
+            if r > out[-1][1] * (1 + 1e-6):
+                out.append((n, r))
+        return tuple(out) if len(out) > 1 else ()
 
     def _prefill(self, w: Worker) -> None:
         p = self.p
@@ -334,6 +394,8 @@ class ServingModel:
             return
         hi = min(w.layout.attention_dp / z["mean_prefill_s"], 1.0 / z["mean_transfer_s"] if z["mean_transfer_s"] else math.inf)
         w.rate = _bisect_max(lambda lam: self.prefill_figures(w, lam)["ttft_s"] <= p.ttft_s, hi)
+        if w.rate > 0:
+            w.pooling = self._pooling(w, hi)
         f = self.prefill_figures(w, w.rate)
         w.limit = "kv_link" if f["link_utilisation"] > f["utilisation"] else "ttft"
         w.detail = (f"at {w.rate:.3g} req/s: wait {f['wait_s'] * 1e3:.0f} ms + prefill {f['prefill_s'] * 1e3:.0f} ms + "

@@ -72,13 +72,13 @@ class ServingReport:
         cap = {}
         for j, n in counts.items():
             w = self.workers[j]
-            cap[w.role] = cap.get(w.role, 0.0) + w.rate * n
+            cap[w.role] = cap.get(w.role, 0.0) + w.capacity(n)
         out = []
         for j, n in sorted(counts.items()):
             w = self.workers[j]
-            lam = m.rate * w.rate / cap[w.role]
+            lam = m.rate * w.per_worker_rate(n) / cap[w.role]
             if w.role == "prefill":
-                f = sm.prefill_figures(w, lam)
+                f = sm.prefill_figures(w, lam, n)
                 an = {"ttft_ms": f["ttft_s"] * 1e3, "wait_ms": f["wait_s"] * 1e3, "prefill_ms": f["prefill_s"] * 1e3,
                       "kv_transfer_ms": (f["transfer_s"] + f["link_wait_s"]) * 1e3, "utilisation": f["utilisation"],
                       "link_utilisation": f["link_utilisation"]}

@@ -22,6 +22,7 @@ from constraints.serving import capacity as c_capacity
 from constraints.serving import deploy as c_deploy
 from constraints.serving import gpus as c_gpus
 from constraints.serving import objective as c_objective
+from constraints.serving import pooling as c_pooling
 from constraints.serving import simulated as c_simulated
 from constraints.serving import worker as c_worker
 from optimizer.highs import new_highs
@@ -30,7 +31,7 @@ from optimizer.serving.perf import Worker
 from optimizer.serving.schema import Problem
 
 MODE_ROLES = {"aggregated": ("aggregated",), "disaggregated": ("prefill", "decode")}
-ROW_FAMILIES = (c_capacity, c_simulated, c_deploy, c_gpus)  # the rows of stage 1, in this order
+ROW_FAMILIES = (c_pooling, c_capacity, c_simulated, c_deploy, c_gpus)  # the rows of stage 1, in this order
 MIN_LIMIT_S = 0.1  # the shortest time limit a stage is given (s): HiGHS needs some to presolve
 
 
@@ -196,7 +197,7 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
                 + cut)
         details = tuple(c_gpus.describe(c_gpus.key(pl.name), data) for pl in p.pools)
         details += tuple(f"{role} capacity needed {rate * data.margins.get(role, 1.0):g} req/s; the best configuration on a whole pool carries at "
-                         f"most {max((p.pools[w.pool].count // w.gpus) * w.rate for w in data.workers if w.role == role):.3g}"
+                         f"most {max(w.capacity(p.pools[w.pool].count // w.gpus) for w in data.workers if w.role == role):.3g}"
                          f" req/s" for role in data.roles)
         return ModeResult(mode, Status.INFEASIBLE, None, None, None, first.time_s, rate, keys, details, 1)
     value = model.value(expr)
@@ -205,7 +206,7 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
     if objective.sense == "max":
         second = _run(model, model.gpus, "min", limit_s - first.time_s)
     else:
-        head = sum(w.rate * v for w, v in zip(data.workers, model.x)) * (1.0 / max(rate, 1e-12))
+        head = sum(c_pooling.carried(model, data, role) for role in data.roles) * (1.0 / max(rate, 1e-12))
         second = _run(model, head - 1e-6 * model.gpus, "max", limit_s - first.time_s)
     solution = second.solution if second.solution is not None else first.solution  # else stage 1's plan
     counts = {}
