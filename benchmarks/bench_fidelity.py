@@ -18,6 +18,8 @@ import time
 from importlib.resources import files
 from pathlib import Path
 
+import numpy as np
+
 DENSE = ("Qwen/Qwen3-32B", "Llama-3.1-8B", "Llama-3.1-70B")
 
 
@@ -69,13 +71,93 @@ def write_bands(rows, sources) -> Path:
     return BANDS
 
 
+def campaign(row) -> str:
+    """The measurement campaign of a ``silicon_sample.csv`` row, from its ``silicon_data_source``:
+    ``gap-analysis`` (files of aiconfigurator's gap analysis) or ``dated`` (``source_file=<date>.csv;
+    ... measured=<date>``) or ``other``."""
+    src = row.fields.get("silicon_data_source") or ""
+    return "gap-analysis" if "gap-analysis" in src else "dated" if "measured=" in src else "other"
+
+
+def starts(path: Path) -> dict:
+    """Diagnostic of the closed loop's start (``--starts``, measured source): each row's mean TTFT
+    simulated with every user's first request at time 0 (``together``, the product's default),
+    with the first requests spread over one request time (``staggered``), and mixed: the first
+    request of every user as in ``together``, the later ones as in ``staggered`` (a loop that
+    starts at once and then desynchronises, which the simulation does not do by itself). Median
+    absolute TTFT error per (campaign, GPU, engine, model) group and per campaign."""
+    from optimizer.errors import InputError, take_warnings
+    from optimizer.serving import fidelity as fd
+    from optimizer.serving import load_problem
+    from optimizer.serving.estimate import estimate
+
+    mapping = fd._mapping()
+    out = []
+    for row in fd.read_rows(path):
+        raw, why = fd.instance_of(row, "measured", mapping)
+        if raw is None:
+            continue
+        got = {}
+        try:
+            for start in ("together", "staggered"):
+                raw["serving"]["traffic"]["start"] = start
+                p = load_problem(raw, path)
+                if p.pools[0].steps.name != "measured":
+                    raise InputError(path, "", p.pools[0].steps.why)
+                got[start] = estimate(p)[0].sim
+        except InputError:
+            continue
+        finally:
+            take_warnings()
+        n, users = got["together"].requests, raw["serving"]["traffic"]["concurrency"]
+        first, _ = got["together"].ttft_waves_s
+        _, later = got["staggered"].ttft_waves_s
+        mixed = (users * first + (n - users) * later) / n if n > users else first
+        m = row.measured["ttft_ms"] / 1e3
+        out.append({"id": row.id, "campaign": campaign(row), "group": list(row.group[:3]), "measured_ttft_ms": m * 1e3,
+                    "together_ms": got["together"].ttft_s["mean"] * 1e3,
+                    "staggered_ms": got["staggered"].ttft_s["mean"] * 1e3, "mixed_ms": mixed * 1e3})
+    keys = ("together", "staggered", "mixed")
+
+    def med(rs):
+        return {k: float(np.median([abs(r[f"{k}_ms"] / r["measured_ttft_ms"] - 1) for r in rs])) for k in keys}
+
+    groups = {}
+    for r in out:
+        groups.setdefault((r["campaign"], *r["group"]), []).append(r)
+    camps = {}
+    for r in out:
+        camps.setdefault(r["campaign"], []).append(r)
+    res = {"rows": out, "groups": [{"key": list(k), "rows": len(v), "ttft_median": med(v)} for k, v in sorted(groups.items())],
+           "campaigns": {c: {"rows": len(v), "ttft_median": med(v)} for c, v in sorted(camps.items())},
+           "overall": {"rows": len(out), "ttft_median": med(out) if out else {}}}
+    print("| campaign | GPU | engine | model | rows | together | staggered | first wave together, later staggered |")
+    print("|---|---|---|---|---|---|---|---|")
+    for g in res["groups"]:
+        e = g["ttft_median"]
+        print(f"| {' | '.join(g['key'])} | {g['rows']} | {e['together']:.0%} | {e['staggered']:.0%} | {e['mixed']:.0%} |")
+    for c, v in res["campaigns"].items():
+        e = v["ttft_median"]
+        print(f"| {c} (all) | | | | {v['rows']} | {e['together']:.0%} | {e['staggered']:.0%} | {e['mixed']:.0%} |")
+    return res
+
+
 def main(argv=None) -> dict:
     from optimizer.serving import fidelity as fd
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--all", action="store_true")
+    ap.add_argument("--starts", action="store_true", help="the closed loop's start diagnostic (starts())")
     a = ap.parse_args(argv)
     path = select(a.all)
+    if a.starts:
+        t0 = time.perf_counter()
+        res = starts(path)
+        res["wall_s"] = time.perf_counter() - t0
+        out = Path(__file__).parent / "results" / "fidelity_starts.json"
+        out.write_text(json.dumps(res, indent=1))
+        print(f"{res['overall']['rows']} rows, {res['wall_s']:.0f} s")
+        return res
     t0 = time.perf_counter()
     sources = ("analytic", "measured")
     rows = fd.predict(fd.read_rows(path), sources, path)

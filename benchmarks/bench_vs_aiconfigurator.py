@@ -22,7 +22,8 @@ For each question (:data:`QUESTIONS`):
 2. The product's serving optimiser on the same question and GPUs: ``performance.source:
    measured, engine: trtllm``, the same database version and GEMM lane, ``objective: goodput``
    (the highest request rate meeting the SLO with these GPUs) at a ``rate_rps`` far above any
-   plan's capacity, ``mode: both``, once per chunk budget in :data:`CHUNKS` (the product does not
+   plan's capacity, ``mode: both``, ``homogeneous: true`` (one configuration per role, as
+   aiconfigurator's answers are and its estimate takes), the KV-cache dtype aiconfigurator timed, once per chunk budget in :data:`CHUNKS` (the product does not
    search the chunk size itself); its best plan is the one with the highest simulated tokens/s/GPU.
    Search time: the wall time of the ``optimize`` commands, with the time spent building step
    tables (first use of a layout; cached on disk afterwards) stated apart.
@@ -123,6 +124,11 @@ def aic_search(aic: str, q: dict, save: Path) -> dict:
         out["agg_engine_config"] = {k: v for k, v in (yaml.safe_load(gen[0].read_text()) or {}).items()
                                     if k in ("max_batch_size", "max_num_tokens", "enable_chunked_prefill")}
     row = out.get("agg") or out.get("disagg")
+    # the KV-cache dtype its search timed (column kvcache: fp8 for the -FP8 checkpoints, as the
+    # engine configurations it generates say), given to the product as model.kv_dtype so both
+    # time the same KV reads and hold the same KV capacity
+    kv = row.get("kvcache") or row.get("(d)kvcache")
+    out["kv_dtype"] = {"fp8": "fp8", "bfloat16": "bf16", "float16": "fp16"}.get(str(kv))
     out["db_version"] = row.get("version") or row.get("(p)version")
     out["gemm"] = row.get("gemm") or row.get("(p)gemm")
     return out
@@ -180,6 +186,8 @@ def instance(q: dict, aic: dict, serving: dict) -> dict:
            "performance": {"source": "measured", "engine": "trtllm", "engine_version": aic["db_version"]}}
     if aic["gemm"] and aic["gemm"] != "fp8":
         raw["performance"]["gemm_quant"] = aic["gemm"]
+    if aic.get("kv_dtype"):
+        raw["model"]["kv_dtype"] = aic["kv_dtype"]
     return raw
 
 
@@ -199,8 +207,10 @@ def product_search(q: dict, aic: dict, tmp: Path, env: dict) -> dict:
     """The product's best plan (highest simulated tokens/s/GPU) over :data:`CHUNKS`, both modes."""
     runs, best, by_mode = [], None, {}
     for chunk in CHUNKS:
+        # one configuration per role (serving.homogeneous), as aiconfigurator's answers are and as
+        # its estimate can evaluate
         raw = instance(q, aic, {"traffic": {"rate_rps": RATE, "isl": q["isl"], "osl": q["osl"]}, "mode": "both",
-                                "objective": "goodput", "chunk_tokens": chunk})
+                                "objective": "goodput", "chunk_tokens": chunk, "homogeneous": True})
         d, wall, built, _ = product(raw, [], tmp, env)
         runs.append({"chunk_tokens": chunk, "wall_s": wall, "tables_s": built, "solver_s": d["solver"]["time_s"]})
         for rate in d["plan"]["rates"]:

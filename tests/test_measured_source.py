@@ -233,6 +233,31 @@ def test_closed_loop_obeys_littles_law(tmp_path):
     assert f["request_rate_rps"] * f["e2e_ms"]["mean"] / 1e3 == pytest.approx(24, rel=0.02)
 
 
+def test_staggered_closed_loop_obeys_littles_law_and_spreads_the_first_requests(tmp_path):
+    """``start: staggered``: the users' first requests are spread over one zero-load request time;
+    Little's law holds over the window once every user is in (within 2%), and the first requests'
+    mean TTFT is that of the later ones (no first wave), where ``together`` queues them."""
+    raw = estimate_raw()
+    raw["serving"]["fixed"]["workers"] = [{"role": "aggregated", "tp": 4, "count": 1}]
+    out = {}
+    for start in ("together", "staggered"):
+        raw["serving"]["traffic"] = {"concurrency": 32, "isl": 2000, "osl": 300, "start": start}
+        r = run("estimate", write(tmp_path, raw, f"{start}.yaml"), "--format", "json", "--requests", "640")
+        assert r.exit_code == 0, r.output
+        out[start] = json.loads(r.stdout)["plan"]["estimates"][0]["figures"]
+    f = out["staggered"]
+    assert f["request_rate_rps"] * f["e2e_ms"]["mean"] / 1e3 == pytest.approx(32, rel=0.02)
+    assert f["ttft_ms"]["mean"] < out["together"]["ttft_ms"]["mean"]
+
+
+def test_start_without_concurrency_is_bad_input(tmp_path):
+    raw = estimate_raw()
+    raw["serving"]["traffic"] = {"rate_rps": 2.0, "isl": 1000, "osl": 100, "start": "staggered"}
+    assert_one_line_error(run("estimate", write(tmp_path, raw)), "serving.traffic.start", "closed-loop")
+    raw["serving"]["traffic"] = {"concurrency": 4, "isl": 1000, "osl": 100, "start": "ramp"}
+    assert_one_line_error(run("estimate", write(tmp_path, raw)), "serving.traffic.start")
+
+
 def test_estimate_is_the_optimisers_simulation(tmp_path):
     """The optimiser's simulated figures of its plan = ``optimize estimate`` of the same workers (one path)."""
     from optimizer.serving import load_problem

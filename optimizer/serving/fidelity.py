@@ -80,6 +80,7 @@ def read_rows(path: Path, limit: Optional[int] = None) -> list[Row]:
                  "precision": (r.get("gemm_quant_mode") or r.get("precision") or "").lower()}
             m_c = re.search(r"silicon_concurrency=(\d+)", r.get("silicon_data_source") or "")
             f["source_concurrency"] = int(m_c.group(1)) if m_c else None
+            f["silicon_data_source"] = r.get("silicon_data_source") or ""
             for k in ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
                       *(f"{ph}_{x}" for ph in ("prefill", "decode")
                         for x in ("num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_ep_size", "batch_size"))):

@@ -19,7 +19,11 @@ DEFINITIONS = {
     "tokens_per_s": "output tokens per second of the plan at the rate served, tokens/s",
     "tokens_per_s_per_gpu": "output tokens/s divided by the plan's GPUs (aiconfigurator's tokens/s/GPU)",
     "tokens_per_s_per_user": "1 / mean TPOT: tokens/s one request sees while decoding (aiconfigurator's tokens/s/user)",
-    "rate_per_worker_rps": "largest request rate one worker of the configuration sustains within the SLOs (analytic), req/s",
+    "rate_per_worker_rps": "largest request rate each worker sustains within the SLOs (analytic), req/s: in a plan's "
+                           "worker group, at the group's count (prefill workers of one configuration share one prompt "
+                           "queue, so more of them carry more each); in configurations, one worker alone",
+    "pooling": "prefill configurations: [[n, rate per worker at n workers sharing one prompt queue, req/s], ...] at the "
+               "breakpoints the MILP uses (empty: no pooling gain)",
     "load_rps": "request rate each worker of the group gets in the plan (the rate split in proportion to rate_per_worker_rps)",
     "max_batch": "decodes a worker admits (--max-num-seqs / --max-running-requests): KV memory at the mean request "
                  "length (eq 6-1) capped by serving.max_batch; prompts in flight (one per DP rank) for prefill",
@@ -94,7 +98,7 @@ class ServingReport:
             out.append({"role": w.role, "pool": pool.name, "gpu": pool.gpu, "layout": w.layout.label(),
                         "layout_detail": w.layout.as_dict(), "count": n, "gpus_per_worker": w.gpus,
                         "gpus": w.gpus * n, "gpus_per_server": pool.hw.server.gpus, "max_batch": w.max_batch,
-                        "rate_per_worker_rps": w.rate,
+                        "rate_per_worker_rps": w.per_worker_rate(n),
                         "load_rps": lam, "limited_by": w.limit, "limit_detail": w.detail, "analytic": an,
                         "launch": commands(p, w)})
             notes = launch_notes(p, w)
@@ -171,7 +175,8 @@ class ServingReport:
                                 "kv_transfer": p.kv_transfer},
                     "chunk_tokens": p.chunk_tokens, "best_mode": best.mode, "rates": rates,
                     "configurations": [{"label": w.label(p), "gpus": w.gpus, "max_batch": w.max_batch,
-                                        "rate_per_worker_rps": w.rate, "limited_by": w.limit, "detail": w.detail}
+                                        "rate_per_worker_rps": w.rate, "pooling": [list(x) for x in w.pooling],
+                                        "limited_by": w.limit, "detail": w.detail}
                                        for w in self.workers]}
         alternatives = [a for r in rates for a in r["why_other_mode_lost"]]
         solves = sum(m.result.solves for rr in self.results for m in rr.plans.values())

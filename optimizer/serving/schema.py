@@ -117,6 +117,10 @@ class TrafficIn(_In):
     trace: Optional[str] = None
     trace_requests: Optional[PosInt] = None
     concurrency: Optional[Annotated[int, Field(strict=True, ge=1, le=100_000)]] = None
+    start: Optional[Literal["together", "staggered"]] = Field(default=None, description=(
+        "closed loop: together (every user's first request at time 0, as vllm bench serve --max-concurrency "
+        "sends them; default) or staggered (first requests spread evenly over one zero-load request time: "
+        "desynchronised users in steady state)"))
     prefix_tokens: Optional[Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]] = Field(default=None, description=(
         "tokens of a prompt prefix shared by the requests (a system prompt), served from the prefix cache on a hit"))
     cache_hit_rate: Optional[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]] = Field(default=None, description=(
@@ -194,6 +198,9 @@ class ServingIn(_In):
     kv_transfer: Literal["request", "layerwise"] = "request"
     reserve_gib_per_gpu: NonNegFloat = 2.0
     max_batch: Annotated[int, Field(strict=True, ge=1, le=100_000)] = 1024
+    homogeneous: bool = Field(default=False, description=(
+        "at most one worker configuration (layout and GPU) per role: one engine configuration per "
+        "role to deploy and route to, as aiconfigurator's answers are"))
     efficiency: EfficiencyIn = EfficiencyIn()
     prefill: RoleIn = RoleIn()
     decode: RoleIn = RoleIn()
@@ -323,6 +330,8 @@ class Problem:
     scheduler: str = "chunked"  # the simulator's step make-up (optimizer/serving/simulate.py): chunked | mixed | prefill_first
     slo_margin: Optional[dict] = None  # band: {ttft_ms, tpot_ms asked, band used}; targets divided by (1 + error)
     concurrency: Optional[int] = None  # closed-loop users (serving.traffic.concurrency), rates then empty
+    start: str = "together"  # closed loop: together | staggered (serving.traffic.start)
+    homogeneous: bool = False  # serving.homogeneous: at most one configuration per role
     fixed: Optional[FixedIn] = None
     prefix: Optional[PrefixReuse] = None  # serving.traffic.prefix_tokens / cache_hit_rate (optimizer/model/prefix.py)
     speculative: Optional[Any] = None  # optimizer.model.speculative.Speculative (serving.speculative), None: off
@@ -524,6 +533,8 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
         if tr.trace is not None:
             raise InputError(path, "serving.traffic.concurrency", "a trace carries its own arrivals; closed-loop "
                                                                   "traffic takes isl/osl or classes")
+    if tr.start is not None and tr.concurrency is None:
+        raise InputError(path, "serving.traffic.start", "applies to closed-loop traffic (concurrency) only")
     if tr.trace_requests is not None and tr.trace is None:
         raise InputError(path, "serving.traffic.trace_requests", "applies to a trace only")
     if tr.isl is not None:
@@ -718,6 +729,8 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         from optimizer.serving.windows import day_traffic, startup_of
 
         traffic, rates, windows = day_traffic(s, path, objectives[obj], Traffic, _traffic)
+        if s.homogeneous:
+            raise InputError(path, "serving.homogeneous", "not supported by a day plan (its MILP has no such rows yet)")
         startup = startup_of(s.startup, path)
     elif s.startup is not None:
         raise InputError(path, "serving.startup", "applies to a day plan only (serving.traffic.windows or window_min)")
@@ -761,7 +774,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         eff=eff,
         roles={"prefill": s.prefill, "decode": s.decode, "aggregated": s.aggregated},
         simulation=s.simulation, engine=s.engine, weight_dtype=wd, kv_dtype=kd, performance=performance,
-        slo_margin=margin, concurrency=s.traffic.concurrency, fixed=s.fixed, scheduler=scheduler_of(inst.performance, performance),
+        slo_margin=margin, concurrency=s.traffic.concurrency, start=s.traffic.start or "together", homogeneous=s.homogeneous, fixed=s.fixed, scheduler=scheduler_of(inst.performance, performance),
         prefix=_prefix(s.traffic, traffic, path),
         speculative=spec_dec,
         windows=windows, startup=startup,

@@ -87,6 +87,9 @@ class SimResult:
     linear: dict = field(default_factory=dict)
     ttft_attainment: float = math.nan  # share of the measured requests within the TTFT target alone
     tpot_attainment: float = math.nan  # ... within the TPOT target alone (which role a miss asks more of)
+    # closed loop: mean TTFT (s) of the first request of every user and of the later ones (a
+    # diagnostic of the start: benchmarks/bench_fidelity.py --starts); empty for open loop
+    ttft_waves_s: tuple = ()
 
     def to_dict(self) -> dict:
         return {"requests": self.requests, "completed": self.completed,
@@ -153,6 +156,20 @@ def _arrivals(p: Problem, rate: float, n: int, seed: int) -> list[Req]:
     # simulation's set-up, before its first deadline check
     isl, osl = [int(x) for x in tr.isl], [int(x) for x in tr.osl]
     return [Req(i, a, isl[c], osl[c]) for i, (a, c) in enumerate(zip(t.tolist(), cls.tolist()))]
+
+
+def staggered_gap_s(p: Problem, inst: list, r0: Req, users: int, step_s) -> float:
+    """Seconds between two users' first requests under ``start: staggered``: one zero-load request
+    time (the first request's prompt alone, then ``OSL - 1`` decode steps with the users spread
+    evenly over the decoding workers) over the users, so that the first requests are spread the
+    way desynchronised users' requests are in steady state. ``step_s(worker, chunk, c0, batch,
+    ctx_sum, ranks)`` is the simulation's step time (s)."""
+    dec = [w for w in inst if w.role != "prefill"] or inst
+    pre = [w for w in inst if w.role == "prefill"] or dec
+    per = max(1, round(users / len(dec)))
+    prompt = step_s(pre[0], float(r0.isl), 0.0, 0, 0.0, 1)
+    decode = step_s(dec[0], 0.0, 0.0, per, float(per) * (r0.isl + r0.osl / 2), 1)
+    return (prompt + (r0.osl - 1) * decode) / users
 
 
 def draw_speculative_steps(reqs: list[Req], k: int, a: float, seed: int) -> None:
@@ -416,7 +433,8 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         horizon = reqs[-1].arrival * 3 + 600.0
     else:
         # closed loop: N users each send their next request when the last one finishes (``vllm bench
-        # serve --max-concurrency N``); all N start at time 0, every request is counted
+        # serve --max-concurrency N``); all N start at time 0 (``start: staggered``: spread over one
+        # zero-load request time), every request is counted
         pending_reqs = deque(reqs[concurrency:])
 
         def next_of(_done: Req) -> None:
@@ -427,9 +445,20 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
 
         for r in reqs:
             r.on_done = next_of
-        for r in reqs[:concurrency]:
-            r.arrival = 0.0
-            dispatch(r)
+        if p.start == "staggered":
+            gap = staggered_gap_s(p, inst, reqs[0], concurrency, step_s)
+
+            def starter():
+                for i, r in enumerate(reqs[:concurrency]):
+                    yield env.timeout(max(0.0, i * gap - env.now))
+                    r.arrival = env.now
+                    dispatch(r)
+
+            env.process(starter())
+        else:
+            for r in reqs[:concurrency]:
+                r.arrival = 0.0
+                dispatch(r)
         horizon = math.inf
     if deadline is None:
         env.run(until=None if math.isinf(horizon) else horizon)
@@ -450,6 +479,8 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     t0, t1 = measured[0].arrival, reqs[-1].arrival
     if concurrency is not None:
         t1 = max((r.done for r in reqs if not math.isnan(r.done)), default=t0)
+        if p.start == "staggered":  # the window opens once every user has sent its first request
+            t0 = reqs[min(concurrency, len(reqs)) - 1].arrival
     tokens = 0.0
     for r in reqs:
         if math.isnan(r.first):
@@ -487,5 +518,8 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     itl = sum(r.done - r.first for r in done) / dec_tokens if dec_tokens else math.inf
     return SimResult(len(measured), len(done), pct(ttft), pct(tpot), float(ok.mean()), tps, tps / max(gpus, 1),
                      float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch, pct(e2e),
-                     len(done) / max(t1 - t0, 1e-9), float(itl), linear, float(ttft_ok.mean()),
-                     float(tpot_ok.mean()))
+                     (sum(1 for r in done if r.done >= t0) if p.start == "staggered" and concurrency is not None
+                      else len(done)) / max(t1 - t0, 1e-9), float(itl), linear, float(ttft_ok.mean()),
+                     float(tpot_ok.mean()),
+                     (float(np.mean(ttft[:concurrency])), float(np.mean(ttft[concurrency:])) if len(ttft) > concurrency
+                      else math.nan) if concurrency is not None else ())

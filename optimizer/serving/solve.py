@@ -21,6 +21,7 @@ import highspy
 from constraints.serving import capacity as c_capacity
 from constraints.serving import deploy as c_deploy
 from constraints.serving import gpus as c_gpus
+from constraints.serving import homogeneous as c_homogeneous
 from constraints.serving import objective as c_objective
 from constraints.serving import pooling as c_pooling
 from constraints.serving import simulated as c_simulated
@@ -31,7 +32,7 @@ from optimizer.serving.perf import Worker
 from optimizer.serving.schema import Problem
 
 MODE_ROLES = {"aggregated": ("aggregated",), "disaggregated": ("prefill", "decode")}
-ROW_FAMILIES = (c_pooling, c_capacity, c_simulated, c_deploy, c_gpus)  # the rows of stage 1, in this order
+ROW_FAMILIES = (c_pooling, c_capacity, c_simulated, c_deploy, c_gpus, c_homogeneous)  # the rows of stage 1, in this order
 MIN_LIMIT_S = 0.1  # the shortest time limit a stage is given (s): HiGHS needs some to presolve
 
 
@@ -194,7 +195,7 @@ def solve_mode(p: Problem, workers: list[Worker], mode: str, objective, rate: fl
             return ModeResult(mode, Status.TIME_LIMIT, None, None, None, first.time_s, rate, solves=1)
         cut = tuple(c_simulated.key(r) for r in data.roles if data.margins.get(r, 1.0) > 1.0)
         keys = (tuple(c_gpus.key(pl.name) for pl in p.pools) + tuple(c_capacity.key(role) for role in data.roles)
-                + cut)
+                + cut + (tuple(c_homogeneous.key(role) for role in data.roles) if p.homogeneous else ()))
         details = tuple(c_gpus.describe(c_gpus.key(pl.name), data) for pl in p.pools)
         details += tuple(f"{role} capacity needed {rate * data.margins.get(role, 1.0):g} req/s; the best configuration on a whole pool carries at "
                          f"most {max(w.capacity(p.pools[w.pool].count // w.gpus) for w in data.workers if w.role == role):.3g}"
