@@ -228,8 +228,11 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
     gpus = sum(w["tp"] * w["dp"] * w["count"] for w in workers)
     per_server = 8
     raw = {"name": row.id,
-           # the KV cache in the weights' dtype: the serving schema's default (model.kv_dtype), not chosen here
-           "model": {"config": str(cfg), "hf_id": f["model"], "weight_dtype": dtype},
+           # the KV cache: the serving schema's default (model.kv_dtype: BF16, vLLM's and SGLang's
+           # "auto" for a checkpoint without a KV scheme) except TensorRT-LLM with FP8 weights,
+           # whose engine configurations (aiconfigurator's, kv_cache_config.dtype) store it in FP8
+           "model": {"config": str(cfg), "hf_id": f["model"], "weight_dtype": dtype,
+                     **({"kv_dtype": "fp8"} if f["backend"] == "trtllm" and dtype == "fp8" else {})},
            "hardware": {"gpu": gpu, "server": mapping["servers"][gpu], "servers": max(1, -(-gpus // per_server))},
            "serving": {"traffic": {"concurrency": f["concurrency"], "isl": f["isl"], "osl": max(f["osl"], 2)},
                        "slo": {"ttft_ms": 1e6, "tpot_ms": 1e6}, "chunk_tokens": CHUNK_TOKENS,
