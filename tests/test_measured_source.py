@@ -314,6 +314,20 @@ def _slice(tmp_path: Path, n: int, keep) -> Path:
     return out
 
 
+def test_fidelity_kv_cache_dtype_follows_the_engine(tmp_path):
+    """A TensorRT-LLM row with FP8 weights is timed with an FP8 KV cache (the engine configurations
+    aiconfigurator generates); a vLLM row with FP8 weights keeps the default (BF16)."""
+    from optimizer.serving import fidelity as fd
+
+    def first(engine):
+        p = _slice(tmp_path, 1, lambda r: r["backend"] == engine and r["mode"] == "agg" and
+                   "fp8" in (r["gemm_quant_mode"] or r["precision"]).lower() and "Llama-3.1-70B" in r["model_path"])
+        return fd.instance_of(fd.read_rows(p)[0], "measured", fd._mapping())[0]
+
+    assert first("trtllm")["model"]["kv_dtype"] == "fp8"
+    assert "kv_dtype" not in first("vllm")["model"]
+
+
 def test_fidelity_rows_and_groups_json(tmp_path):
     p = _slice(tmp_path, 3, lambda r: r["system"] == "h100_sxm" and r["model_path"] == "Qwen/Qwen3-32B"
                and r["mode"] == "agg" and r["backend"] == "trtllm" and r["isl"] == "1024" and r["osl"] == "128"
