@@ -98,3 +98,16 @@ def test_a_day_plan_refuses_it(cli, tmp_path):
     raw["model"]["config"] = str(INSTANCES / raw["model"]["config"])
     path.write_text(yaml.safe_dump(raw))
     assert_one_line_error(cli(path), "serving.homogeneous", "day plan")
+
+
+def test_a_day_plan_refuses_a_closed_loop_start(cli, tmp_path):
+    import yaml
+
+    from tests.conftest import INSTANCES
+
+    raw = yaml.safe_load((INSTANCES / "serving_llama70b_day_windows.yaml").read_text())
+    raw["serving"]["traffic"]["start"] = "staggered"
+    raw["model"]["config"] = str(INSTANCES / raw["model"]["config"])
+    path = tmp_path / "day.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert_one_line_error(cli(path), "serving.traffic.start", "closed-loop")

@@ -143,3 +143,19 @@ def test_the_readme_disaggregated_plan_passes_the_simulation():
     pre = [g for g in m["workers"] if g["role"] == "prefill"]
     assert sum(g["count"] for g in pre) == 2
     assert m["simulated"]["attainment"] >= 0.9
+
+
+def test_binding_rows_state_the_pooled_rate_the_plan_runs():
+    """The ``ttft[prefill ...]`` binding and the worker group's ``limit_detail`` quote the rate per
+    worker at the plan's count (pooled), not one worker's rate alone."""
+    from optimizer import serving
+    from tests.serving_helpers import llama70b_raw
+
+    d = serving.solve_instance(problem(llama70b_raw(mode="disaggregated", traffic={"rate_rps": 25, "isl": 2000,
+                                                                                      "osl": 256}))).to_dict()
+    m = d["plan"]["rates"][0]["modes"]["disaggregated"]
+    pre = [g for g in m["workers"] if g["role"] == "prefill"]
+    assert pre and pre[0]["count"] > 1
+    g = pre[0]
+    assert g["limit_detail"].startswith(f"at {g['rate_per_worker_rps']:.3g} req/s")
+    assert g["load_rps"] <= g["rate_per_worker_rps"] * (1 + 1e-9)

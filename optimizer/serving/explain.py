@@ -125,7 +125,8 @@ def bindings(solution: ServingSolution, m: Optional[ModePlan]) -> tuple[Binding,
     for j, n in sorted(m.result.counts.items()):
         w = workers[j]
         cap[w.role] = cap.get(w.role, 0.0) + w.capacity(n)
-        out.append(Binding(ConstraintKey(w.limit, w.label(p)), 0.0, "", f"{LIMITS.get(w.limit, w.limit)}: {w.detail}"))
+        detail = solution.model.prefill_detail(w, n) if w.role == "prefill" and w.pooling and n > 1 else w.detail
+        out.append(Binding(ConstraintKey(w.limit, w.label(p)), 0.0, "", f"{LIMITS.get(w.limit, w.limit)}: {detail}"))
     for role, c in cap.items():
         out.append(Binding(ConstraintKey("capacity", role), c - m.rate, "requests/s",
                            f"{role} workers carry up to {c:.4g} req/s for {m.rate:g} req/s"))

@@ -350,7 +350,7 @@ class ServingModel:
 
     def _pooling(self, w: Worker, hi: float) -> tuple:
         """:attr:`Worker.pooling` of a prefill configuration whose one-worker rate is ``w.rate``:
-        breakpoints 1, 2, 3, 4, 6, 8, 12, ... up to the pool's worker count, ending once the rate
+        breakpoints 1, 2, 3, 4 and then about 1.5 times the last (6, 9, 13, 19, ...) up to the pool's worker count, ending once the rate
         per worker is within 0.5 % of ``hi`` (the rate at which a worker is busy all the time)."""
         top = self.p.pools[w.pool].count // w.gpus
         out = [(1, w.rate)]
@@ -398,9 +398,17 @@ class ServingModel:
             w.pooling = self._pooling(w, hi)
         f = self.prefill_figures(w, w.rate)
         w.limit = "kv_link" if f["link_utilisation"] > f["utilisation"] else "ttft"
-        w.detail = (f"at {w.rate:.3g} req/s: wait {f['wait_s'] * 1e3:.0f} ms + prefill {f['prefill_s'] * 1e3:.0f} ms + "
-                    f"transfer {(f['transfer_s'] + f['link_wait_s']) * 1e3:.0f} ms = TTFT {f['ttft_s'] * 1e3:.0f} ms "
-                    f"(prefill busy {f['utilisation']:.0%}, link busy {f['link_utilisation']:.0%})")
+        w.detail = self.prefill_detail(w, 1)
+
+    def prefill_detail(self, w: Worker, n: int) -> str:
+        """The sentence of a prefill configuration's limit at its rate per worker when ``n`` of
+        its workers share the prompt queue (:meth:`Worker.per_worker_rate`)."""
+        r = w.per_worker_rate(n)
+        f = self.prefill_figures(w, r, n)
+        shared = f", {n} workers sharing one queue" if n > 1 and r > w.rate else ""
+        return (f"at {r:.3g} req/s{shared}: wait {f['wait_s'] * 1e3:.0f} ms + prefill {f['prefill_s'] * 1e3:.0f} ms + "
+                f"transfer {(f['transfer_s'] + f['link_wait_s']) * 1e3:.0f} ms = TTFT {f['ttft_s'] * 1e3:.0f} ms "
+                f"(prefill busy {f['utilisation']:.0%}, link busy {f['link_utilisation']:.0%})")
 
     # ------------------------------------------------------------------ decode
     def decode_batch(self, w: Worker, lam: float) -> float:

@@ -22,6 +22,7 @@ DEFINITIONS = {
     "rate_per_worker_rps": "largest request rate each worker sustains within the SLOs (analytic), req/s: in a plan's "
                            "worker group, at the group's count (prefill workers of one configuration share one prompt "
                            "queue, so more of them carry more each); in configurations, one worker alone",
+    "homogeneous": "serving.homogeneous: at most one worker configuration per role (plan and bound are for that restricted problem)",
     "pooling": "prefill configurations: [[n, rate per worker at n workers sharing one prompt queue, req/s], ...] at the "
                "breakpoints the MILP uses (empty: no pooling gain)",
     "load_rps": "request rate each worker of the group gets in the plan (the rate split in proportion to rate_per_worker_rps)",
@@ -99,7 +100,8 @@ class ServingReport:
                         "layout_detail": w.layout.as_dict(), "count": n, "gpus_per_worker": w.gpus,
                         "gpus": w.gpus * n, "gpus_per_server": pool.hw.server.gpus, "max_batch": w.max_batch,
                         "rate_per_worker_rps": w.per_worker_rate(n),
-                        "load_rps": lam, "limited_by": w.limit, "limit_detail": w.detail, "analytic": an,
+                        "load_rps": lam, "limited_by": w.limit,
+                        "limit_detail": sm.prefill_detail(w, n) if w.role == "prefill" and w.pooling and n > 1 else w.detail, "analytic": an,
                         "launch": commands(p, w)})
             notes = launch_notes(p, w)
             if notes:
@@ -173,7 +175,7 @@ class ServingReport:
                     "kv_link": {"bandwidth_gb_s": p.kv_link.bandwidth_bytes_per_s / 1e9,
                                 "latency_us": p.kv_link.alpha_s * 1e6, "default": p.kv_link_default,
                                 "kv_transfer": p.kv_transfer},
-                    "chunk_tokens": p.chunk_tokens, "best_mode": best.mode, "rates": rates,
+                    "chunk_tokens": p.chunk_tokens, "homogeneous": p.homogeneous, "best_mode": best.mode, "rates": rates,
                     "configurations": [{"label": w.label(p), "gpus": w.gpus, "max_batch": w.max_batch,
                                         "rate_per_worker_rps": w.rate, "pooling": [list(x) for x in w.pooling],
                                         "limited_by": w.limit, "detail": w.detail}

@@ -725,6 +725,8 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
             raise InputError(path, "serving.prefill.cp", f"CP{max(s.prefill.cp)} needs {max(s.prefill.cp)} GPUs per "
                                                          f"worker at TP1; a server has {small} (workers stay in one server)")
     windows, startup = (), None
+    if s.traffic.start is not None and s.traffic.concurrency is None:
+        raise InputError(path, "serving.traffic.start", "applies to closed-loop traffic (concurrency) only")
     if s.traffic.windows is not None or s.traffic.window_min is not None:  # a day plan
         from optimizer.serving.windows import day_traffic, startup_of
 
