@@ -158,7 +158,7 @@ def _arrivals(p: Problem, rate: float, n: int, seed: int) -> list[Req]:
     return [Req(i, a, isl[c], osl[c]) for i, (a, c) in enumerate(zip(t.tolist(), cls.tolist()))]
 
 
-def staggered_gap_s(p: Problem, inst: list, r0: Req, users: int, step_s) -> float:
+def staggered_gap_s(inst: list, r0: Req, users: int, step_s) -> float:
     """Seconds between two users' first requests under ``start: staggered``: one zero-load request
     time (the first request's prompt alone, then ``OSL - 1`` decode steps with the users spread
     evenly over the decoding workers) over the users, so that the first requests are spread the
@@ -446,7 +446,7 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         for r in reqs:
             r.on_done = next_of
         if p.start == "staggered":
-            gap = staggered_gap_s(p, inst, reqs[0], concurrency, step_s)
+            gap = staggered_gap_s(inst, reqs[0], concurrency, step_s)
 
             def starter():
                 for i, r in enumerate(reqs[:concurrency]):
@@ -481,6 +481,7 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         t1 = max((r.done for r in reqs if not math.isnan(r.done)), default=t0)
         if p.start == "staggered":  # the window opens once every user has sent its first request
             t0 = reqs[min(concurrency, len(reqs)) - 1].arrival
+    finished = sum(1 for r in done if r.done >= t0)  # every done request but a staggered start's early ones
     tokens = 0.0
     for r in reqs:
         if math.isnan(r.first):
@@ -518,8 +519,7 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     itl = sum(r.done - r.first for r in done) / dec_tokens if dec_tokens else math.inf
     return SimResult(len(measured), len(done), pct(ttft), pct(tpot), float(ok.mean()), tps, tps / max(gpus, 1),
                      float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch, pct(e2e),
-                     (sum(1 for r in done if r.done >= t0) if p.start == "staggered" and concurrency is not None
-                      else len(done)) / max(t1 - t0, 1e-9), float(itl), linear, float(ttft_ok.mean()),
+                     (finished if concurrency is not None else len(done)) / max(t1 - t0, 1e-9), float(itl), linear, float(ttft_ok.mean()),
                      float(tpot_ok.mean()),
                      (float(np.mean(ttft[:concurrency])), float(np.mean(ttft[concurrency:])) if len(ttft) > concurrency
                       else math.nan) if concurrency is not None else ())
