@@ -206,6 +206,45 @@ def test_optimiser_sizes_for_closed_loop_users(tmp_path):
     assert_one_line_error(r, "serving.traffic.concurrency", "goodput")
 
 
+def test_closed_loop_under_a_deadline_ends_with_its_last_request():
+    """A fresh user's closed-loop ``--time-limit`` run simulated 4.2 million s (each sliced run
+    leaves a stop event behind, so the loop never saw an empty queue) and then said ``optimal``.
+    Sliced, the closed loop ends with its last request and equals the run without a deadline."""
+    import time
+
+    from optimizer.serving import load_problem
+    from optimizer.serving.estimate import fixed_workers
+    from optimizer.serving.simulate import simulate
+
+    raw = estimate_raw()
+    raw["serving"]["traffic"] = {"concurrency": 6, "isl": 1500, "osl": 40}
+    p = load_problem(raw, ROOT / "instances" / "x.yaml")
+    workers, counts, mode = fixed_workers(p)
+    a = simulate(p, workers, counts, mode, 1.0, concurrency=6)
+    t0 = time.perf_counter()
+    b = simulate(p, workers, counts, mode, 1.0, concurrency=6, deadline=t0 + 20)
+    assert a.to_dict() == b.to_dict() and a.completed == 60
+
+
+def test_closed_loop_cut_by_the_time_limit_claims_no_optimum(tmp_path, monkeypatch):
+    """Cut short, a closed-loop plan keeps the closed loop's claim: feasible, no bound."""
+    from optimizer import serving
+    from optimizer.serving.simulate import SimulationCut
+
+    def cut(*_a, **_k):
+        raise SimulationCut("simulated 0.0 s, 0 of 160 requests of the closed loop finished")
+
+    monkeypatch.setattr(serving, "simulate", cut)
+    raw = estimate_raw()
+    del raw["serving"]["fixed"]
+    raw["serving"].update({"mode": "aggregated", "objective": "gpus", "slo": {"ttft_ms": 2000, "tpot_ms": 30}})
+    raw["serving"]["traffic"] = {"concurrency": 16, "isl": 2000, "osl": 100}
+    r = CliRunner().invoke(optimize, [str(write(tmp_path, raw)), "--format", "json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["status"] == "feasible" and d["objective"]["bound"] is None
+
+
 def test_deployment_says_it_is_analytic_only(tmp_path):
     raw = yaml.safe_load((INSTANCES / "qwen32b_128k.yaml").read_text())
     raw["performance"] = {"source": "measured"}

@@ -114,8 +114,9 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
             return res, simulate(p, workers, res.counts, mode, served, deadline=budget.deadline,
                                  concurrency=p.concurrency)
         except SimulationCut as cut:
-            raise SimulationCut(ModePlan(mode, _with_margin(res, first, margin), rate=served, margin=margin),
-                                str(cut)) from None
+            cut_res = (replace(res, status=Status.FEASIBLE, bound=None) if p.concurrency is not None
+                       else _with_margin(res, first, margin))  # closed loop: never a bound, see closed_loop_rates
+            raise SimulationCut(ModePlan(mode, cut_res, rate=served, margin=margin), str(cut)) from None
 
     failed = None
     for margin in MARGINS:

@@ -431,13 +431,16 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
 
         env.process(source())
         horizon = reqs[-1].arrival * 3 + 600.0
+        unfinished = None
     else:
         # closed loop: N users each send their next request when the last one finishes (``vllm bench
         # serve --max-concurrency N``); all N start at time 0 (``start: staggered``: spread over one
         # zero-load request time), every request is counted
         pending_reqs = deque(reqs[concurrency:])
+        unfinished = [len(reqs)]
 
         def next_of(_done: Req) -> None:
+            unfinished[0] -= 1
             if pending_reqs:
                 r = pending_reqs.popleft()
                 r.arrival = env.now
@@ -464,9 +467,14 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         env.run(until=None if math.isinf(horizon) else horizon)
     else:
         step = max(reqs[-1].arrival / SLICES, 1e-3) if concurrency is None else 1.0
-        while env.peek() < horizon:
+        # a closed loop has no horizon: it ends with its last request (each sliced run leaves its
+        # own stop event behind, so the event queue never empties by itself)
+        while env.peek() < horizon and (unfinished is None or unfinished[0] > 0):
             if time.perf_counter() > deadline:
-                raise SimulationCut(f"simulated {env.now:.1f} s of {reqs[-1].arrival:.1f} s of arrivals")
+                raise SimulationCut(f"simulated {env.now:.1f} s of {reqs[-1].arrival:.1f} s of arrivals"
+                                    if unfinished is None else
+                                    f"simulated {env.now:.1f} s, {len(reqs) - unfinished[0]} of {len(reqs)} "
+                                    f"requests of the closed loop finished")
             env.run(until=min(horizon, max(env.now + step, env.peek() + 1e-9)))
     measured = reqs[warm:]
     ttft = np.array([r.first - r.arrival if not math.isnan(r.first) else math.inf for r in measured])
