@@ -72,20 +72,29 @@ def write_bands(rows, sources) -> Path:
 
 
 def campaign(row) -> str:
-    """The measurement campaign of a ``silicon_sample.csv`` row, from its ``silicon_data_source``:
-    ``gap-analysis`` (files of aiconfigurator's gap analysis) or ``dated`` (``source_file=<date>.csv;
-    ... measured=<date>``) or ``other``."""
-    src = row.fields.get("silicon_data_source") or ""
-    return "gap-analysis" if "gap-analysis" in src else "dated" if "measured=" in src else "other"
+    """The measurement campaign of a ``silicon_sample.csv`` row: the benchmark client matched in
+    ``instances/fidelity/clients.yaml`` (``InferenceMAX``), else ``gap-analysis`` (files of
+    aiconfigurator's gap analysis) or ``other``."""
+    client = row.fields.get("client")
+    if client is not None:
+        return client.name
+    return "gap-analysis" if "gap-analysis" in (row.fields.get("silicon_data_source") or "") else "other"
 
 
-def starts(path: Path) -> dict:
-    """Diagnostic of the closed loop's start (``--starts``, measured source): each row's mean TTFT
-    simulated with every user's first request at time 0 (``together``, the product's default),
-    with the first requests spread over one request time (``staggered``), and mixed: the first
-    request of every user as in ``together``, the later ones as in ``staggered`` (a loop that
-    starts at once and then desynchronises, which the simulation does not do by itself). Median
-    absolute TTFT error per (campaign, GPU, engine, model) group and per campaign."""
+VARIANTS = {  # the closed loop each row is simulated as by --clients: traffic fields over the row's ISL/OSL
+    "exact, together": {},
+    "exact, staggered": {"start": "staggered"},
+    "client": None,  # the row's benchmark client (the product's prediction)
+}
+
+
+def clients(path: Path) -> dict:
+    """Diagnostic of the benchmark client (``--clients``, measured source): each row's mean TTFT
+    simulated with the lengths exactly and every user's first request at time 0 (``exact,
+    together``), with the first requests spread over one request time (``exact, staggered``), and
+    as its campaign's client sent them (``client``: InferenceMAX's lengths uniform on [0.8 L, L];
+    exact and together for a row no client matches). Median absolute TTFT error per (campaign,
+    GPU, engine, model) group and per campaign."""
     from optimizer.errors import InputError, take_warnings
     from optimizer.serving import fidelity as fd
     from optimizer.serving import load_problem
@@ -97,48 +106,40 @@ def starts(path: Path) -> dict:
         raw, why = fd.instance_of(row, "measured", mapping)
         if raw is None:
             continue
+        base = {k: v for k, v in raw["serving"]["traffic"].items() if k not in fd.CLIENT_TRAFFIC}
         got = {}
         try:
-            for start in ("together", "staggered"):
-                raw["serving"]["traffic"]["start"] = start
+            for name, extra in VARIANTS.items():
+                raw["serving"]["traffic"] = {**base, **(extra if extra is not None else
+                                                         (row.fields["client"].traffic if row.fields["client"] else {}))}
                 p = load_problem(raw, path)
                 if p.pools[0].steps.name != "measured":
                     raise InputError(path, "", p.pools[0].steps.why)
-                got[start] = estimate(p)[0].sim
+                got[name] = estimate(p)[0].sim.ttft_s["mean"] * 1e3
         except InputError:
             continue
         finally:
             take_warnings()
-        n, users = got["together"].requests, raw["serving"]["traffic"]["concurrency"]
-        first, _ = got["together"].ttft_waves_s
-        _, later = got["staggered"].ttft_waves_s
-        mixed = (users * first + (n - users) * later) / n if n > users else first
-        m = row.measured["ttft_ms"] / 1e3
-        out.append({"id": row.id, "campaign": campaign(row), "group": list(row.group[:3]), "measured_ttft_ms": m * 1e3,
-                    "together_ms": got["together"].ttft_s["mean"] * 1e3,
-                    "staggered_ms": got["staggered"].ttft_s["mean"] * 1e3, "mixed_ms": mixed * 1e3})
-    keys = ("together", "staggered", "mixed")
+        out.append({"id": row.id, "campaign": campaign(row), "group": list(row.group[:3]),
+                    "measured_ttft_ms": row.measured["ttft_ms"], "predicted_ttft_ms": got})
 
     def med(rs):
-        return {k: float(np.median([abs(r[f"{k}_ms"] / r["measured_ttft_ms"] - 1) for r in rs])) for k in keys}
+        return {k: float(np.median([abs(r["predicted_ttft_ms"][k] / r["measured_ttft_ms"] - 1) for r in rs]))
+                for k in VARIANTS}
 
-    groups = {}
+    groups, camps = {}, {}
     for r in out:
         groups.setdefault((r["campaign"], *r["group"]), []).append(r)
-    camps = {}
-    for r in out:
         camps.setdefault(r["campaign"], []).append(r)
     res = {"rows": out, "groups": [{"key": list(k), "rows": len(v), "ttft_median": med(v)} for k, v in sorted(groups.items())],
            "campaigns": {c: {"rows": len(v), "ttft_median": med(v)} for c, v in sorted(camps.items())},
            "overall": {"rows": len(out), "ttft_median": med(out) if out else {}}}
-    print("| campaign | GPU | engine | model | rows | together | staggered | first wave together, later staggered |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"| campaign | GPU | engine | model | rows | {' | '.join(VARIANTS)} |")
+    print("|---|---|---|---|---|" + "---|" * len(VARIANTS))
     for g in res["groups"]:
-        e = g["ttft_median"]
-        print(f"| {' | '.join(g['key'])} | {g['rows']} | {e['together']:.0%} | {e['staggered']:.0%} | {e['mixed']:.0%} |")
-    for c, v in res["campaigns"].items():
-        e = v["ttft_median"]
-        print(f"| {c} (all) | | | | {v['rows']} | {e['together']:.0%} | {e['staggered']:.0%} | {e['mixed']:.0%} |")
+        print(f"| {' | '.join(g['key'])} | {g['rows']} | " + " | ".join(f"{g['ttft_median'][k]:.0%}" for k in VARIANTS) + " |")
+    for c, v in [*res["campaigns"].items(), ("all", res["overall"])]:
+        print(f"| {c} (all) | | | | {v['rows']} | " + " | ".join(f"{v['ttft_median'][k]:.0%}" for k in VARIANTS) + " |")
     return res
 
 
@@ -147,14 +148,14 @@ def main(argv=None) -> dict:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--all", action="store_true")
-    ap.add_argument("--starts", action="store_true", help="the closed loop's start diagnostic (starts())")
+    ap.add_argument("--clients", action="store_true", help="the benchmark client diagnostic (clients())")
     a = ap.parse_args(argv)
     path = select(a.all)
-    if a.starts:
+    if a.clients:
         t0 = time.perf_counter()
-        res = starts(path)
+        res = clients(path)
         res["wall_s"] = time.perf_counter() - t0
-        out = Path(__file__).parent / "results" / "fidelity_starts.json"
+        out = Path(__file__).parent / "results" / "fidelity_clients.json"
         out.write_text(json.dumps(res, indent=1))
         print(f"{res['overall']['rows']} rows, {res['wall_s']:.0f} s")
         return res

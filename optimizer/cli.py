@@ -128,7 +128,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
             files.append(str(output_dir / "result.json"))
             _write_result(report, output_dir, files)
     except (InputError, OSError) as exc:  # OSError: an output or plot folder that cannot be written
-        _exit_bad_input(exc, output_dir or plot_dir)
+        _exit_bad_input(_named_override(exc, instance, overrides), output_dir or plot_dir)
     finally:
         if live is not None:
             live()
@@ -222,6 +222,17 @@ def _print_warnings() -> None:
     :func:`optimizer.errors.warn_input`)."""
     for line in take_warnings():
         click.echo(line, err=True)
+
+
+def _named_override(exc: Exception, instance: Path, overrides) -> Exception:
+    """An error in a field a ``--set`` changed names the override, not only the instance file."""
+    if not isinstance(exc, InputError) or exc.file != str(instance) or not exc.field:
+        return exc
+    for item in reversed(overrides):
+        key = item.partition("=")[0].strip()
+        if key and (exc.field == key or exc.field.startswith(key + ".") or exc.field.startswith(key + "[")):
+            return InputError(exc.file, exc.field, f"{exc.problem} (set by --set {item})")
+    return exc
 
 
 def _exit_bad_input(exc: Exception, where, what: str = "cannot write: ") -> None:
@@ -437,11 +448,13 @@ def estimate_cmd(instance: Path, fmt: str, requests: int | None) -> None:
 @click.option("--limit", type=click.IntRange(1, None), default=None, help="Read only the first N rows.")
 @click.option("--mapping", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="For vLLM/SGLang benchmark results (.json/.jsonl): model, gpu, engine, engine_version, tp.")
+@click.option("--clients", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Benchmark clients of the CSV's campaigns (default: instances/fidelity/clients.yaml).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write a predicted-vs-measured scatter (fidelity.png) into this folder.")
-def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path | None, fmt: str,
-                 plot_dir: Path | None) -> None:
+def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path | None, clients: Path | None,
+                 fmt: str, plot_dir: Path | None) -> None:
     """Predict every row of MEASURED (aiconfigurator's silicon_sample.csv layout) with each source and
     print, per (GPU, engine, model, mode) group, the median and mean absolute error of TTFT and TPOT."""
     from optimizer.serving import fidelity as fd
@@ -451,7 +464,7 @@ def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path 
         bad = [x for x in src if x not in ("analytic", "measured")]
         if bad or not src:
             raise InputError("--source", "", f"unknown source {', '.join(bad) or '(none)'} (analytic, measured)")
-        rows = fd.predict(fd.read_any(measured, mapping, limit), src, measured)
+        rows = fd.predict(fd.read_any(measured, mapping, limit, clients), src, measured)
         files = [str(fd.plot(rows, src, plot_dir))] if plot_dir is not None else []
     except (InputError, OSError) as exc:
         _exit_bad_input(exc, measured, what="cannot read: ")

@@ -7,6 +7,7 @@ import json
 from importlib.resources import files
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -286,7 +287,105 @@ def test_staggered_closed_loop_obeys_littles_law_and_spreads_the_first_requests(
         out[start] = json.loads(r.stdout)["plan"]["estimates"][0]["figures"]
     f = out["staggered"]
     assert f["request_rate_rps"] * f["e2e_ms"]["mean"] / 1e3 == pytest.approx(32, rel=0.02)
+    # the early requests count with the share of their life inside the window, as their tokens do
+    # (completions alone were 3.5% above tokens/s / OSL)
+    assert f["request_rate_rps"] == pytest.approx(f["tokens_per_s"] / 300, rel=0.01)
     assert f["ttft_ms"]["mean"] < out["together"]["ttft_ms"]["mean"]
+
+
+def test_length_low_fraction_draws_uniform_integer_lengths():
+    """``length_low_fraction: f``: every simulated request's ISL and OSL lie on the integers
+    [floor(f L), L], spread over the range (a benchmark client's --random-range-ratio); the
+    analytic model sees quantile points of the same distribution (mean within 1%)."""
+    from optimizer.serving import load_problem
+    from optimizer.serving.simulate import arrivals
+
+    raw = estimate_raw()
+    raw["serving"]["traffic"] = {"concurrency": 8, "classes": [{"isl": 1000, "osl": 200, "share": 0.25},
+                                                                {"isl": 8192, "osl": 1024, "share": 0.75}],
+                                 "length_low_fraction": 0.8}
+    p = load_problem(raw, ROOT / "instances" / "x.yaml")
+    reqs = arrivals(p, 1.0, 4000, 7)
+    small = [r for r in reqs if r.isl <= 1000]
+    big = [r for r in reqs if r.isl > 1000]
+    assert all(800 <= r.isl <= 1000 and 160 <= r.osl <= 200 for r in small)
+    assert all(6553 <= r.isl <= 8192 and 819 <= r.osl <= 1024 for r in big)
+    assert len(small) / len(reqs) == pytest.approx(0.25, abs=0.03)
+    assert {r.isl for r in small} >= {800, 1000} and len({r.osl for r in big}) > 150  # the whole range, not points
+    want_isl = 0.25 * 900 + 0.75 * (6553 + 8192) / 2
+    assert p.traffic.mean_isl == pytest.approx(want_isl, rel=0.01)
+    assert float(np.mean([r.isl for r in reqs])) == pytest.approx(want_isl, rel=0.02)
+    assert p.traffic.max_len <= 8192 + 1024
+
+
+def test_length_low_fraction_closed_loop_obeys_littles_law(tmp_path):
+    raw = estimate_raw()
+    raw["serving"]["fixed"]["workers"] = [{"role": "aggregated", "tp": 4, "count": 1}]
+    raw["serving"]["traffic"] = {"concurrency": 16, "isl": 2000, "osl": 200, "length_low_fraction": 0.5}
+    r = run("estimate", write(tmp_path, raw), "--format", "json", "--requests", "800")
+    assert r.exit_code == 0, r.output
+    f = json.loads(r.stdout)["plan"]["estimates"][0]["figures"]
+    assert f["request_rate_rps"] * f["e2e_ms"]["mean"] / 1e3 == pytest.approx(16, rel=0.02)
+
+
+def test_length_low_fraction_bad_input(tmp_path):
+    raw = estimate_raw()
+    for bad in (0, 1.5, "x"):
+        raw["serving"]["traffic"] = {"concurrency": 4, "isl": 1000, "osl": 100, "length_low_fraction": bad}
+        assert_one_line_error(run("estimate", write(tmp_path, raw)), "serving.traffic.length_low_fraction")
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,100,10\n1,200,20\n")
+    raw["serving"]["traffic"] = {"trace": str(trace), "length_low_fraction": 0.8}
+    assert_one_line_error(run("estimate", write(tmp_path, raw)), "serving.traffic.length_low_fraction", "trace")
+    del raw["serving"]["fixed"]
+    raw["serving"]["objective"] = "gpus"
+    raw["serving"]["traffic"] = {"windows": [{"length_min": 60, "rate_rps": 1.0, "isl": 1000, "osl": 100}],
+                                 "length_low_fraction": 0.8}
+    r = CliRunner().invoke(optimize, [str(write(tmp_path, raw))], catch_exceptions=False)
+    assert_one_line_error(r, "serving.traffic.length_low_fraction", "day plan")
+
+
+def test_fidelity_rows_take_their_benchmark_client(tmp_path):
+    """An InferenceMAX row (dated source file) is simulated with its client's lengths, uniform on
+    [0.8 L, L] (instances/fidelity/clients.yaml); a gap-analysis row with its lengths exactly."""
+    from optimizer.serving import fidelity as fd
+
+    p = _slice(tmp_path, 1, lambda r: r["silicon_data_source"].startswith("source_file=2026-")
+               and "Llama-3.1-70B" in r["model_path"] and r["mode"] == "agg")
+    row = fd.read_rows(p)[0]
+    assert row.fields["client"].name == "InferenceMAX" and row.to_dict()["client"] == "InferenceMAX"
+    raw = fd.instance_of(row, "measured", fd._mapping())[0]
+    assert raw["serving"]["traffic"]["length_low_fraction"] == 0.8
+    (tmp_path / "gap").mkdir()
+    q = _slice(tmp_path / "gap", 1, lambda r: "gap-analysis" in r["silicon_data_source"] and r["mode"] == "agg"
+               and r["model_path"] == "Qwen/Qwen3-32B" and r["system"] == "h100_sxm")
+    row = fd.read_rows(q)[0]
+    assert row.fields["client"] is None
+    assert "length_low_fraction" not in fd.instance_of(row, "measured", fd._mapping())[0]["serving"]["traffic"]
+    # another clients file: no client at all, or bad ones named by file and field
+    none = tmp_path / "none.yaml"
+    none.write_text("clients: []\n")
+    assert fd.read_any(p, clients=none)[0].fields["client"] is None
+    for text, field in (("clients: [{name: a, match: '('}]", "clients[0].match"),
+                        ("clients: [{name: a, match: x, traffic: {isl: 3}}]", "clients[0].traffic"),
+                        ("clients: [{name: a, match: x, traffic: {length_low_fraction: 2}}]",
+                         "clients[0].traffic.length_low_fraction"),
+                        ("clients: 3", "clients"), ("clients: [unclosed", "none.yaml")):
+        none.write_text(text + "\n")
+        assert_one_line_error(run("fidelity", p, "--clients", none), field)
+
+
+def test_estimate_refuses_fewer_requests_than_users_and_a_mixed_homogeneous_plan(tmp_path):
+    """A fresh user's ``--requests 10`` at 64 users silently ran 64; a homogeneous instance's mixed
+    fixed plan was estimated as if mixing were allowed. Both are one line now."""
+    raw = estimate_raw()
+    assert_one_line_error(run("estimate", write(tmp_path, raw), "--requests", "10"), "--requests", "64 users")
+    raw["serving"]["homogeneous"] = True
+    raw["serving"]["fixed"]["workers"] = [{"role": "aggregated", "tp": 4, "count": 1},
+                                          {"role": "aggregated", "tp": 8, "count": 1}]
+    assert_one_line_error(run("estimate", write(tmp_path, raw)), "serving.homogeneous", "2 configurations")
+    raw["serving"]["fixed"]["workers"] = [{"role": "aggregated", "tp": 4, "count": 2}]
+    assert run("estimate", write(tmp_path, raw), "--requests", "64").exit_code == 0
 
 
 def test_start_without_concurrency_is_bad_input(tmp_path):
@@ -578,6 +677,7 @@ def test_fidelity_reads_vllm_and_sglang_bench_results(tmp_path):
     jl.write_text(json.dumps({k: v for k, v in one.items() if k != "max_concurrency"}) + "\n")
     assert_one_line_error(run("fidelity", jl, "--mapping", mp), "line 1.max_concurrency")
     assert_one_line_error(run("fidelity", js), "--mapping")
+    assert_one_line_error(run("fidelity", js, "--mapping", mp, "--clients", mp), "--clients", "silicon_sample.csv")
 
 
 def test_measured_source_has_no_cp_timings(tmp_path):
@@ -595,3 +695,13 @@ def test_measured_source_has_no_cp_timings(tmp_path):
     assert conf["prefill TP4xCP2 on h200-sxm"]["limited_by"] == "not_timed"
     assert "no context- or sequence-parallel timings" in conf["prefill TP4xCP2 on h200-sxm"]["detail"]
     assert conf["prefill TP4 on h200-sxm"]["limited_by"] != "not_timed"
+
+
+def test_a_bad_set_value_names_the_override():
+    """A fresh user's ``--set`` error named only the instance file: it now names the override."""
+    inst = INSTANCES / "serving_llama70b_h100.yaml"
+    r = CliRunner().invoke(optimize, [str(inst), "--set", "serving.traffic.rate_rps=-3"], catch_exceptions=False)
+    assert_one_line_error(r, "serving.traffic.rate_rps", "set by --set serving.traffic.rate_rps=-3")
+    r = CliRunner().invoke(optimize, [str(inst), "--set", "hardware.servers=2", "--set", "serving.bogus=1"],
+                           catch_exceptions=False)
+    assert_one_line_error(r, "serving.bogus", "unknown key (set by --set serving.bogus=1)")

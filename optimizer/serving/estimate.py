@@ -117,12 +117,26 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
     if roles & {"prefill", "decode"} and roles != {"prefill", "decode"}:
         missing = ({"prefill", "decode"} - roles).pop()
         raise InputError(p.path, "serving.fixed.workers", f"a disaggregated plan needs {missing} workers too")
+    if p.homogeneous:
+        for role in sorted(roles):
+            kinds = {(w.pool, w.layout.label()) for w in workers if w.role == role}
+            if len(kinds) > 1:
+                raise InputError(p.path, "serving.homogeneous", f"the fixed plan's {role} workers use "
+                                                                f"{len(kinds)} configurations (homogeneous: one per role)")
     return workers, counts, ("aggregated" if roles == {"aggregated"} else "disaggregated")
 
 
 def estimate(p: Problem, requests: Optional[int] = None) -> list[Estimate]:
-    """One :class:`Estimate` per traffic point: the concurrency, or each rate of ``rate_rps``."""
+    """One :class:`Estimate` per traffic point: the concurrency, or each rate of ``rate_rps``.
+
+    Raises:
+        InputError: as :func:`fixed_workers`; ``requests`` fewer than the closed loop's users
+            (each user sends at least one).
+    """
     workers, counts, mode = fixed_workers(p)
+    if requests is not None and p.concurrency is not None and requests < p.concurrency:
+        raise InputError("--requests", "", f"{requests} requests for {p.concurrency} users: each user sends at least "
+                                           f"one (give at least {p.concurrency}, or lower serving.traffic.concurrency)")
     out = []
     points = [("concurrency", p.concurrency)] if p.concurrency is not None else [("rate_rps", r) for r in p.rates]
     for kind, v in points:

@@ -26,6 +26,61 @@ from optimizer.errors import InputError
 CHUNK_TOKENS = 8192  # the engines' default per-step token budget on 80-192 GB GPUs (vLLM max_num_batched_tokens
 # for the API server, SGLang chunked_prefill_size, TensorRT-LLM max_num_tokens)
 REQUIRED = ("system", "backend", "model_path", "mode", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")
+CLIENTS_FILE = Path(__file__).resolve().parents[2] / "instances" / "fidelity" / "clients.yaml"
+CLIENT_TRAFFIC = ("length_low_fraction", "start")  # serving.traffic fields a benchmark client may set
+
+
+@dataclass(frozen=True)
+class Client:
+    """How a measurement campaign sent its requests (``instances/fidelity/clients.yaml``)."""
+
+    name: str
+    match: "re.Pattern"
+    traffic: dict
+
+
+def read_clients(path: Path = CLIENTS_FILE) -> list[Client]:
+    """The benchmark clients of a clients file, in order (the first match wins).
+
+    Raises:
+        InputError: not a file, a client without ``name``/``match``, a pattern that does not
+            compile, a traffic field other than :data:`CLIENT_TRAFFIC` or one the serving schema
+            refuses (names the client and the field).
+    """
+    from pydantic import ValidationError
+
+    from optimizer.schema_base import read_yaml
+    from optimizer.serving.schema import TrafficIn
+
+    raw = read_yaml(path)
+    if not isinstance(raw.get("clients"), list):
+        raise InputError(path, "clients", "required: a list of {name, match, traffic}")
+    out = []
+    for i, c in enumerate(raw["clients"]):
+        where = f"clients[{i}]"
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not isinstance(c.get("match"), str):
+            raise InputError(path, where, "each client needs a name and a match pattern (strings)")
+        try:
+            pat = re.compile(c["match"])
+        except re.error as exc:
+            raise InputError(path, f"{where}.match", f"not a regular expression ({exc})") from None
+        tr = c.get("traffic") or {}
+        bad = [k for k in tr if k not in CLIENT_TRAFFIC]
+        if not isinstance(tr, dict) or bad:
+            raise InputError(path, f"{where}.traffic", f"unknown field {bad[0] if bad else tr!r} "
+                                                       f"({', '.join(CLIENT_TRAFFIC)})")
+        try:
+            TrafficIn.model_validate({"concurrency": 1, "isl": 2, "osl": 2, **tr})
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            raise InputError(path, f"{where}.traffic.{'.'.join(str(x) for x in e['loc'])}", e["msg"]) from None
+        out.append(Client(c["name"], pat, dict(tr)))
+    return out
+
+
+def client_of(source: str, clients: list[Client]) -> Optional[Client]:
+    """The first client whose pattern is found in a row's ``silicon_data_source``, or None."""
+    return next((c for c in clients if c.match.search(source or "")), None)
 
 
 @dataclass
@@ -38,8 +93,9 @@ class Row:
     skipped: dict = field(default_factory=dict)  # source -> reason
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "group": list(self.group), "measured": self.measured, "predicted": self.predicted,
-                "skipped": self.skipped}
+        client = self.fields.get("client")
+        return {"id": self.id, "group": list(self.group), "client": client.name if client else None,
+                "measured": self.measured, "predicted": self.predicted, "skipped": self.skipped}
 
 
 def _num(v: str, path: Path, where: str, name: str, integer: bool = True):
@@ -52,14 +108,17 @@ def _num(v: str, path: Path, where: str, name: str, integer: bool = True):
     return int(x) if integer else x
 
 
-def read_rows(path: Path, limit: Optional[int] = None) -> list[Row]:
-    """Rows of a measured file in aiconfigurator's ``silicon_sample.csv`` layout.
+def read_rows(path: Path, limit: Optional[int] = None, clients: Optional[list[Client]] = None) -> list[Row]:
+    """Rows of a measured file in aiconfigurator's ``silicon_sample.csv`` layout, each with the
+    benchmark client that measured it (``clients``, default :func:`read_clients` of the shipped
+    ``instances/fidelity/clients.yaml``; ``fields["client"]``, None when none matches).
 
     Raises:
         InputError: a missing column, a bad number, an unknown mode (names the row and the field).
     """
     if not path.is_file():
         raise InputError(path, "", "no such file")
+    clients = read_clients() if clients is None else clients
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
@@ -81,6 +140,7 @@ def read_rows(path: Path, limit: Optional[int] = None) -> list[Row]:
             m_c = re.search(r"silicon_concurrency=(\d+)", r.get("silicon_data_source") or "")
             f["source_concurrency"] = int(m_c.group(1)) if m_c else None
             f["silicon_data_source"] = r.get("silicon_data_source") or ""
+            f["client"] = client_of(f["silicon_data_source"], clients)
             for k in ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
                       *(f"{ph}_{x}" for ph in ("prefill", "decode")
                         for x in ("num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_ep_size", "batch_size"))):
@@ -156,9 +216,11 @@ def read_bench_results(path: Path, mapping_path: Path) -> list[Row]:
     return rows
 
 
-def read_any(path: Path, mapping: Optional[Path] = None, limit: Optional[int] = None) -> list[Row]:
-    """Measured rows of a ``silicon_sample.csv``-layout CSV, or of vLLM / SGLang benchmark results
-    (``.json`` / ``.jsonl``, with ``mapping``).
+def read_any(path: Path, mapping: Optional[Path] = None, limit: Optional[int] = None,
+             clients: Optional[Path] = None) -> list[Row]:
+    """Measured rows of a ``silicon_sample.csv``-layout CSV (with the benchmark clients of
+    ``clients``, default the shipped ``instances/fidelity/clients.yaml``), or of vLLM / SGLang
+    benchmark results (``.json`` / ``.jsonl``, with ``mapping``).
 
     Raises:
         InputError: as the readers; a result file without ``--mapping``.
@@ -166,8 +228,11 @@ def read_any(path: Path, mapping: Optional[Path] = None, limit: Optional[int] = 
     if path.suffix in (".json", ".jsonl"):
         if mapping is None:
             raise InputError(path, "", "benchmark results need --mapping MAPPING.yaml (model, gpu, engine, tp)")
+        if clients is not None:
+            raise InputError("--clients", str(clients), "applies to a silicon_sample.csv-layout file (a benchmark "
+                                                        "result names its own run)")
         return read_bench_results(path, mapping)[:limit]
-    return read_rows(path, limit)
+    return read_rows(path, limit, None if clients is None else read_clients(clients))
 
 
 def _mapping() -> dict:
@@ -234,7 +299,8 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
            "model": {"config": str(cfg), "hf_id": f["model"], "weight_dtype": dtype,
                      **({"kv_dtype": "fp8"} if f["backend"] == "trtllm" and dtype == "fp8" else {})},
            "hardware": {"gpu": gpu, "server": mapping["servers"][gpu], "servers": max(1, -(-gpus // per_server))},
-           "serving": {"traffic": {"concurrency": f["concurrency"], "isl": f["isl"], "osl": max(f["osl"], 2)},
+           "serving": {"traffic": {"concurrency": f["concurrency"], "isl": f["isl"], "osl": max(f["osl"], 2),
+                                   **(f["client"].traffic if f.get("client") else {})},
                        "slo": {"ttft_ms": 1e6, "tpot_ms": 1e6}, "chunk_tokens": CHUNK_TOKENS,
                        "fixed": {"workers": workers}},
            "performance": {"source": source}}

@@ -121,6 +121,10 @@ class TrafficIn(_In):
         "closed loop: together (every user's first request at time 0, as vllm bench serve --max-concurrency "
         "sends them; default) or staggered (first requests spread evenly over one zero-load request time: "
         "desynchronised users in steady state)"))
+    length_low_fraction: Optional[Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]] = Field(default=None, description=(
+        "each request's ISL and OSL drawn independently and uniformly from the integers [floor(f x L), L] of its "
+        "class's isl / osl L (a benchmark client's --random-range-ratio f in InferenceMAX's and vLLM's "
+        "benchmark_serving.py up to 0.8; default: the lengths exactly)"))
     prefix_tokens: Optional[Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]] = Field(default=None, description=(
         "tokens of a prompt prefix shared by the requests (a system prompt), served from the prefix cache on a hit"))
     cache_hit_rate: Optional[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]] = Field(default=None, description=(
@@ -273,6 +277,9 @@ class Traffic:
     trace_isl: Optional[np.ndarray] = None
     trace_osl: Optional[np.ndarray] = None
     trace_prefix: Optional[np.ndarray] = None  # the trace's prefix_tokens column (tokens reused on a cache hit)
+    # serving.traffic.length_low_fraction: the classes (isl, osl, weight) each request is drawn from and
+    # the fraction f of its uniform integer lengths [floor(f x L), L]; the points above are their quantiles
+    spread: Optional[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = None
 
     @property
     def mean_isl(self) -> float:
@@ -511,6 +518,36 @@ def _read_trace_rows(path: Path, limit: Optional[int]):
     return t, np.maximum(isl, 1), np.maximum(osl, 2), pre
 
 
+SPREAD_POINTS = 8  # quantile points per length and class standing for uniform lengths in the analytic model
+
+
+def uniform_lengths(low: int, high: int, n: int = SPREAD_POINTS) -> np.ndarray:
+    """``n`` equal-weight quantile points (bin midpoints) of the uniform distribution on the
+    integers ``[low, high]``, tokens; shape ``(n,)``."""
+    q = (np.arange(n) + 0.5) / n
+    return np.floor(low + q * (high - low + 1)).clip(low, high).astype(float)
+
+
+def length_bounds(length: float, fraction: float, least: int) -> tuple[int, int]:
+    """The integers ``[max(least, floor(fraction x length)), length]`` a request's length is drawn from."""
+    return max(least, int(math.floor(fraction * length))), int(length)
+
+
+def spread_lengths(t: Traffic, fraction: float) -> Traffic:
+    """``t``'s classes with uniform lengths ``[floor(fraction x L), L]`` (``serving.traffic.length_low_fraction``):
+    for the analytic model each class becomes ``SPREAD_POINTS`` x ``SPREAD_POINTS`` weighted points
+    (ISL and OSL independent); the simulation draws every request's lengths exactly (``Traffic.spread``)."""
+    isl, osl, w = [], [], []
+    for L_in, L_out, share in zip(t.isl, t.osl, t.weight):
+        a = uniform_lengths(*length_bounds(L_in, fraction, 1))
+        b = uniform_lengths(*length_bounds(L_out, fraction, 2))
+        isl.append(np.repeat(a, len(b)))
+        osl.append(np.tile(b, len(a)))
+        w.append(np.full(len(a) * len(b), share / (len(a) * len(b))))
+    return Traffic(np.concatenate(isl), np.concatenate(osl), np.concatenate(w),
+                   f"{t.source}, lengths uniform from {fraction:g} x", spread=(t.isl, t.osl, t.weight, fraction))
+
+
 def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
     given = [k for k in ("isl", "classes", "trace") if getattr(tr, k) is not None]
     if len(given) != 1:
@@ -564,6 +601,11 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
             if span <= 0:
                 raise InputError(p, "", "all arrivals at the same time: give serving.traffic.rate_rps")
             rate_list = [(len(arr) - 1) / span]
+    if tr.length_low_fraction is not None:
+        if tr.trace is not None:
+            raise InputError(path, "serving.traffic.length_low_fraction", "a trace carries its own lengths; "
+                                                                         "this applies to isl/osl or classes")
+        t = spread_lengths(t, tr.length_low_fraction)
     if tr.concurrency is not None:
         from dataclasses import replace as _replace
 

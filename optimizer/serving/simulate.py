@@ -43,7 +43,7 @@ import simpy
 from optimizer.model.prefill import kv_bytes_per_request, kv_transfer_s
 from optimizer.model.prefix import prefill_s as prefix_prefill_s
 from optimizer.serving.perf import Worker
-from optimizer.serving.schema import Problem
+from optimizer.serving.schema import Problem, length_bounds
 
 
 @dataclass
@@ -87,9 +87,6 @@ class SimResult:
     linear: dict = field(default_factory=dict)
     ttft_attainment: float = math.nan  # share of the measured requests within the TTFT target alone
     tpot_attainment: float = math.nan  # ... within the TPOT target alone (which role a miss asks more of)
-    # closed loop: mean TTFT (s) of the first request of every user and of the later ones (a
-    # diagnostic of the start: benchmarks/bench_fidelity.py --starts); empty for open loop
-    ttft_waves_s: tuple = ()
 
     def to_dict(self) -> dict:
         return {"requests": self.requests, "completed": self.completed,
@@ -151,6 +148,14 @@ def _arrivals(p: Problem, rate: float, n: int, seed: int) -> list[Req]:
         t = t * (own / rate)
         return [Req(i, float(t[i]), int(tr.trace_isl[i]), int(tr.trace_osl[i])) for i in range(k)]
     t = np.cumsum(rng.exponential(1.0 / rate, n))
+    if tr.spread is not None:  # uniform integer lengths per class (serving.traffic.length_low_fraction)
+        c_isl, c_osl, c_w, f = tr.spread
+        cls = rng.choice(len(c_w), size=n, p=c_w)
+        lo_i, hi_i = np.array([length_bounds(x, f, 1) for x in c_isl]).T
+        lo_o, hi_o = np.array([length_bounds(x, f, 2) for x in c_osl]).T
+        isl = rng.integers(lo_i[cls], hi_i[cls] + 1).tolist()
+        osl = rng.integers(lo_o[cls], hi_o[cls] + 1).tolist()
+        return [Req(i, a, isl[i], osl[i]) for i, a in enumerate(t.tolist())]
     cls = rng.choice(len(tr.weight), size=n, p=tr.weight)
     # plain Python numbers first: indexing numpy arrays per request took most of a 200,000-request
     # simulation's set-up, before its first deadline check
@@ -489,7 +494,9 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         t1 = max((r.done for r in reqs if not math.isnan(r.done)), default=t0)
         if p.start == "staggered":  # the window opens once every user has sent its first request
             t0 = reqs[min(concurrency, len(reqs)) - 1].arrival
-    finished = sum(1 for r in done if r.done >= t0)  # every done request but a staggered start's early ones
+    # requests finished per second: each request counts with the share of its life inside the window
+    # (all of it for a start together; a staggered start's early requests only partly, as their tokens)
+    finished = sum(max(0.0, min(r.done, t1) - max(r.arrival, t0)) / max(r.done - r.arrival, 1e-12) for r in done)
     tokens = 0.0
     for r in reqs:
         if math.isnan(r.first):
@@ -528,6 +535,4 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     return SimResult(len(measured), len(done), pct(ttft), pct(tpot), float(ok.mean()), tps, tps / max(gpus, 1),
                      float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch, pct(e2e),
                      (finished if concurrency is not None else len(done)) / max(t1 - t0, 1e-9), float(itl), linear, float(ttft_ok.mean()),
-                     float(tpot_ok.mean()),
-                     (float(np.mean(ttft[:concurrency])), float(np.mean(ttft[concurrency:])) if len(ttft) > concurrency
-                      else math.nan) if concurrency is not None else ())
+                     float(tpot_ok.mean()))

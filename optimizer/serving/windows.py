@@ -124,6 +124,9 @@ def day_traffic(s, path: Path, objective, Traffic, whole_traffic):
                                       f"maximises the rate, use gpus (GPU-hours) or dollars")
     if tr.concurrency is not None:
         raise InputError(path, "serving.traffic.concurrency", "a day plan takes open-loop windows, not closed-loop users")
+    if tr.length_low_fraction is not None:
+        raise InputError(path, "serving.traffic.length_low_fraction", "not supported by a day plan (its windows "
+                                                                      "carry their lengths exactly)")
     if s.fixed is not None:
         raise InputError(path, "serving.fixed", "a fixed plan is estimated for steady traffic, not for a day plan")
     if tr.windows is not None:
