@@ -38,10 +38,6 @@ For each question (:data:`QUESTIONS`):
    For disaggregated rows the figure aiconfigurator had before its fixed rate-matching derates
    (prefill x 0.9, decode x 0.92, ``aiconfigurator/sdk/picking.py``) is printed beside it, as a
    diagnostic only.
-5. The product asked again, disaggregated, with aiconfigurator's TTFT accounting: its TTFT target
-   (queue + prefill + KV transfer, simulated) set to the question's / :data:`AIC_TTFT_FACTOR`, so
-   that aiconfigurator's rule (1.8 x the prefill latency within the target) can hold; that plan
-   evaluated by aiconfigurator's estimate as in step 3 (target 3 on aiconfigurator's own terms).
 
 Writes ``benchmarks/results/vs_aiconfigurator.json``. Nothing is tuned on the answers.
 """
@@ -70,9 +66,6 @@ DEFAULT_AIC = os.environ.get("AICONFIGURATOR", "/tmp/aicvenv/bin/aiconfigurator"
 RATE = 1000.0  # req/s: above any plan's capacity, so goodput is limited by the GPUs and the SLO only
 CHUNKS = (2048, 8192)  # the product's default chunk budget and TensorRT-LLM's max_num_tokens default
 OUT = ROOT / "benchmarks" / "results" / "vs_aiconfigurator.json"
-# aiconfigurator's disaggregated TTFT: the prefill latency x 1.8, a fixed correction for the
-# queueing of a closed loop's prompts (aiconfigurator/sdk/picking.py, _AUTOSCALE_TTFT_CORRECTION_FACTOR)
-AIC_TTFT_FACTOR = 1.8
 
 # Catalog GPU / server of each aiconfigurator system name
 GPUS = {"h200_sxm": ("h200-sxm", "hgx-h200"), "h100_sxm": ("h100-sxm", "hgx-h100")}
@@ -210,17 +203,14 @@ def product(raw: dict, args: list[str], tmp: Path, env: dict) -> tuple[dict, flo
     return json.loads(r.stdout), dt, built, r.stderr
 
 
-def product_search(q: dict, aic: dict, tmp: Path, env: dict, mode: str = "both", ttft_ms: float | None = None) -> dict:
-    """The product's best plan (highest simulated tokens/s/GPU) over :data:`CHUNKS`, in ``mode``
-    (default both), at the question's TTFT target or ``ttft_ms``."""
+def product_search(q: dict, aic: dict, tmp: Path, env: dict) -> dict:
+    """The product's best plan (highest simulated tokens/s/GPU) over :data:`CHUNKS`, both modes."""
     runs, best, by_mode = [], None, {}
     for chunk in CHUNKS:
         # one configuration per role (serving.homogeneous), as aiconfigurator's answers are and as
         # its estimate can evaluate
-        raw = instance(q, aic, {"traffic": {"rate_rps": RATE, "isl": q["isl"], "osl": q["osl"]}, "mode": mode,
+        raw = instance(q, aic, {"traffic": {"rate_rps": RATE, "isl": q["isl"], "osl": q["osl"]}, "mode": "both",
                                 "objective": "goodput", "chunk_tokens": chunk, "homogeneous": True})
-        if ttft_ms is not None:
-            raw["serving"]["slo"]["ttft_ms"] = ttft_ms
         d, wall, built, _ = product(raw, [], tmp, env)
         runs.append({"chunk_tokens": chunk, "wall_s": wall, "tables_s": built, "solver_s": d["solver"]["time_s"]})
         for rate in d["plan"]["rates"]:
@@ -391,12 +381,6 @@ def met(r: dict) -> bool:
     return "error" not in e and e["meets_slo"] and e["tokens_per_s_per_gpu"] >= r["aic_best"]
 
 
-def met_rule(r: dict) -> bool:
-    """Target 3 for the plan the product finds under aiconfigurator's TTFT accounting."""
-    e = (r.get("product_aic_rule") or {}).get("in_aic", {"error": "none"})
-    return "error" not in e and e["meets_slo"] and e["tokens_per_s_per_gpu"] >= r["aic_best"]
-
-
 def report(results: list[dict]) -> str:
     lines = []
     for r in results:
@@ -428,14 +412,6 @@ def report(results: list[dict]) -> str:
             lines.append(f"  aiconfigurator estimate of the product's {tag}: {e['tokens_per_s_per_gpu']:.1f} tok/s/GPU "
                          f"{e['tokens_per_s_per_user']:.1f} tok/s/user (SLO met by its estimate: {e['meets_slo']}) vs its "
                          f"best {r['aic_best']:.1f}" + (f": {'MET' if met(r) else 'missed'}" if mode == b["mode"] else ""))
-        if r.get("product_aic_rule"):
-            rb, e = r["product_aic_rule"]["best"], r["product_aic_rule"]["in_aic"]
-            lines.append(f"  product under aiconfigurator's TTFT accounting (target / {AIC_TTFT_FACTOR}): "
-                         f"{_workers_text(rb['plan'])} chunk {rb['chunk_tokens']}: "
-                         f"{rb['plan']['simulated']['tokens_per_s_per_gpu']:.1f} tok/s/GPU simulated; aiconfigurator's "
-                         "estimate: " + (f"not run ({e['error']})" if "error" in e else
-                                         f"{e['tokens_per_s_per_gpu']:.1f} tok/s/GPU (SLO met: {e['meets_slo']}) vs its "
-                                         f"best {r['aic_best']:.1f}: {'MET' if met_rule(r) else 'missed'}"))
         for mode, c in r["aic_in_product"].items():
             if "error" in c:
                 lines.append(f"  product estimate of aiconfigurator's {mode}: not run ({c['error']})")
@@ -500,23 +476,6 @@ def markdown(results: list[dict]) -> str:
                                 if c.get("aic_before_derates_tokens_per_s_per_gpu") else ""))
         out.append(f"| {q['name']} | {est} | {r['aic_best']:.1f} | {'met' if met(r) else 'missed'} | {cells[0]} | {cells[1]} | "
                    + ", ".join("met" if x else "missed" for x in ok) + " |")
-    out += ["", f"| question | product's best disaggregated plan at TTFT target / {AIC_TTFT_FACTOR} (simulated) | "
-            "aiconfigurator's estimate of it | vs aiconfigurator's best | target 3 (>= best, SLO met) |",
-            "|---|---|---|---|---|"]
-    for r in results:
-        rr = r.get("product_aic_rule")
-        if not rr:
-            out.append(f"| {r['question']['name']} | no plan | | {r['aic_best']:.1f} | missed |")
-            continue
-        b, e = rr["best"], rr["in_aic"]
-        s = b["plan"]["simulated"]
-        est = (f"not run: {e['error']}" if "error" in e else
-               f"{e['tokens_per_s_per_gpu']:.1f} tok/s/GPU, {e['tokens_per_s_per_user']:.1f} tok/s/user"
-               + ("" if e["meets_slo"] else " (misses the SLO: " + ", ".join(
-                   f"TTFT {x['ttft_ms']:.0f} ms TPOT {x['tpot_ms']:.2f} ms" for x in e.get("parts", [e])) + ")"))
-        out.append(f"| {r['question']['name']} | {_workers_text(b['plan'])}, chunk {b['chunk_tokens']}: "
-                   f"{s['tokens_per_s_per_gpu']:.1f} tok/s/GPU | {est} | {r['aic_best']:.1f} | "
-                   f"{'met' if met_rule(r) else 'missed'} |")
     return "\n".join(out)
 
 
@@ -566,17 +525,10 @@ def main(argv=None) -> int:
                    "product_in_aic": {m: product_plan_in_aic(a.aic, q, c) for m, c in prod["by_mode"].items()},
                    "aic_in_product": {m: aic_config_in_product(q, aic, m, tmp, env) for m in ("agg", "disagg")
                                       if aic.get(m)}}
-            # the product told aiconfigurator's disaggregated TTFT accounting: its TTFT target (queue,
-            # prefill, KV transfer) at the target / 1.8, so that 1.8 x the prefill latency fits too
-            rule = product_search(q, aic, tmp, env, mode="disaggregated", ttft_ms=q["ttft"] / AIC_TTFT_FACTOR)
-            if rule["best"] is not None:
-                res["product_aic_rule"] = {"best": rule["best"], "runs": rule["runs"],
-                                           "in_aic": product_plan_in_aic(a.aic, q, rule["best"])}
             results.append(res)
             print(report([res]), flush=True)
     for r in results:  # keep the JSON small: the chosen plan's figures, not every field
-        extra = [r["product_aic_rule"]["best"]] if r.get("product_aic_rule") else []
-        for c in [r["product"]["best"], *r["product"]["by_mode"].values(), *extra]:
+        for c in [r["product"]["best"], *r["product"]["by_mode"].values()]:
             c["plan"] = {k: c["plan"][k] for k in ("mode", "rate_rps", "gpus", "workers", "analytic", "simulated")
                          if k in c["plan"]}
         r["product"].pop("raw", None)
