@@ -159,6 +159,9 @@ def _pareto(raw, instance: Path, spec, objective, budget, output_dir, sweep: str
     from optimizer.serving.pareto import render, write
 
     p = load_problem(raw, instance, objective)
+    if p.concurrency is not None:
+        raise InputError(instance, "serving.traffic.concurrency", "--pareto sweeps SLO targets at an open-loop rate "
+                                                                  "(rate_rps); closed-loop users are not swept")
     # the budget keeps PARETO_OUTPUT_S for the plot and files
     res = run_pareto(p, sweep, points=points, time_limit_s=20.0 if budget.limit_s is None else budget.limit_s,
                      deadline=budget.deadline)
@@ -226,11 +229,18 @@ def _print_warnings() -> None:
 
 def _named_override(exc: Exception, instance: Path, overrides) -> Exception:
     """An error in a field a ``--set`` changed names the override, not only the instance file."""
-    if not isinstance(exc, InputError) or exc.file != str(instance) or not exc.field:
+    if not isinstance(exc, InputError) or exc.file != str(instance) or not exc.field or "--set" in exc.problem:
         return exc
+    import re
+
+    def norm(dotted: str) -> str:  # workers.0.tp (a --set key) and workers[0].tp (an error's field) alike
+        return re.sub(r"\[(\d+)\]", r".\1", dotted)
+
+    field = norm(exc.field)
     for item in reversed(overrides):
-        key = item.partition("=")[0].strip()
-        if key and (exc.field == key or exc.field.startswith(key + ".") or exc.field.startswith(key + "[")):
+        key = norm(item.partition("=")[0].strip())
+        # the field itself, inside it, or the field holding it (a list the override indexes into)
+        if key and (field == key or field.startswith(key + ".") or key.startswith(field + ".")):
             return InputError(exc.file, exc.field, f"{exc.problem} (set by --set {item})")
     return exc
 
@@ -405,7 +415,8 @@ def sweep_cmd(grid: Path, output_dir: Path, scheduler: str | None, workers: int 
 @click.argument("instance", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--requests", type=click.IntRange(1, 200_000), default=None,
-              help="Requests to simulate (default: 10 per user in closed loop, serving.simulation.requests open loop).")
+              help="Requests to simulate (default: 10 per user in closed loop, every one counted; open loop: "
+                   "serving.simulation.requests, the first 10% or so a warm-up not counted).")
 def estimate_cmd(instance: Path, fmt: str, requests: int | None) -> None:
     """Figures of the fixed plan in INSTANCE.yaml (serving.fixed) without optimising: TTFT / TPOT / ITL /
     end-to-end latency (mean, p50, p90, p99), tokens/s per GPU and per user, request rate, simulated under
@@ -459,22 +470,37 @@ def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path 
     print, per (GPU, engine, model, mode) group, the median and mean absolute error of TTFT and TPOT."""
     from optimizer.serving import fidelity as fd
 
+    t0 = time.perf_counter()
     try:
-        src = tuple(x.strip() for x in sources.split(",") if x.strip())
+        src = tuple(dict.fromkeys(x.strip() for x in sources.split(",") if x.strip()))  # each source once
         bad = [x for x in src if x not in ("analytic", "measured")]
         if bad or not src:
             raise InputError("--source", "", f"unknown source {', '.join(bad) or '(none)'} (analytic, measured)")
+        if mapping is not None and measured.suffix not in (".json", ".jsonl"):
+            raise InputError("--mapping", str(mapping), "applies to vLLM / SGLang benchmark results (.json, .jsonl); "
+                                                        "a silicon_sample.csv-layout file names its own runs")
         rows = fd.predict(fd.read_any(measured, mapping, limit, clients), src, measured)
-        files = [str(fd.plot(rows, src, plot_dir))] if plot_dir is not None else []
+        if not rows:
+            raise InputError(measured, "", "no measured rows to predict")
+        predicted = any(r.predicted for r in rows)
+        files = [str(fd.plot(rows, src, plot_dir))] if plot_dir is not None and predicted else []
+        if plot_dir is not None and not predicted:
+            click.echo("no plot: no row was predicted (see the reasons below)", err=True)
     except (InputError, OSError) as exc:
         _exit_bad_input(exc, measured, what="cannot read: ")
     grp = fd.groups(rows, src)
     if fmt == "json":
-        click.echo(json.dumps({"problem": "fidelity", "plan": {"rows": [r.to_dict() for r in rows], "groups": grp,
-                                                              "overall": fd.overall(rows, src)}, "files": files},
-                              indent=2, default=_json_default))
+        from optimizer.result import Status, envelope
+
+        env = envelope("serving-fidelity", measured.name, Status.ESTIMATED, None,
+                       {"rows": [r.to_dict() for r in rows], "groups": grp, "overall": fd.overall(rows, src)},
+                       {"name": "closed-loop simulation of each measured row (no search)", "status": "estimated",
+                        "time_s": time.perf_counter() - t0, "gap": None, "method": "fidelity", "bound_method": None},
+                       definitions=fd.DEFINITIONS, files=files)
+        click.echo(json.dumps(env, indent=2, default=_json_default))
     else:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         con = Console() if sys.stdout.isatty() else Console(width=180)
@@ -489,12 +515,15 @@ def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path 
             t.add_row(g["system"], g["engine"], g["model"], g["mode"], str(g["rows"]),
                       *[cell(s, "ttft") for s in src], *[cell(s, "tpot") for s in src])
         con.print(t)
-        skipped = {}
+        skipped: dict = {}
         for r in rows:
             for s, why in r.skipped.items():
-                skipped.setdefault(why, []).append(r.id)
-        for why, ids in sorted(skipped.items(), key=lambda kv: -len(kv[1])):
-            con.print(f"not predicted ({len(ids)} row-sources): {why}; e.g. {ids[0]}")
+                ids, srcs = skipped.setdefault(why, ({}, set()))
+                ids[r.id] = None
+                srcs.add(s)
+        for why, (ids, srcs) in sorted(skipped.items(), key=lambda kv: -len(kv[1][0])):
+            con.print(escape(f"not predicted ({len(ids)} row{'s' if len(ids) > 1 else ''}, "
+                             f"{', '.join(sorted(srcs))}): {why}; e.g. {next(iter(ids))}"))
         for f in files:
             click.echo(f"wrote {f}", err=True)
     sys.exit(0)

@@ -14,6 +14,7 @@ EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
 EXIT_TIME_LIMIT = 4
+EXIT_NOT_FOUND = 5  # no plan found by a search that proves nothing (serving closed loop): not "infeasible"
 
 
 class InputError(Exception):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Optional, Protocol, runtime_checkable
 
 from optimizer.budget import Budget, ProgressSink, no_progress
-from optimizer.errors import EXIT_INFEASIBLE, EXIT_OK, EXIT_TIME_LIMIT, InputError
+from optimizer.errors import EXIT_INFEASIBLE, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIME_LIMIT, InputError
 from optimizer.result import Status
 
 
@@ -145,6 +145,7 @@ def exit_code_for(status: Status) -> int:
         Status.FEASIBLE: EXIT_OK,
         Status.INFEASIBLE: EXIT_INFEASIBLE,
         Status.TIME_LIMIT: EXIT_TIME_LIMIT,
+        Status.NOT_FOUND: EXIT_NOT_FOUND,
     }[status]
 
 

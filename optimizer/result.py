@@ -13,6 +13,7 @@ class Status(str, Enum):
     FEASIBLE = "feasible"
     INFEASIBLE = "infeasible"
     TIME_LIMIT = "time_limit"  # the limit ran out before any plan was found
+    NOT_FOUND = "not_found"  # a heuristic search found no plan: no proof that none exists (serving closed loop)
     ESTIMATED = "estimated"  # a fixed plan timed and simulated, not searched (optimize estimate)
 
 

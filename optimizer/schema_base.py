@@ -218,9 +218,10 @@ def _child(node: Any, part: str, key: str, file: str | Path) -> Any:
         return node.get(part)
     if isinstance(node, list) and part.lstrip("-").isdigit():
         idx = int(part)
-        if -len(node) <= idx < len(node):
+        if 0 <= idx < len(node):  # no negative indices: "-1" is not a position a reader sees in the file
             return node[idx]
-        raise InputError(file, key, f"--set index {idx} is out of range (list has {len(node)} items)")
+        raise InputError(file, key, f"--set index {idx} is out of range (list has {len(node)} items, 0 to "
+                                    f"{len(node) - 1})")
     raise InputError(file, key, f"--set cannot descend into {type(node).__name__} at '{part}'")
 
 
@@ -229,8 +230,9 @@ def _assign(node: Any, part: str, value: Any, key: str, file: str | Path) -> Non
         node[part] = value
     elif isinstance(node, list) and part.lstrip("-").isdigit():
         idx = int(part)
-        if not -len(node) <= idx < len(node):
-            raise InputError(file, key, f"--set index {idx} is out of range (list has {len(node)} items)")
+        if not 0 <= idx < len(node):
+            raise InputError(file, key, f"--set index {idx} is out of range (list has {len(node)} items, 0 to "
+                                        f"{len(node) - 1})")
         node[idx] = value
     else:
         raise InputError(file, key, f"--set cannot assign into {type(node).__name__} at '{part}'")

@@ -412,6 +412,16 @@ def test_estimate_is_the_optimisers_simulation(tmp_path):
     raw["serving"]["fixed"] = {"workers": [{"role": "aggregated", "tp": 4, "count": 2}]}
     e = estimate(load_problem(raw, INSTANCES / "serving_llama70b_h100.yaml"))[0].sim
     assert e.ttft_s == opt.ttft_s and e.tpot_s == opt.tpot_s and e.attainment == opt.attainment
+    # workers of different sizes: the router weights each by its rate at the SLO in both (a fresh
+    # user's 1 x TP4 + 3 x TP8 was 91.7% on time in the optimiser and 70.3% in estimate, whose
+    # router split the requests equally)
+    k = next(i for i, w in enumerate(workers) if w.layout.attention_tp == 8)
+    assert workers[j].rate != workers[k].rate
+    opt = simulate(p, workers, {j: 1, k: 1}, "aggregated", 10.0)
+    raw["serving"]["fixed"] = {"workers": [{"role": "aggregated", "tp": 4, "count": 1},
+                                           {"role": "aggregated", "tp": 8, "count": 1}]}
+    e = estimate(load_problem(raw, INSTANCES / "serving_llama70b_h100.yaml"))[0].sim
+    assert e.ttft_s == opt.ttft_s and e.tpot_s == opt.tpot_s and e.attainment == opt.attainment
 
 
 def test_estimate_example_instance_runs():
@@ -484,6 +494,10 @@ def test_fidelity_rows_and_groups_json(tmp_path):
         assert abs(row["predicted"]["measured"]["tpot_ms"] / m - 1) < abs(row["predicted"]["analytic"]["tpot_ms"] / m - 1)
     assert d["plan"]["groups"][0]["errors"]["measured"]["n"] == 3
     assert (tmp_path / "fidelity.png").stat().st_size > 0
+    import jsonschema
+
+    jsonschema.validate(d, json.loads((ROOT / "optimizer" / "schemas" / "result.schema.json").read_text()))
+    assert d["problem"] == "serving-fidelity" and d["files"] == [str(tmp_path / "fidelity.png")]
 
 
 def test_fidelity_lists_rows_it_cannot_run(tmp_path):
@@ -705,3 +719,74 @@ def test_a_bad_set_value_names_the_override():
     r = CliRunner().invoke(optimize, [str(inst), "--set", "hardware.servers=2", "--set", "serving.bogus=1"],
                            catch_exceptions=False)
     assert_one_line_error(r, "serving.bogus", "unknown key (set by --set serving.bogus=1)")
+    est = INSTANCES / "estimate" / "qwen32b_h200_tp8x4.yaml"
+    r = CliRunner().invoke(optimize, [str(est), "--set", "serving.fixed.workers.0.tp=abc"], catch_exceptions=False)
+    assert_one_line_error(r, "serving.fixed.workers[0].tp", "(set by --set serving.fixed.workers.0.tp=abc)")
+    r = CliRunner().invoke(optimize, [str(est), "--set", "serving.fixed.workers.-1.tp=2"], catch_exceptions=False)
+    assert_one_line_error(r, "index -1 is out of range")
+
+
+def test_closed_loop_without_an_open_loop_plan_searches_smaller_sizings(tmp_path):
+    """A fresh user's 36 users on one H200 server: the open-loop MILP has no plan at the rate the
+    users generate at the SLO's latencies (6.8 req/s), and the closed loop was called infeasible
+    (exit 3), though a disaggregated plan simulated 97% on time. Smaller sizings are now simulated
+    as the closed loop; a plan found is feasible without a bound; none found is ``not_found``
+    (exit 5), never ``infeasible``."""
+    raw = estimate_raw("measured", engine="vllm")
+    del raw["serving"]["fixed"]
+    raw["hardware"]["servers"] = 1
+    raw["serving"]["traffic"]["concurrency"] = 36
+    r = CliRunner().invoke(optimize, [str(write(tmp_path, raw)), "--objective", "gpus", "--format", "json"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["status"] == "feasible" and d["objective"]["bound"] is None
+    modes = d["plan"]["rates"][0]["modes"]
+    found = [m for m in modes.values() if m["status"] == "ok"]
+    assert found and all(m["capacity_margin"] < 1 and m["simulated"]["attainment"] >= 0.9 for m in found)
+    assert all(m["status"] in ("ok", "not_found") and m.get("solver", {}).get("status") != "optimal"
+               for m in modes.values())
+    raw["serving"]["traffic"]["concurrency"] = 400
+    r = CliRunner().invoke(optimize, [str(write(tmp_path, raw)), "--objective", "gpus"], catch_exceptions=False)
+    assert r.exit_code == 5, r.output
+    assert "No plan found for the closed loop" in r.output and "infeasible" not in r.output.split("\n")[0]
+
+
+def test_pareto_refuses_closed_loop_traffic(tmp_path):
+    """A fresh user's ``--pareto`` on closed-loop traffic crashed (IndexError): one line now."""
+    raw = estimate_raw()
+    del raw["serving"]["fixed"]
+    r = CliRunner().invoke(optimize, [str(write(tmp_path, raw)), "--pareto", "tpot", "--output", str(tmp_path / "o")],
+                           catch_exceptions=False)
+    assert_one_line_error(r, "serving.traffic.concurrency", "--pareto")
+
+
+def test_fidelity_bad_rows_and_options_are_named(tmp_path):
+    """A fresh user's fidelity inputs: a fractional concurrency, an OSL of 1, an engine without a
+    scheduler model, a header-only file, --mapping with a CSV, a source asked twice."""
+    from optimizer.serving import fidelity as fd
+
+    p = _slice(tmp_path, 1, lambda r: r["system"] == "h100_sxm" and r["model_path"] == "Qwen/Qwen3-32B"
+               and r["mode"] == "agg" and r["backend"] == "trtllm")
+    rows = list(csv.DictReader(p.open()))
+    head = list(rows[0])
+
+    def with_(**kw):
+        out = tmp_path / "x.csv"
+        with out.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, head)
+            w.writeheader()
+            w.writerow({**rows[0], **kw})
+        return out
+
+    assert_one_line_error(run("fidelity", with_(batch_size="4.5")), "batch_size", "whole number")
+    row = fd.read_rows(with_(osl="1"))[0]
+    assert "osl 1" in fd.instance_of(row, "analytic", fd._mapping())[1]
+    row = fd.read_rows(with_(backend="tgi"))[0]
+    assert "backend tgi" in fd.instance_of(row, "analytic", fd._mapping())[1]
+    empty = tmp_path / "empty.csv"
+    empty.write_text(",".join(head) + "\n")
+    assert_one_line_error(run("fidelity", empty), "no measured rows")
+    assert_one_line_error(run("fidelity", p, "--mapping", p), "--mapping", ".json")
+    r = run("fidelity", p, "--source", "analytic,analytic", "--format", "json")
+    assert r.exit_code == 0 and list(json.loads(r.stdout)["plan"]["rows"][0]["predicted"]) == ["analytic"]

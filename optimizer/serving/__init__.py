@@ -37,6 +37,9 @@ __all__ = ["PIPELINE", "ServingPipeline", "load_problem", "solve_instance", "sol
            "ServingReport", "ServingSolution", "ServingExplanation", "plan_mode"]
 
 MARGINS = (1.0, 1.1, 1.25, 1.5, 2.0)  # capacity factors tried after a simulation below the attainment target
+# closed loop whose sizing rate has no open-loop plan: smaller sizings tried, each simulated as the
+# closed loop itself (the users slow down with the plan, so the open-loop MILP is not a limit)
+CLOSED_LOOP_BELOW = (0.8, 0.6, 0.45, 0.3)
 SOLVE_LIMIT_S = 20.0  # one MILP's HiGHS time limit without --time-limit (s)
 MIN_SOLVE_S = 0.05  # the least time a solve is given once the budget is nearly spent (s)
 
@@ -86,6 +89,14 @@ def _with_margin(res: ModeResult, first: Optional[ModeResult], margin: float) ->
     return replace(res, status=Status.FEASIBLE, bound=bound)
 
 
+def _closed_loop_claim(plan: ModePlan) -> ModePlan:
+    """A closed-loop plan claims no optimum and no bound (:func:`closed_loop_rates`)."""
+    r = plan.result
+    if r.counts is None or (r.status == Status.FEASIBLE and r.bound is None):
+        return plan
+    return replace(plan, result=replace(r, status=Status.FEASIBLE, bound=None))
+
+
 def plan_mode(p: Problem, workers, mode: str, objective, rate: float, budget: Budget, do_sim: bool) -> ModePlan:
     """Solve one mode at ``rate`` req/s, then check it in simulation; on a miss re-solve with
     ``MARGINS`` more capacity (goodput: report a lower rate for the same plan) until the simulated
@@ -95,10 +106,11 @@ def plan_mode(p: Problem, workers, mode: str, objective, rate: float, budget: Bu
     its deadline is abandoned and the plan returned on the analytic model's checks alone, with
     ``sim_cut`` set (the report says so)."""
     try:
-        return _plan_mode_checked(p, workers, mode, objective, rate, budget, do_sim)
+        plan = _plan_mode_checked(p, workers, mode, objective, rate, budget, do_sim)
     except SimulationCut as cut:
         plan, why = cut.args
-        return replace(plan, sim_cut=why)
+        plan = replace(plan, sim_cut=why)
+    return _closed_loop_claim(plan) if p.concurrency is not None else plan
 
 
 def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim: bool) -> ModePlan:
@@ -125,6 +137,8 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
             first = res
         if res.counts is None:
             if margin == 1.0:
+                if p.concurrency is not None and do_sim:
+                    return _closed_loop_below(p, workers, mode, objective, rate, budget, res, checked)
                 return ModePlan(mode, res)
             break
         served = res.rate / margin if goodput else rate
@@ -146,6 +160,27 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
                     return ModePlan(mode, _with_margin(replace(res2, value=served), first, m2), sim, served, m2)
             break
     return failed
+
+
+def _closed_loop_below(p: Problem, workers, mode: str, objective, rate: float, budget: Budget, first: ModeResult,
+                       checked) -> ModePlan:
+    """A closed loop whose sizing rate ``rate`` has no open-loop plan (``first``): plans sized for
+    :data:`CLOSED_LOOP_BELOW` times the rate, largest first, each simulated as the closed loop; the
+    first that meets the attainment is the plan (``feasible``, no bound). None: ``first`` with the
+    misses added to its details (the solution's status is then ``not_found``, not a proof)."""
+    tried = []
+    for m in CLOSED_LOOP_BELOW:
+        if budget.expired():
+            break
+        res = solve_mode(p, workers, mode, objective, rate * m, _solve_limit_s(budget))
+        if res.counts is None:
+            continue
+        res, sim = checked(res, rate, m)
+        if sim.attainment >= p.attainment:
+            return ModePlan(mode, res, sim, rate, m)
+        tried.append(f"closed loop: the plan sized for {m:g} x {rate:.4g} req/s ({res.value:g} {objective.unit}) "
+                     f"simulated {sim.attainment:.1%} on time (target {p.attainment:.0%})")
+    return ModePlan(mode, replace(first, details=tuple(first.details) + tuple(tried)))
 
 
 def start_margins(p: Problem, mode: str, rate: float) -> dict[str, float]:

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from optimizer.errors import InputError
 from optimizer.model.layout import Layout, layout_problem
+from optimizer.model.measured import LayoutNotTimed
 from optimizer.serving.perf import ServingModel, Worker
 from optimizer.serving.schema import Problem
 from optimizer.serving.simulate import SimResult, simulate
@@ -93,6 +94,10 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
             raise InputError(p.path, f"{where}.tp", f"{lay.label()} needs {lay.gpus} GPUs, more than a "
                                                     f"{p.pools[pool].server} server has ({p.pools[pool].hw.server.gpus})")
         w = Worker(f.role, pool, lay, lay.gpus, 0, rate=1.0)
+        try:  # the router weights each worker by its rate at the SLO, as in the optimiser's plans
+            model.size(w)
+        except LayoutNotTimed as exc:
+            raise InputError(p.path, where, exc.problem) from None
         if f.role == "prefill":
             w.max_batch = lay.attention_dp
         else:
@@ -123,6 +128,10 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
             if len(kinds) > 1:
                 raise InputError(p.path, "serving.homogeneous", f"the fixed plan's {role} workers use "
                                                                 f"{len(kinds)} configurations (homogeneous: one per role)")
+    if any(w.rate <= 0 for w in workers):
+        # a worker that cannot meet the SLO at all has no rate to weigh: every worker weighs the same
+        for w in workers:
+            w.rate = 1.0
     return workers, counts, ("aggregated" if roles == {"aggregated"} else "disaggregated")
 
 

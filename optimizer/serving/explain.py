@@ -224,7 +224,7 @@ def explain(solution: ServingSolution, budget: Budget) -> ServingExplanation:
 
     t0 = time.perf_counter()
     achievable = None
-    if solution.status == Status.INFEASIBLE:
+    if solution.status in (Status.INFEASIBLE, Status.NOT_FOUND):
         objectives = registry()
         if solution.objective.sense == "min" and "goodput" in objectives:
             achievable = most_rate(solution, objectives["goodput"], budget)

@@ -28,6 +28,15 @@ CHUNK_TOKENS = 8192  # the engines' default per-step token budget on 80-192 GB G
 REQUIRED = ("system", "backend", "model_path", "mode", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")
 CLIENTS_FILE = Path(__file__).resolve().parents[2] / "instances" / "fidelity" / "clients.yaml"
 CLIENT_TRAFFIC = ("length_low_fraction", "start")  # serving.traffic fields a benchmark client may set
+DEFINITIONS = {  # optimize fidelity --format json
+    "rows[].measured.ttft_ms": "the row's measured mean time to first token, ms",
+    "rows[].measured.tpot_ms": "the row's measured mean time per output token after the first, ms",
+    "rows[].predicted.<source>.ttft_ms": "simulated mean TTFT of the row's configuration and closed loop under that step-time source, ms",
+    "rows[].predicted.<source>.tpot_ms": "simulated mean TPOT, ms",
+    "rows[].client": "the benchmark client (instances/fidelity/clients.yaml) whose traffic the row is simulated with; null: exact lengths, all users at time 0",
+    "groups[].errors.<source>.ttft_median": "median of |predicted / measured - 1| of TTFT over the group's predicted rows (a fraction)",
+    "groups[].errors.<source>.tpot_median": "the same for TPOT",
+}
 
 
 @dataclass(frozen=True)
@@ -55,25 +64,33 @@ def read_clients(path: Path = CLIENTS_FILE) -> list[Client]:
     raw = read_yaml(path)
     if not isinstance(raw.get("clients"), list):
         raise InputError(path, "clients", "required: a list of {name, match, traffic}")
-    out = []
+    out, names = [], set()
     for i, c in enumerate(raw["clients"]):
         where = f"clients[{i}]"
         if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not isinstance(c.get("match"), str):
             raise InputError(path, where, "each client needs a name and a match pattern (strings)")
+        extra = sorted(set(c) - {"name", "match", "source", "traffic"})
+        if extra:
+            raise InputError(path, f"{where}.{extra[0]}", "unknown key (name, match, source, traffic)")
+        if c["name"] in names:
+            raise InputError(path, f"{where}.name", f"{c['name']!r} names an earlier client too")
+        names.add(c["name"])
         try:
             pat = re.compile(c["match"])
         except re.error as exc:
             raise InputError(path, f"{where}.match", f"not a regular expression ({exc})") from None
         tr = c.get("traffic") or {}
+        if not isinstance(tr, dict):
+            raise InputError(path, f"{where}.traffic", f"a mapping of serving.traffic fields (got {tr!r})")
         bad = [k for k in tr if k not in CLIENT_TRAFFIC]
-        if not isinstance(tr, dict) or bad:
-            raise InputError(path, f"{where}.traffic", f"unknown field {bad[0] if bad else tr!r} "
-                                                       f"({', '.join(CLIENT_TRAFFIC)})")
+        if bad:
+            raise InputError(path, f"{where}.traffic.{bad[0]}", f"unknown field ({', '.join(CLIENT_TRAFFIC)})")
         try:
             TrafficIn.model_validate({"concurrency": 1, "isl": 2, "osl": 2, **tr})
         except ValidationError as exc:
             e = exc.errors()[0]
-            raise InputError(path, f"{where}.traffic.{'.'.join(str(x) for x in e['loc'])}", e["msg"]) from None
+            raise InputError(path, f"{where}.traffic.{'.'.join(str(x) for x in e['loc'])}",
+                             f"{e['msg']} (got {e.get('input')!r})") from None
         out.append(Client(c["name"], pat, dict(tr)))
     return out
 
@@ -105,6 +122,8 @@ def _num(v: str, path: Path, where: str, name: str, integer: bool = True):
         raise InputError(path, f"{where}.{name}", f"not a number ({v!r})") from None
     if not math.isfinite(x) or x <= 0:
         raise InputError(path, f"{where}.{name}", f"must be a positive number (got {v!r})")
+    if integer and x != int(x):
+        raise InputError(path, f"{where}.{name}", f"must be a whole number (got {v!r})")
     return int(x) if integer else x
 
 
@@ -259,6 +278,10 @@ def _model_config(model: str, mapping: dict) -> Optional[Path]:
 def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], str]:
     """The serving instance (raw dict) that predicts ``row`` under ``source``, or None and why not."""
     f = row.fields
+    if f["backend"] not in ("vllm", "sglang", "trtllm"):
+        return None, f"backend {f['backend']}: no scheduler model (vllm, sglang, trtllm)"
+    if f["osl"] < 2:
+        return None, f"osl {f['osl']}: no decode step, so no TPOT to predict"
     gpu = next((g for g, s in mapping["systems"].items() if s == f["system"]), None)
     if gpu is None:
         return None, f"GPU system {f['system']} is not in instances/hardware/aiconfigurator.yaml"

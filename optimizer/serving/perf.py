@@ -272,6 +272,16 @@ class ServingModel:
             raise untimed[0]
         return out
 
+    def size(self, w: Worker) -> Worker:
+        """``w`` with its largest rate at the SLO (``rate``, ``limit``, ``detail``), as
+        :meth:`workers` sizes every configuration; the rate the simulation's router weights it by.
+
+        Raises:
+            LayoutNotTimed: the measured database cannot time ``w``'s layout.
+        """
+        {"prefill": self._prefill, "decode": self._decode, "aggregated": self._aggregated}[w.role](w)
+        return w
+
     # ------------------------------------------------------------------ step-time helpers
     def _perf(self, w: Worker):
         return self.p.pools[w.pool].perf

@@ -122,7 +122,8 @@ class ServingReport:
         c = plan_conflict(self.solution, m)
         if c is not None:
             d["conflict"] = c.to_dict()
-            d["status"] = Status.INFEASIBLE.value if m.result.status != Status.TIME_LIMIT else m.result.status.value
+            d["status"] = (m.result.status.value if m.result.status == Status.TIME_LIMIT else
+                           Status.NOT_FOUND.value if self.problem.concurrency is not None else Status.INFEASIBLE.value)
             if m.result.counts is None:
                 return d
         groups = self._groups(m)
@@ -203,7 +204,8 @@ class ServingReport:
                         "gap": objective["gap"] if objective else None, "solves": solves, "cut_short": cut},
                        binding=[b.to_dict() for b in self.explanation.binding] if best else [],
                        alternatives=alternatives,
-                       conflicts=list(self.explanation.conflicts) if status in (Status.INFEASIBLE, Status.TIME_LIMIT) else [],
+                       conflicts=(list(self.explanation.conflicts)
+                                  if status in (Status.INFEASIBLE, Status.NOT_FOUND, Status.TIME_LIMIT) else []),
                        achievable=self.achievable,
                        definitions=DEFINITIONS, notes=notes or None)
         return out
@@ -329,8 +331,10 @@ class ServingReport:
             for w in r["why_other_mode_lost"] if len(r["modes"]) > 1 else []:
                 if not w["detail"].endswith(NOT_BEGUN):  # counted in the cut-short line
                     console.print(escape(f"why not {w['detail']}"))
-        if d["status"] == Status.INFEASIBLE.value:
-            console.print("[red]No plan meets the SLOs.[/red]")
+        if d["status"] in (Status.INFEASIBLE.value, Status.NOT_FOUND.value):
+            console.print("[red]No plan meets the SLOs.[/red]" if d["status"] == Status.INFEASIBLE.value else
+                          "[red]No plan found for the closed loop[/red] (a search, not a proof: the open-loop sizing "
+                          "model's limits below, and closed-loop simulations of smaller sizings that missed)")
             if self.achievable:
                 console.print(f"[bold]best achievable[/bold]: {escape(self.achievable['detail'])}")
             console.print("Conflicting constraints:")

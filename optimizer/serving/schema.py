@@ -817,7 +817,11 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         kv_transfer=s.kv_transfer, reserve_bytes=reserve, max_batch=s.max_batch,
         eff=eff,
         roles={"prefill": s.prefill, "decode": s.decode, "aggregated": s.aggregated},
-        simulation=s.simulation, engine=s.engine, weight_dtype=wd, kv_dtype=kd, performance=performance,
+        simulation=s.simulation,
+        # the launch commands' engines: serving.engine, else the one performance.engine times the plan with
+        engine=(s.engine if "engine" in s.model_fields_set or inst.performance is None
+                or inst.performance.engine not in ("vllm", "sglang") else inst.performance.engine),
+        weight_dtype=wd, kv_dtype=kd, performance=performance,
         slo_margin=margin, concurrency=s.traffic.concurrency, start=s.traffic.start or "together", homogeneous=s.homogeneous, fixed=s.fixed, scheduler=scheduler_of(inst.performance, performance),
         prefix=_prefix(s.traffic, traffic, path),
         speculative=spec_dec,

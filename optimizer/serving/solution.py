@@ -94,7 +94,9 @@ class ServingSolution:
             short = [rr for rr, b in zip(self.results, bests) if b is None]
             timed_out = [rr for rr in short if any(m.result.status == Status.TIME_LIMIT for m in rr.plans.values())]
             if len(timed_out) < len(short):
-                return Status.INFEASIBLE  # a rate no mode serves (proven)
+                # a rate no mode serves: proven by the MILP for open-loop traffic; for a closed loop
+                # the sizing is a search (closed_loop_rates), so nothing is proven
+                return Status.NOT_FOUND if self.problem.concurrency is not None else Status.INFEASIBLE
             # rates the time limit left without a plan: the sweep is not answered (exit 4); the
             # solved rates' plans stand in the result and cut_short names the rest
             return Status.TIME_LIMIT
