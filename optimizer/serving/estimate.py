@@ -94,10 +94,6 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
             raise InputError(p.path, f"{where}.tp", f"{lay.label()} needs {lay.gpus} GPUs, more than a "
                                                     f"{p.pools[pool].server} server has ({p.pools[pool].hw.server.gpus})")
         w = Worker(f.role, pool, lay, lay.gpus, 0, rate=1.0)
-        try:  # the router weights each worker by its rate at the SLO, as in the optimiser's plans
-            model.size(w)
-        except LayoutNotTimed as exc:
-            raise InputError(p.path, where, exc.problem) from None
         if f.role == "prefill":
             w.max_batch = lay.attention_dp
         else:
@@ -128,10 +124,20 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
             if len(kinds) > 1:
                 raise InputError(p.path, "serving.homogeneous", f"the fixed plan's {role} workers use "
                                                                 f"{len(kinds)} configurations (homogeneous: one per role)")
-    if any(w.rate <= 0 for w in workers):
-        # a worker that cannot meet the SLO at all has no rate to weigh: every worker weighs the same
-        for w in workers:
-            w.rate = 1.0
+    for role in roles:  # the router weighs each worker by its rate at the SLO, as in the optimiser's plans
+        mine = [w for w in workers if w.role == role]
+        if len({(w.pool, w.layout) for w in mine}) < 2:
+            continue  # one configuration: equal weights, no sizing needed
+        for w in mine:
+            cap = w.max_batch
+            try:
+                model.size(w)
+            except LayoutNotTimed as exc:
+                raise InputError(p.path, "serving.fixed.workers", exc.problem) from None
+            w.max_batch = cap  # the fixed plan's own
+        if any(w.rate <= 0 for w in mine):  # one cannot meet the SLO at all: no rate to weigh, all the same
+            for w in mine:
+                w.rate = 1.0
     return workers, counts, ("aggregated" if roles == {"aggregated"} else "disaggregated")
 
 
