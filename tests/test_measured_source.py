@@ -228,7 +228,8 @@ def test_closed_loop_under_a_deadline_ends_with_its_last_request():
 
 
 def test_closed_loop_cut_by_the_time_limit_claims_no_optimum(tmp_path, monkeypatch):
-    """Cut short, a closed-loop plan keeps the closed loop's claim: feasible, no bound."""
+    """Cut short, a closed-loop plan claims neither an optimum nor a check: the status is time_limit
+    (exit 4; it was ``optimal``), the unchecked plan in the result without a bound."""
     from optimizer import serving
     from optimizer.serving.simulate import SimulationCut
 
@@ -241,9 +242,11 @@ def test_closed_loop_cut_by_the_time_limit_claims_no_optimum(tmp_path, monkeypat
     raw["serving"].update({"mode": "aggregated", "objective": "gpus", "slo": {"ttft_ms": 2000, "tpot_ms": 30}})
     raw["serving"]["traffic"] = {"concurrency": 16, "isl": 2000, "osl": 100}
     r = CliRunner().invoke(optimize, [str(write(tmp_path, raw)), "--format", "json"], catch_exceptions=False)
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 4, r.output
     d = json.loads(r.stdout)
-    assert d["status"] == "feasible" and d["objective"]["bound"] is None
+    assert d["status"] == "time_limit" and d["objective"]["bound"] is None
+    m = d["plan"]["rates"][0]["modes"]["aggregated"]
+    assert m["simulation_cut_short"] and m["solver"]["status"] == "feasible" and m["bound"] is None
 
 
 def test_deployment_says_it_is_analytic_only(tmp_path):
@@ -790,3 +793,71 @@ def test_fidelity_bad_rows_and_options_are_named(tmp_path):
     assert_one_line_error(run("fidelity", p, "--mapping", p), "--mapping", ".json")
     r = run("fidelity", p, "--source", "analytic,analytic", "--format", "json")
     assert r.exit_code == 0 and list(json.loads(r.stdout)["plan"]["rows"][0]["predicted"]) == ["analytic"]
+
+
+def test_closed_loop_disaggregated_grows_prefill_for_the_first_wave(tmp_path):
+    """A fresh user's 32 users on the README's Llama-3.1-70B instance, disaggregated: `not_found`
+    after 2x the users' rate (one prefill worker under a first wave of 32 prompts, 1.9% on time),
+    while 2 x P TP2 + 1 x D TP4 estimates at 94%. A closed loop's capacity now grows to 8x."""
+    inst = INSTANCES / "serving_llama70b_h100.yaml"
+    r = CliRunner().invoke(optimize, [str(inst), "--set", "serving.traffic={concurrency: 32, isl: 2048, osl: 256}",
+                                      "--set", "serving.mode=disaggregated", "--format", "json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.stdout)["plan"]["rates"][0]["modes"]["disaggregated"]
+    assert m["status"] == "ok" and m["simulated"]["attainment"] >= 0.9 and m["gpus"] <= 10
+
+
+def test_closed_loop_prefers_a_checked_plan_and_needs_the_simulation(tmp_path, monkeypatch):
+    """Under a time limit a closed loop's unchecked plan (simulation cut) lost to nothing: a fresh
+    user got a 32-GPU plan at 0.7% on time over a checked 40-GPU one. A checked plan now comes
+    first; with only unchecked plans the status is time_limit (exit 4); with the simulation
+    disabled a closed loop is refused."""
+    from optimizer import serving
+    from optimizer.serving.simulate import SimulationCut
+
+    real = serving.simulate
+
+    def cut_aggregated(p, workers, counts, mode, *a, **k):
+        if mode == "aggregated":
+            raise SimulationCut("simulated 0.0 s, 0 of 320 requests of the closed loop finished")
+        return real(p, workers, counts, mode, *a, **k)
+
+    monkeypatch.setattr(serving, "simulate", cut_aggregated)
+    inst = INSTANCES / "serving_llama70b_h100.yaml"
+    args = [str(inst), "--set", "serving.traffic={concurrency: 32, isl: 2048, osl: 256}", "--format", "json"]
+    r = CliRunner().invoke(optimize, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    rate = d["plan"]["rates"][0]
+    # the unchecked aggregated plan has fewer GPUs (4 against 8): the checked one wins
+    assert rate["modes"]["aggregated"]["gpus"] < rate["modes"]["disaggregated"]["gpus"]
+    assert rate["best_mode"] == "disaggregated" and rate["modes"]["aggregated"]["simulation_cut_short"]
+    r = CliRunner().invoke(optimize, args + ["--set", "serving.mode=aggregated"], catch_exceptions=False)
+    assert r.exit_code == 4 and json.loads(r.stdout)["status"] == "time_limit"
+    r = CliRunner().invoke(optimize, args[:-2] + ["--set", "serving.simulation.enabled=false"], catch_exceptions=False)
+    assert_one_line_error(r, "serving.simulation.enabled", "closed-loop")
+
+
+def test_fidelity_bench_results_bad_input_is_one_line(tmp_path):
+    """A fresh user's broken benchmark results and mappings ended in tracebacks (JSONDecodeError,
+    AttributeError, TypeError, ...) or were read (``completed: true``, ``1e400``)."""
+    ok = {"completed": 64, "total_input_tokens": 128000, "total_output_tokens": 12800, "max_concurrency": 8,
+          "mean_ttft_ms": 100, "mean_tpot_ms": 10}
+    mp = tmp_path / "mp.yaml"
+    mp.write_text(f"model: {INSTANCES / 'models' / 'qwen3-32b.json'}\ngpu: h100-sxm\nengine: vllm\ntp: 2\n")
+    cases = [('{"a":', "not JSON"), ("[1, 2]", "JSON object"), (json.dumps({**ok, "completed": True}), "completed"),
+             (json.dumps(ok).replace("100", "1e400"), "mean_ttft_ms")]
+    for text, words in cases:
+        f = tmp_path / "r.json"
+        f.write_text(text)
+        assert_one_line_error(run("fidelity", f, "--mapping", mp), words)
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(ok))
+    for bad, field in (("tp: abc", "tp"), ("dtype: int3", "dtype"), ("gpu: [1]", "gpu")):
+        m = tmp_path / "m.yaml"
+        m.write_text(mp.read_text().replace("tp: 2", "tp: 2" if bad.startswith(("dtype", "gpu")) else bad)
+                     .replace("gpu: h100-sxm", bad if bad.startswith("gpu") else "gpu: h100-sxm")
+                     + (bad + "\n" if bad.startswith("dtype") else ""))
+        assert_one_line_error(run("fidelity", f, "--mapping", m), field)
+    m.write_text("model gpu engine tp\n")
+    assert_one_line_error(run("fidelity", f, "--mapping", m), "mapping")

@@ -40,6 +40,9 @@ MARGINS = (1.0, 1.1, 1.25, 1.5, 2.0)  # capacity factors tried after a simulatio
 # closed loop whose sizing rate has no open-loop plan: smaller sizings tried, each simulated as the
 # closed loop itself (the users slow down with the plan, so the open-loop MILP is not a limit)
 CLOSED_LOOP_BELOW = (0.8, 0.6, 0.45, 0.3)
+# closed loop: the first wave of N prompts may need far more prefill than the users' mean rate, so
+# capacity grows further than an open loop's before the search gives up
+CLOSED_LOOP_MARGINS = (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 SOLVE_LIMIT_S = 20.0  # one MILP's HiGHS time limit without --time-limit (s)
 MIN_SOLVE_S = 0.05  # the least time a solve is given once the budget is nearly spent (s)
 
@@ -53,10 +56,14 @@ def closed_loop_rates(p: Problem) -> Problem:
     closed-loop plan is ``feasible`` without a bound.
 
     Raises:
-        InputError: concurrency with a maximising objective (goodput: the users set the rate).
+        InputError: concurrency with a maximising objective (goodput: the users set the rate), or
+            with the simulation disabled (a closed loop is checked by simulation only).
     """
     if p.concurrency is None:
         return p
+    if not p.simulation.enabled:
+        raise InputError(p.path, "serving.simulation.enabled", "closed-loop traffic (concurrency) is checked by "
+                                                               "simulating it: the optimiser needs the simulation")
     if objective_registry()[p.objective].sense == "max":
         raise InputError(p.path, "serving.traffic.concurrency", f"objective {p.objective} maximises the rate, which "
                                                                 f"closed-loop users set themselves: use gpus or dollars")
@@ -131,7 +138,7 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
             raise SimulationCut(ModePlan(mode, cut_res, rate=served, margin=margin), str(cut)) from None
 
     failed = None
-    for margin in MARGINS:
+    for margin in (MARGINS if p.concurrency is None else CLOSED_LOOP_MARGINS):
         res = solve_mode(p, workers, mode, objective, rate * margin, _solve_limit_s(budget))
         if first is None:
             first = res

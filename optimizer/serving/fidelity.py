@@ -16,12 +16,14 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 import yaml
+from pydantic import Field
 
 from optimizer.errors import InputError
+from optimizer.schema_base import StrictModel
 
 CHUNK_TOKENS = 8192  # the engines' default per-step token budget on 80-192 GB GPUs (vLLM max_num_batched_tokens
 # for the API server, SGLang chunked_prefill_size, TensorRT-LLM max_num_tokens)
@@ -176,6 +178,22 @@ def read_rows(path: Path, limit: Optional[int] = None, clients: Optional[list[Cl
 BENCH_KEYS = ("mean_ttft_ms", "mean_tpot_ms", "completed", "total_input_tokens", "total_output_tokens")
 
 
+class BenchMappingIn(StrictModel):
+    """``optimize fidelity RESULTS.json --mapping MAPPING.yaml``: what a benchmark result does not
+    say about the run. ``engine_version`` is recorded; the measured source times the run with the
+    database's current version of the engine, as for every fidelity row."""
+
+    model: str = Field(min_length=1, description="config.json path, relative to the mapping file")
+    gpu: str = Field(min_length=1, description="catalog GPU name")
+    engine: Literal["vllm", "sglang", "trtllm"]
+    engine_version: Optional[str] = None
+    tp: int = Field(ge=1, le=1024)
+    dp: Optional[int] = Field(default=None, ge=1, le=1024)
+    ep: Optional[int] = Field(default=None, ge=1, le=1024)
+    hf_id: Optional[str] = None
+    dtype: Optional[Literal["bf16", "fp16", "fp8", "fp4"]] = None
+
+
 def read_bench_results(path: Path, mapping_path: Path) -> list[Row]:
     """Rows of ``vllm bench serve --save-result`` JSON files (one object) or SGLang ``bench_serving``
     JSONL output (one object per line): mean TTFT / TPOT (``mean_ttft_ms``, ``mean_tpot_ms``), mean
@@ -191,15 +209,9 @@ def read_bench_results(path: Path, mapping_path: Path) -> list[Row]:
     import json
 
     from optimizer.model.measured import systems
+    from optimizer.schema_base import read_yaml, validate
 
-    if not mapping_path.is_file():
-        raise InputError(mapping_path, "", "no such mapping file")
-    mp = yaml.safe_load(mapping_path.read_text()) or {}
-    for k in ("model", "gpu", "engine", "tp"):
-        if k not in mp:
-            raise InputError(mapping_path, k, "required field is missing (model, gpu, engine, tp)")
-    if mp["engine"] not in ("vllm", "sglang", "trtllm"):
-        raise InputError(mapping_path, "engine", f"unknown engine {mp['engine']!r} (vllm, sglang, trtllm)")
+    mp = validate(BenchMappingIn, read_yaml(mapping_path), mapping_path).model_dump()
     cfg = Path(mp["model"])
     cfg = cfg if cfg.is_absolute() else mapping_path.parent / cfg
     if not cfg.is_file():
@@ -210,24 +222,34 @@ def read_bench_results(path: Path, mapping_path: Path) -> list[Row]:
                                               f"(instances/hardware/aiconfigurator.yaml lists {', '.join(systems())})")
     if not path.is_file():
         raise InputError(path, "", "no such file")
-    text = path.read_text(encoding="utf-8")
-    objs = [json.loads(text)] if path.suffix == ".json" else \
-        [json.loads(line) for line in text.splitlines() if line.strip()]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, "", f"not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
+    lines = [(1, text)] if path.suffix == ".json" else [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
     rows = []
-    for n, o in enumerate(objs, start=1):
+    for n, line in lines:
         where = f"result {n}" if path.suffix == ".json" else f"line {n}"
+        try:
+            o = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, where if path.suffix == ".jsonl" else f"line {exc.lineno}",
+                             f"not JSON ({exc.msg})") from None
+        if not isinstance(o, dict):
+            raise InputError(path, where, f"a benchmark result is a JSON object (got {type(o).__name__})")
         for k in BENCH_KEYS:
-            if not isinstance(o.get(k), (int, float)) or not o[k] > 0:
-                raise InputError(path, f"{where}.{k}", "missing or not a positive number")
+            v = o.get(k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
+                raise InputError(path, f"{where}.{k}", f"missing or not a positive finite number (got {v!r})")
         conc = o.get("max_concurrency")
-        if not isinstance(conc, int) or conc < 1:
+        if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
             raise InputError(path, f"{where}.max_concurrency", "missing: only closed-loop runs "
                                                               "(--max-concurrency) are predicted")
         done = o["completed"]
         f = {"system": system, "backend": mp["engine"], "version": mp.get("engine_version"),
              "model": mp.get("hf_id") or cfg.stem, "config": str(cfg), "mode": "agg",
              "isl": max(1, round(o["total_input_tokens"] / done)), "osl": max(2, round(o["total_output_tokens"] / done)),
-             "precision": str(mp.get("dtype", "bf16")), "tp_size": int(mp["tp"]), "pp_size": None,
+             "precision": mp["dtype"] or "bf16", "tp_size": mp["tp"], "pp_size": None,
              "attention_dp_size": mp.get("dp"), "moe_tp_size": None, "moe_ep_size": mp.get("ep"), "concurrency": conc}
         rid = str(o.get("id") or f"{path.name}:{n}")
         rows.append(Row(rid, (system, mp["engine"], f["model"], "agg"), f,

@@ -78,12 +78,15 @@ class ServingSolution:
     time_s: float
 
     def best(self, rr: RateResult) -> Optional[ModePlan]:
-        """The rate's best plan: best objective, then fewest GPUs, then mode name; None without one."""
+        """The rate's best plan: best objective, then fewest GPUs, then mode name; None without one.
+        A closed loop's plans whose simulation the time limit cut are unchecked, so a checked plan
+        comes first whatever its objective."""
         ok = [m for m in rr.plans.values() if m.ok]
         if not ok:
             return None
         sign = -1 if self.objective.sense == "max" else 1
-        return min(ok, key=lambda m: (sign * m.result.value, self.gpus(m), m.mode))
+        closed = self.problem.concurrency is not None
+        return min(ok, key=lambda m: (closed and m.sim_cut is not None, sign * m.result.value, self.gpus(m), m.mode))
 
     @property
     def status(self) -> Status:
@@ -100,6 +103,8 @@ class ServingSolution:
             # rates the time limit left without a plan: the sweep is not answered (exit 4); the
             # solved rates' plans stand in the result and cut_short names the rest
             return Status.TIME_LIMIT
+        if self.problem.concurrency is not None and any(b.sim_cut for b in bests):
+            return Status.TIME_LIMIT  # a closed loop's plan is checked by its simulation only: none was
         return Status.OPTIMAL if all(b.result.status == Status.OPTIMAL for b in bests) else Status.FEASIBLE
 
     def headline(self) -> RateResult:
