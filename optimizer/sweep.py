@@ -192,10 +192,10 @@ def run_point(base: dict, base_path: str, point: dict[str, Any], time_limit_s: O
         import time
 
         from optimizer.budget import Budget
-        from optimizer.serving import load_problem, solve_instance
+        from optimizer.serving import closed_loop_rates, load_problem, solve_instance
 
         raw = apply_point(base, point)
-        p = load_problem(raw, Path(base_path))
+        p = closed_loop_rates(load_problem(raw, Path(base_path)))  # closed-loop users: the rate they generate
         if len(p.rates) != 1:
             raise InputError(base_path, "serving.traffic.rate_rps",
                              f"a sweep point takes one rate (got {len(p.rates)}): put the rates in the grid")

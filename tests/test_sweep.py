@@ -114,6 +114,15 @@ def test_bad_combination_is_a_row(tmp_path):
     assert bad[0]["status"] == "error" and "exceeds the model's maximum length" in bad[0]["reason"]
 
 
+def test_closed_loop_points_are_sized_for_their_users(tmp_path):
+    """A fresh user's sweep over serving.traffic.concurrency ended every point in an error (the
+    sweep sized for the rates it had, none): a closed-loop point is sized as `optimize` sizes it."""
+    g = load_grid(_grid(tmp_path, {"serving.traffic.concurrency": [4, 16], "serving.traffic.rate_rps": [None]}))
+    res = run_sweep(g, tmp_path / "o", workers=1, progress=False)
+    assert [r["status"] for r in res.rows] == ["feasible", "feasible"]
+    assert res.rows[0]["gpus"] <= res.rows[1]["gpus"]
+
+
 def test_value_bad_only_with_the_base_is_checked_against_the_grid(tmp_path):
     """isl 131000 with the base's osl 128 is over the context, with the grid's osl 64 it is not: a
     fresh user's grid was refused as bad input; the value loads with some combination of the

@@ -566,7 +566,8 @@ def _traffic(tr: TrafficIn, path: Path) -> tuple[Traffic, tuple[float, ...]]:
     if tr.concurrency is not None:
         if rate_list is not None:
             raise InputError(path, "serving.traffic.concurrency", "give either rate_rps (open loop) or concurrency "
-                                                                  "(closed loop), not both")
+                                                                  "(closed loop), not both (rate_rps: null clears a "
+                                                                  "base's or --set's rate)")
         if tr.trace is not None:
             raise InputError(path, "serving.traffic.concurrency", "a trace carries its own arrivals; closed-loop "
                                                                   "traffic takes isl/osl or classes")
