@@ -414,10 +414,12 @@ def sweep_cmd(grid: Path, output_dir: Path, scheduler: str | None, workers: int 
 @click.command("estimate", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("instance", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--set", "overrides", multiple=True, metavar="dotted.key=value",
+              help="Override any instance field, e.g. --set serving.traffic.concurrency=32.")
 @click.option("--requests", type=click.IntRange(1, 200_000), default=None,
               help="Requests to simulate (default: 10 per user in closed loop, every one counted; open loop: "
                    "serving.simulation.requests, the first 10% or so a warm-up not counted).")
-def estimate_cmd(instance: Path, fmt: str, requests: int | None) -> None:
+def estimate_cmd(instance: Path, fmt: str, overrides: tuple[str, ...], requests: int | None) -> None:
     """Figures of the fixed plan in INSTANCE.yaml (serving.fixed) without optimising: TTFT / TPOT / ITL /
     end-to-end latency (mean, p50, p90, p99), tokens/s per GPU and per user, request rate, simulated under
     closed-loop (traffic.concurrency) or open-loop (rate_rps) traffic, with the source of the timings."""
@@ -426,14 +428,14 @@ def estimate_cmd(instance: Path, fmt: str, requests: int | None) -> None:
     from optimizer.serving.estimate import estimate, render
 
     try:
-        raw = read_yaml(instance)
+        raw = apply_overrides(read_yaml(instance), list(overrides), instance)
         if not isinstance(raw, dict) or "serving" not in raw:
             raise InputError(instance, "serving", "optimize estimate takes a serving instance (a serving: section "
                                                   "with serving.fixed)")
         p = load_problem(raw, instance)
         res = estimate(p, requests)
     except (InputError, OSError) as exc:
-        _exit_bad_input(exc, instance, what="cannot read: ")
+        _exit_bad_input(_named_override(exc, instance, overrides), instance, what="cannot read: ")
     _print_warnings()
     if fmt == "json":
         from optimizer.result import Status, envelope

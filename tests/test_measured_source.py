@@ -727,6 +727,11 @@ def test_a_bad_set_value_names_the_override():
     assert_one_line_error(r, "serving.fixed.workers[0].tp", "(set by --set serving.fixed.workers.0.tp=abc)")
     r = CliRunner().invoke(optimize, [str(est), "--set", "serving.fixed.workers.-1.tp=2"], catch_exceptions=False)
     assert_one_line_error(r, "index -1 is out of range")
+    # estimate takes --set too
+    r = run("estimate", est, "--set", "serving.traffic.concurrency=abc")
+    assert_one_line_error(r, "serving.traffic.concurrency", "(set by --set serving.traffic.concurrency=abc)")
+    r = run("estimate", est, "--set", "serving.traffic.concurrency=16", "--requests", "32", "--format", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["plan"]["estimates"][0]["traffic"]["concurrency"] == 16
 
 
 def test_closed_loop_without_an_open_loop_plan_searches_smaller_sizings(tmp_path):

@@ -30,7 +30,7 @@ from optimizer.serving.report import ServingReport
 from optimizer.serving.schema import Problem, load
 from optimizer.serving.simulate import SimResult, SimulationCut, simulate
 from optimizer.serving.solution import NOT_BEGUN, ModePlan, RateResult, ServingSolution
-from optimizer.errors import InputError
+from optimizer.errors import InputError, warn_input
 from optimizer.serving.solve import MODE_ROLES, ModeResult, ServingMilp, build, mode_data, plan_value, solve_mode
 
 __all__ = ["PIPELINE", "ServingPipeline", "load_problem", "solve_instance", "solve_problem", "best_achievable_slo",
@@ -423,7 +423,10 @@ class ServingPipeline:
     """The serving problem's :class:`~optimizer.problems.Pipeline`; holds no state."""
 
     def load(self, raw: dict[str, Any], path: Path, objective: Optional[str] = None) -> Problem:
-        return closed_loop_rates(load_problem(raw, path, objective))
+        p = closed_loop_rates(load_problem(raw, path, objective))
+        if p.fixed is not None:
+            warn_input(path, "serving.fixed", "read by `optimize estimate` only: `optimize` searches for its own plan")
+        return p
 
     def build(self, data: Problem) -> dict[str, ServingMilp]:
         """Stage 1's MILP of each mode asked at the first rate, ``{mode: ServingMilp}`` (rows named
