@@ -39,7 +39,16 @@ def _objective_help() -> str:
     return "; ".join(parts) + "."
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+class _Solve(click.Command):
+    """The instance solve, run as ``optimize INSTANCE.yaml``: its usage line says so (not ``optimize
+    solve``) and names the subcommands."""
+
+    def format_usage(self, ctx, formatter):
+        formatter.write("Usage: optimize [OPTIONS] INSTANCE.yaml\n"
+                        "       optimize estimate|fidelity|calibrate|sweep ... (each with --help)\n")
+
+
+@click.command(cls=_Solve, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("instance", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--objective", default=None, help=_objective_help())
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
