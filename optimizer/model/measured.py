@@ -65,6 +65,9 @@ KV_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int8": "int8"
 MOE_QUANT = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo"}
 
 
+# table keys the estimator could not time in this process: a build is tried (and announced) once
+_UNTIMED: dict = {}
+
 class NotCovered(Exception):
     """The database cannot time this case; ``field`` is the ``performance.*`` field to blame."""
 
@@ -313,7 +316,11 @@ class MeasuredSteps:
             self._untimed[lay] = NotCovered("source", f"{lay.label()}: the measured database has no context- or "
                                                       f"sequence-parallel timings")
             raise self._untimed[lay]
-        path = cache_dir() / f"{self._key(lay)}.npz"
+        key = self._key(lay)
+        if key in _UNTIMED:  # another instance of this process already failed to build it
+            self._untimed[lay] = _UNTIMED[key]
+            raise self._untimed[lay]
+        path = cache_dir() / f"{key}.npz"
         if path.exists():
             with np.load(path, allow_pickle=False) as z:
                 t = _Table(z["t_ms"], int(z["kv_tokens"]), (str(z["fraction_kind"]), float(z["fraction"])))
@@ -321,7 +328,7 @@ class MeasuredSteps:
             try:
                 t = self._build(lay, path)
             except NotCovered as exc:
-                self._untimed[lay] = exc
+                self._untimed[lay] = _UNTIMED[key] = exc
                 raise
         self._tables[lay] = t
         return t
