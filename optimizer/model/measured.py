@@ -68,6 +68,7 @@ MOE_QUANT = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nv
 # table keys the estimator could not time in this process: a build is tried (and announced) once
 _UNTIMED: dict = {}
 
+
 class NotCovered(Exception):
     """The database cannot time this case; ``field`` is the ``performance.*`` field to blame."""
 
