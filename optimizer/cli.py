@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -240,7 +241,6 @@ def _named_override(exc: Exception, instance: Path, overrides) -> Exception:
     """An error in a field a ``--set`` changed names the override, not only the instance file."""
     if not isinstance(exc, InputError) or exc.file != str(instance) or not exc.field or "--set" in exc.problem:
         return exc
-    import re
 
     def norm(dotted: str) -> str:  # workers.0.tp (a --set key) and workers[0].tp (an error's field) alike
         return re.sub(r"\[(\d+)\]", r".\1", dotted)

@@ -98,10 +98,9 @@ def _with_margin(res: ModeResult, first: Optional[ModeResult], margin: float) ->
 
 def _closed_loop_claim(plan: ModePlan) -> ModePlan:
     """A closed-loop plan claims no optimum and no bound (:func:`closed_loop_rates`)."""
-    r = plan.result
-    if r.counts is None or (r.status == Status.FEASIBLE and r.bound is None):
+    if plan.result.counts is None:
         return plan
-    return replace(plan, result=replace(r, status=Status.FEASIBLE, bound=None))
+    return replace(plan, result=replace(plan.result, status=Status.FEASIBLE, bound=None))
 
 
 def plan_mode(p: Problem, workers, mode: str, objective, rate: float, budget: Budget, do_sim: bool) -> ModePlan:
@@ -133,9 +132,8 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
             return res, simulate(p, workers, res.counts, mode, served, deadline=budget.deadline,
                                  concurrency=p.concurrency)
         except SimulationCut as cut:
-            cut_res = (replace(res, status=Status.FEASIBLE, bound=None) if p.concurrency is not None
-                       else _with_margin(res, first, margin))  # closed loop: never a bound, see closed_loop_rates
-            raise SimulationCut(ModePlan(mode, cut_res, rate=served, margin=margin), str(cut)) from None
+            raise SimulationCut(ModePlan(mode, _with_margin(res, first, margin), rate=served, margin=margin),
+                                str(cut)) from None
 
     failed = None
     for margin in (MARGINS if p.concurrency is None else CLOSED_LOOP_MARGINS):
@@ -154,9 +152,7 @@ def _plan_mode_checked(p, workers, mode, objective, rate, budget: Budget, do_sim
         if not do_sim:
             return ModePlan(mode, res, rate=served, margin=margin)
         res, sim = checked(res, served, margin)
-        if sim.attainment >= p.attainment:
-            if p.concurrency is not None:  # see closed_loop_rates: no bound, no optimality claim
-                return ModePlan(mode, replace(res, status=Status.FEASIBLE, bound=None), sim, served, margin)
+        if sim.attainment >= p.attainment:  # a closed loop's claim: plan_mode (_closed_loop_claim)
             return ModePlan(mode, _with_margin(res, first, margin), sim, served, margin)
         failed = ModePlan(mode, res, sim, served, margin, sim_failed=True)  # unless a later margin passes
         if goodput:  # same plan, lower rate
