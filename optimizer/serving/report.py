@@ -216,12 +216,11 @@ class ServingReport:
         solves it left unbegun (counted)."""
         cut = [(rr.rate, m) for rr in self.results for m in rr.plans.values() if m.sim_cut]
         # a closed loop's open-loop sizing is no check of it: only its simulation is (closed_loop_rates)
-        check = ("is NOT checked: a closed loop is checked by its simulation only (sized for the open-loop rate; "
-                 "give more time)" if self.problem.concurrency is not None else "is checked by the analytic model only")
-        out = [f"simulation of {m.mode} at {rate:g} req/s ({m.sim_cut}): the plan {check}" for rate, m in cut[:3]]
+        check = ("NOT checked: a closed loop is checked by its simulation only (sized for the open-loop rate; "
+                 "give more time)" if self.problem.concurrency is not None else "checked by the analytic model only")
+        out = [f"simulation of {m.mode} at {rate:g} req/s ({m.sim_cut}): the plan is {check}" for rate, m in cut[:3]]
         if len(cut) > 3:
-            out.append(f"and {len(cut) - 3} more simulations (up to {cut[-1][0]:g} req/s): those plans are checked by "
-                       f"the analytic model only")
+            out.append(f"and {len(cut) - 3} more simulations (up to {cut[-1][0]:g} req/s): those plans are {check}")
         unsolved = [(rr.rate, m.mode) for rr in self.results for m in rr.plans.values()
                     if m.result.counts is None and m.result.status == Status.TIME_LIMIT and m.result.solves == 0]
         if unsolved:
