@@ -866,3 +866,23 @@ def test_fidelity_bench_results_bad_input_is_one_line(tmp_path):
         assert_one_line_error(run("fidelity", f, "--mapping", m), field)
     m.write_text("model gpu engine tp\n")
     assert_one_line_error(run("fidelity", f, "--mapping", m), "mapping")
+
+
+@pytest.mark.slow  # ~30 s
+def test_issue_fidelity_targets_on_a_systematic_quarter_of_the_dense_rows():
+    """Issue #24's acceptance: on the dense aggregated H100/H200 rows the measured source predicts
+    TTFT within a median 25% and TPOT within 10% (benchmarks/bench_fidelity.py runs all 778 rows:
+    23.5% / 9%). Here every fourth row (195 rows; 21% / 9.7% when written), each with its benchmark
+    client, nothing fitted; and the published figures in benchmarks/results/fidelity.json meet the
+    targets too."""
+    from benchmarks.bench_fidelity import select
+    from optimizer.serving import fidelity as fd
+
+    path = select(False)
+    rows = fd.read_rows(path)[::4]
+    fd.predict(rows, ("measured",), path)
+    o = fd.overall(rows, ("measured",))["measured"]
+    assert o["n"] >= 190
+    assert o["ttft_median"] <= 0.25 and o["tpot_median"] <= 0.10
+    published = json.loads((ROOT / "benchmarks" / "results" / "fidelity.json").read_text())["overall"]["measured"]
+    assert published["n"] >= 770 and published["ttft_median"] <= 0.25 and published["tpot_median"] <= 0.10
