@@ -4,8 +4,10 @@
 (Qwen3-32B, Llama-3.1-8B, Llama-3.1-70B; every engine present) with the analytic and the measured
 source (closed-loop simulation of the row's concurrency, :mod:`optimizer.serving.fidelity`) and
 prints the median absolute TTFT / TPOT error per source, per group, and the rows not predicted.
-``--all``: every aggregated row of the file (MoE models included). Nothing is fitted on the rows.
-Writes ``benchmarks/results/fidelity.json`` (rows and groups) for the docs.
+``--all``: every aggregated row of the file (MoE models included); ``--disagg``: every disaggregated
+row (prefill and decode workers, the row's concurrency). Nothing is fitted on the rows.
+Writes ``benchmarks/results/fidelity.json`` (``fidelity_all.json``, ``fidelity_disagg.json``: rows
+and groups) for the docs.
 """
 from __future__ import annotations
 
@@ -27,8 +29,9 @@ def silicon_sample() -> Path:
     return Path(str(files("aiconfigurator_core") / "systems" / "silicon_sample.csv"))
 
 
-def select(all_rows: bool) -> Path:
-    """A CSV of the rows benchmarked (written to a temporary file)."""
+def select(all_rows: bool, disagg: bool = False) -> Path:
+    """A CSV of the rows benchmarked (written to a temporary file): the dense aggregated rows on
+    H100/H200, every aggregated row (``all_rows``) or every disaggregated row (``disagg``)."""
     src = silicon_sample()
     out = Path(tempfile.mkdtemp()) / "rows.csv"
     with src.open(newline="") as fh, out.open("w", newline="") as oh:
@@ -36,7 +39,10 @@ def select(all_rows: bool) -> Path:
         w = csv.DictWriter(oh, r.fieldnames)
         w.writeheader()
         for row in r:
-            if row["mode"] != "agg":
+            if row["mode"] != ("disagg" if disagg else "agg"):
+                continue
+            if disagg:
+                w.writerow(row)
                 continue
             if not all_rows and not (row["system"] in ("h100_sxm", "h200_sxm") and any(m in row["model_path"] for m in DENSE)):
                 continue
@@ -148,9 +154,10 @@ def main(argv=None) -> dict:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--all", action="store_true")
+    ap.add_argument("--disagg", action="store_true", help="every disaggregated row")
     ap.add_argument("--clients", action="store_true", help="the benchmark client diagnostic (clients())")
     a = ap.parse_args(argv)
-    path = select(a.all)
+    path = select(a.all, a.disagg)
     if a.clients:
         t0 = time.perf_counter()
         res = clients(path)
@@ -165,10 +172,11 @@ def main(argv=None) -> dict:
     wall = time.perf_counter() - t0
     res = {"rows": [r.to_dict() for r in rows], "groups": fd.groups(rows, sources),
            "overall": fd.overall(rows, sources), "wall_s": wall}
-    out = Path(__file__).parent / "results" / ("fidelity_all.json" if a.all else "fidelity.json")
+    name = "fidelity_disagg.json" if a.disagg else "fidelity_all.json" if a.all else "fidelity.json"
+    out = Path(__file__).parent / "results" / name
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
-    if not a.all:
+    if not (a.all or a.disagg):
         write_bands(rows, sources)
     print(f"{len(rows)} rows, {wall:.0f} s")
     print("| source | rows predicted | TTFT median abs. error | TPOT median abs. error |")

@@ -428,38 +428,58 @@ def sweep_cmd(grid: Path, output_dir: Path, scheduler: str | None, workers: int 
 @click.option("--requests", type=click.IntRange(1, 200_000), default=None,
               help="Requests to simulate (default: 10 per user in closed loop, every one counted; open loop: "
                    "serving.simulation.requests, the first 10% or so a warm-up not counted).")
-def estimate_cmd(instance: Path, fmt: str, overrides: tuple[str, ...], requests: int | None) -> None:
+@click.option("--time-limit", "time_limit", type=float, default=None,
+              help="Wall-clock seconds for the simulations; a point cut short gets no figures (exit 4).")
+def estimate_cmd(instance: Path, fmt: str, overrides: tuple[str, ...], requests: int | None,
+                 time_limit: float | None) -> None:
     """Figures of the fixed plan in INSTANCE.yaml (serving.fixed) without optimising: TTFT / TPOT / ITL /
     end-to-end latency (mean, p50, p90, p99), tokens/s per GPU and per user, request rate, simulated under
     closed-loop (traffic.concurrency) or open-loop (rate_rps) traffic, with the source of the timings."""
     from optimizer.schema_base import read_yaml
     from optimizer.serving import load_problem
-    from optimizer.serving.estimate import estimate, render
+    from optimizer.budget import Budget
+    from optimizer.errors import EXIT_TIME_LIMIT
+    from optimizer.serving.estimate import EstimateCut, estimate, render
 
+    started = Budget.for_command(None).start  # --time-limit counts from the process start
+    cut = None
     try:
+        if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
+            raise InputError("--time-limit", "", f"must be a positive, finite number of seconds (got {time_limit})")
         raw = apply_overrides(read_yaml(instance), list(overrides), instance)
         if not isinstance(raw, dict) or "serving" not in raw:
             raise InputError(instance, "serving", "optimize estimate takes a serving instance (a serving: section "
                                                   "with serving.fixed)")
         p = load_problem(raw, instance)
-        res = estimate(p, requests)
+        try:
+            res = estimate(p, requests, None if time_limit is None else started + time_limit)
+        except EstimateCut as exc:
+            res, cut = exc.done, (f"time limit: the simulation of {exc.point} was stopped after {time_limit:g} s "
+                                  f"({exc.message}); no figures for it or the points after it (raise --time-limit "
+                                  f"or lower --requests)")
     except (InputError, OSError) as exc:
         _exit_bad_input(_named_override(exc, instance, overrides), instance, what="cannot read: ")
     _print_warnings()
+    status = "estimated" if cut is None else "time_limit"
     if fmt == "json":
         from optimizer.result import Status, envelope
         from optimizer.serving.estimate import DEFINITIONS
 
-        env = envelope("serving-estimate", res[0].problem.name if res else instance.stem, Status.ESTIMATED, None,
+        env = envelope("serving-estimate", p.name, Status.ESTIMATED if cut is None else Status.TIME_LIMIT, None,
                        {"estimates": [e.to_dict() for e in res]},
-                       {"name": "closed/open-loop simulation of serving.fixed (no search)", "status": "estimated",
-                        "time_s": sum(e.time_s for e in res), "gap": None, "method": "estimate", "bound_method": None},
+                       {"name": "closed/open-loop simulation of serving.fixed (no search)", "status": status,
+                        "time_s": time.perf_counter() - started, "gap": None, "method": "estimate", "bound_method": None,
+                        **({"cut_short": [cut]} if cut else {})},
                        definitions=DEFINITIONS)
         click.echo(json.dumps(env, indent=2, default=_json_default))
     else:
         from rich.console import Console
 
-        render(res, Console() if sys.stdout.isatty() else Console(width=160))
+        if res:
+            render(res, Console() if sys.stdout.isatty() else Console(width=160))
+    if cut is not None:
+        click.echo(cut, err=True)
+        sys.exit(EXIT_TIME_LIMIT)
     sys.exit(0)
 
 

@@ -427,6 +427,36 @@ def test_estimate_is_the_optimisers_simulation(tmp_path):
     assert e.ttft_s == opt.ttft_s and e.tpot_s == opt.tpot_s and e.attainment == opt.attainment
 
 
+def test_open_loop_estimate_past_capacity_says_so(tmp_path):
+    raw = estimate_raw()
+    raw["serving"]["traffic"] = {"rate_rps": [4, 400], "isl": 4000, "osl": 500}
+    r = run("estimate", write(tmp_path, raw), "--format", "json")
+    assert r.exit_code == 0, r.output
+    low, high = json.loads(r.stdout)["plan"]["estimates"]
+    # below capacity the served rate is the offered one (Poisson noise of a few percent) and no note
+    assert low["figures"]["request_rate_rps"] == pytest.approx(4, rel=0.05) and low["notes"] == []
+    # 100x the rate: the workers serve what they can, the queue grows, and the estimate says so
+    served = high["figures"]["request_rate_rps"]
+    assert served < 0.9 * 400 and served == pytest.approx(high["figures"]["tokens_per_s"] / 500, rel=1e-9)
+    assert high["notes"][0].startswith(f"past capacity: 400 req/s offered, {served:.3g} req/s served")
+    r = run("estimate", write(tmp_path, raw))
+    assert "400 req/s: past capacity" in r.output
+
+
+def test_estimate_time_limit_stops_a_long_simulation_without_figures(tmp_path):
+    raw = estimate_raw()
+    raw["serving"]["traffic"]["concurrency"] = 4000  # 40,000 requests: seconds of simulation
+    p = write(tmp_path, raw)
+    r = CliRunner().invoke(optimize, ["estimate", str(p), "--time-limit", "0.5", "--format", "json"])
+    assert r.exit_code == 4, r.output
+    d = json.loads(r.stdout)
+    assert d["status"] == "time_limit" and d["plan"]["estimates"] == []
+    assert d["solver"]["cut_short"][0].startswith("time limit: the simulation of c=4000 was stopped after 0.5 s")
+    assert "requests of the closed loop finished" in r.stderr
+    r = run("estimate", p, "--time-limit", "nan")
+    assert r.exit_code == 2 and "--time-limit: must be a positive, finite number" in r.output
+
+
 def test_estimate_example_instance_runs():
     """The docs' example: aiconfigurator's README configuration (4 x TP8, 64 users) with measured kernels."""
     r = run("estimate", INSTANCES / "estimate" / "qwen32b_h200_tp8x4.yaml", "--format", "json", "--requests", "256")
@@ -503,6 +533,16 @@ def test_fidelity_rows_and_groups_json(tmp_path):
     assert d["problem"] == "serving-fidelity" and d["files"] == [str(tmp_path / "fidelity.png")]
 
 
+def test_disaggregated_row_without_worker_counts_is_listed_not_guessed(tmp_path):
+    p = _slice(tmp_path, 1, lambda r: r["mode"] == "disagg" and r["system"] == "h200_sxm"
+               and r["prefill_num_workers"] == "")
+    r = run("fidelity", p, "--format", "json", "--source", "analytic")
+    assert r.exit_code == 0, r.output
+    row = json.loads(r.stdout)["plan"]["rows"][0]
+    assert row["predicted"] == {} and row["skipped"]["analytic"] == ("a disaggregated row without "
+                                                                     "prefill_num_workers and decode_num_workers")
+
+
 def test_fidelity_lists_rows_it_cannot_run(tmp_path):
     p = _slice(tmp_path, 2, lambda r: r["mode"] == "disagg" and r["system"] == "h100_sxm")
     r = run("fidelity", p, "--format", "json", "--source", "analytic")
@@ -511,6 +551,20 @@ def test_fidelity_lists_rows_it_cannot_run(tmp_path):
     # DeepSeek-V3/R1 over 16 GPUs does not fit one 8-GPU server: listed with the reason and the row's field
     assert len(rows) == 2 and all("needs 16 GPUs, more than a hgx-h100 server has" in row["skipped"]["analytic"]
                                   and row["skipped"]["analytic"].startswith("tp_size: ") for row in rows)
+
+
+def test_checkpoint_fp8_fmha_without_a_context_table_is_timed_with_bf16_fmha(tmp_path):
+    # DeepSeek-V3/R1 FP8 checkpoints infer FP8 FMHA; the TensorRT-LLM 1.3.0rc20 database on H200 has
+    # its MLA context tables in BF16 only. aiconfigurator falls back to BF16 FMHA (same KV cache);
+    # the measured source must too, rather than leave the row (agg or disagg) unpredicted.
+    p = _slice(tmp_path, 1, lambda r: r["mode"] == "disagg" and r["system"] == "h200_sxm" and r["backend"] == "trtllm"
+               and r["model_path"] == "deepseek-ai/DeepSeek-V3" and r["prefill_tp_size"] == "8"
+               and r["decode_tp_size"] == "8" and r["decode_num_workers"] != "")
+    r = CliRunner().invoke(optimize, ["fidelity", str(p), "--format", "json", "--source", "measured"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    row = json.loads(r.stdout)["plan"]["rows"][0]
+    assert not row["skipped"] and row["predicted"]["measured"]["tpot_ms"] > 0, row
 
 
 def test_fidelity_bad_row_names_row_and_field(tmp_path):

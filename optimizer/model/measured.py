@@ -27,6 +27,10 @@ Conventions (stated because the estimator's arguments are per rank):
 * Kernel lanes: GEMMs in the lane of ``model.weight_dtype`` (:data:`GEMM_QUANT`: ``fp8`` is
   per-tensor FP8) unless ``performance.gemm_quant`` names another (``fp8_block`` for block-scaled
   checkpoints such as Qwen/Qwen3-32B-FP8); MoE experts in the same lane (:data:`MOE_QUANT`).
+  Context attention (FMHA) in the dtype the estimator infers from the checkpoint, except that an
+  inferred FP8 FMHA the database has no context table for (DeepSeek's MLA on H200/B200, FP8
+  attention next to a BF16 KV cache under SGLang) is timed with the BF16 FMHA kernels over the
+  same KV cache, aiconfigurator's own rule (``resolve_context_fmha_by_data``); the build says so.
 
 Units: tokens, seconds (the estimator's milliseconds are converted here, once).
 """
@@ -62,6 +66,10 @@ GEMM_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp
 KV_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int8": "int8"}
 # MoE experts run the GEMM lane of the weights (the estimator would otherwise infer the lane from
 # config.json, BF16 for the transcribed configs, and time FP8 experts as BF16)
+# the estimator's message when a checkpoint's inferred FP8 FMHA has no context-attention table; the
+# engine then runs (and aiconfigurator times) BF16 FMHA over the same KV cache
+# (aiconfigurator_core.sdk.models.helpers.resolve_context_fmha_by_data, which compile_engine skips)
+FP8_FMHA_MISSING = 'fmha_quant: "fp8"'
 MOE_QUANT = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo"}
 
 
@@ -359,13 +367,25 @@ class MeasuredSteps:
         print(f"building a measured step-time table: {self.label} {lay.label()} on {self.system} "
               f"({self.engine} {self.version}) ...", file=sys.stderr, flush=True)
         par = self._parallel(lay)
-        try:
-            h = EngineHandle(compile_engine(str(self.model_dir), self.system, self.engine, self.version,
-                                            gemm_quant_mode=self.gemm, kvcache_quant_mode=self.kv, **par))
-            h.mixed_step_latency(256, 8, 1024, 2)
-        except Exception as exc:  # the estimator names the operator or table it lacks
-            raise NotCovered("source", f"cannot time {self.label} {lay.label()} with {self.engine} {self.version} on "
-                                       f"{self.system}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        fmha = None
+        while True:
+            try:
+                h = EngineHandle(compile_engine(str(self.model_dir), self.system, self.engine, self.version,
+                                                gemm_quant_mode=self.gemm, kvcache_quant_mode=self.kv,
+                                                fmha_quant_mode=fmha, **par))
+                h.mixed_step_latency(256, 8, 1024, 2)
+                break
+            except Exception as exc:  # the estimator names the operator or table it lacks
+                msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                if fmha is None and FP8_FMHA_MISSING in msg:
+                    fmha = "bfloat16"
+                    continue
+                raise NotCovered("source", f"cannot time {self.label} {lay.label()} with {self.engine} {self.version} "
+                                           f"on {self.system}: {msg}") from None
+        if fmha is not None:
+            print(f"  context attention timed with BF16 FMHA kernels: the database has no FP8 ones for "
+                  f"{self.engine} {self.version} on {self.system} (aiconfigurator falls back the same way)",
+                  file=sys.stderr, flush=True)
         t = np.empty((len(PREFILL_GRID), len(DECODE_GRID), len(CONTEXT_GRID)))
         for k, s in enumerate(CONTEXT_GRID):
             for j, d in enumerate(DECODE_GRID):
@@ -384,7 +404,7 @@ class MeasuredSteps:
             est = estimate_kv_cache(str(self.model_dir), self.system, self.engine, self.version,
                                     max_num_tokens=KV_MAX_NUM_TOKENS, max_batch_size=KV_MAX_BATCH,
                                     memory_fraction_kind=kind, memory_fraction_value=value,
-                                    gemm_quant_mode=self.gemm, kvcache_quant_mode=self.kv,
+                                    gemm_quant_mode=self.gemm, kvcache_quant_mode=self.kv, fmha_quant_mode=fmha,
                                     gpu_memory_capacity_bytes_override=int(cap), **par)
             kv_tokens = int(est["total_kv_size_tokens"])
         except ValueError:  # no KV budget left next to the weights

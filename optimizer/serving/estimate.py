@@ -19,7 +19,7 @@ from optimizer.model.layout import Layout, layout_problem
 from optimizer.model.measured import LayoutNotTimed
 from optimizer.serving.perf import ServingModel, Worker
 from optimizer.serving.schema import Problem
-from optimizer.serving.simulate import SimResult, simulate
+from optimizer.serving.simulate import SimResult, SimulationCut, simulate
 
 
 DEFINITIONS = {
@@ -33,6 +33,19 @@ DEFINITIONS = {
     "plan.estimates[].figures.attainment": "share of completed requests meeting both the TTFT and TPOT targets",
     "plan.estimates[].figures.tokens_per_s_per_gpu": "output tokens/s over the simulated span per GPU of the plan",
     "plan.estimates[].figures.tokens_per_s_per_user": "output tokens/s of one request while it decodes (1 / TPOT)",
+    "plan.estimates[].figures.requests": "requests measured (an open loop's warm-up excluded)",
+    "plan.estimates[].figures.completed": "measured requests that finished before the simulation ended",
+    "plan.estimates[].figures.request_rate_rps": "requests served per second in the measurement window: closed loop, "
+                                                 "each request by the share of its life inside the window; open loop, "
+                                                 "the output tokens served over the mean OSL (below the offered rate "
+                                                 "past capacity)",
+    "plan.estimates[].figures.tokens_per_s": "output tokens/s over the measurement window, all workers",
+    "plan.estimates[].figures.mean_batch": "per worker configuration: time-average running decodes per worker in "
+                                           "the window",
+    "plan.estimates[].figures.ttft_attainment": "share of the measured requests within the TTFT target alone",
+    "plan.estimates[].figures.tpot_attainment": "share of the measured requests within the TPOT target alone",
+    "plan.estimates[].notes": "what the figures mean when the point is past capacity (served rate below 0.9 of "
+                              "the offered one) or requests were left unfinished",
     "plan.estimates[].timing": "per pool: the step-time source (analytic or measured) and its stated error band",
     "solver.time_s": "wall time of the simulations, seconds (no search runs)",
 }
@@ -141,12 +154,25 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
     return workers, counts, ("aggregated" if roles == {"aggregated"} else "disaggregated")
 
 
-def estimate(p: Problem, requests: Optional[int] = None) -> list[Estimate]:
+class EstimateCut(Exception):
+    """``--time-limit`` ran out during a simulation: the points finished before it (``done``) and
+    where the cut one stood (``message``)."""
+
+    def __init__(self, done: list, point: str, message: str):
+        super().__init__(message)
+        self.done, self.point, self.message = done, point, message
+
+
+def estimate(p: Problem, requests: Optional[int] = None, deadline: Optional[float] = None) -> list[Estimate]:
     """One :class:`Estimate` per traffic point: the concurrency, or each rate of ``rate_rps``.
+
+    ``deadline``: a ``time.perf_counter()`` value after which a running simulation stops.
 
     Raises:
         InputError: as :func:`fixed_workers`; ``requests`` fewer than the closed loop's users
             (each user sends at least one).
+        EstimateCut: the deadline passed inside a simulation (its figures would describe part
+            of the run, so none are given for that point).
     """
     workers, counts, mode = fixed_workers(p)
     if requests is not None and p.concurrency is not None and requests < p.concurrency:
@@ -156,13 +182,34 @@ def estimate(p: Problem, requests: Optional[int] = None) -> list[Estimate]:
     points = [("concurrency", p.concurrency)] if p.concurrency is not None else [("rate_rps", r) for r in p.rates]
     for kind, v in points:
         t0 = time.perf_counter()
-        if kind == "concurrency":
-            sim = simulate(p, workers, counts, mode, 1.0, requests=requests, concurrency=int(v))
-        else:
-            sim = simulate(p, workers, counts, mode, float(v), requests=requests)
+        try:
+            if kind == "concurrency":
+                sim = simulate(p, workers, counts, mode, 1.0, requests=requests, concurrency=int(v), deadline=deadline)
+            else:
+                sim = simulate(p, workers, counts, mode, float(v), requests=requests, deadline=deadline)
+        except SimulationCut as exc:
+            raise EstimateCut(out, f"c={v}" if kind == "concurrency" else f"{v:g} req/s", str(exc)) from None
         out.append(Estimate(p, tuple(workers), counts, mode, {kind: v, "source": p.traffic.source}, sim,
-                            time.perf_counter() - t0))
+                            time.perf_counter() - t0, past_capacity_notes(kind, v, sim)))
     return out
+
+
+PAST_CAPACITY = 0.9  # an open-loop point whose served rate is below this share of the offered one
+
+
+def past_capacity_notes(kind: str, value: float, sim: SimResult) -> tuple[str, ...]:
+    """What an open-loop point's figures mean when the workers could not keep up: the served rate
+    (:attr:`SimResult.request_rate`) below :data:`PAST_CAPACITY` of the offered one, or requests
+    still unfinished when the simulation ended. The queue then grows through the run, so TTFT and
+    end-to-end latency depend on how long it is (``--requests``) rather than on the plan alone."""
+    notes = []
+    if kind == "rate_rps" and sim.request_rate < PAST_CAPACITY * float(value):
+        notes.append(f"past capacity: {float(value):g} req/s offered, {sim.request_rate:.3g} req/s served; the queue "
+                     f"grows through the run, so TTFT and end-to-end latency grow with its length (--requests)")
+    if sim.completed < sim.requests:
+        notes.append(f"{sim.requests - sim.completed} of {sim.requests} requests unfinished when the simulation "
+                     f"ended (counted as missing the SLO)")
+    return tuple(notes)
 
 
 def render(estimates: list[Estimate], console) -> None:
@@ -189,3 +236,7 @@ def render(estimates: list[Estimate], console) -> None:
                   f"{s.e2e_s['mean'] * 1e3:.0f} | {s.e2e_s['p90'] * 1e3:.0f}", f"{s.tokens_per_s_per_gpu:.1f}",
                   f"{s.tokens_per_s_per_user:.1f}")
     console.print(t)
+    for e in estimates:
+        for n in e.notes:
+            tr = f"c={e.traffic['concurrency']}" if "concurrency" in e.traffic else f"{e.traffic['rate_rps']:g} req/s"
+            console.print(escape(f"{tr}: {n}"))

@@ -331,8 +331,10 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
     if disagg:
         if not (f["prefill_tp_size"] and f["decode_tp_size"]):
             return None, "a disaggregated row without prefill_tp_size and decode_tp_size"
-        workers = [worker("prefill", "prefill_", f["prefill_num_workers"] or 1),
-                   worker("decode", "decode_", f["decode_num_workers"] or 1)]
+        if not (f["prefill_num_workers"] and f["decode_num_workers"]):  # no default: 1 would be a guess
+            return None, "a disaggregated row without prefill_num_workers and decode_num_workers"
+        workers = [worker("prefill", "prefill_", f["prefill_num_workers"]),
+                   worker("decode", "decode_", f["decode_num_workers"])]
     else:
         workers = [worker("aggregated", "", 1)]
     gpus = sum(w["tp"] * w["dp"] * w["count"] for w in workers)
@@ -433,10 +435,13 @@ def plot(rows: list[Row], sources: tuple[str, ...], out_dir: Path) -> Path:
                 x, y = zip(*pts)
                 ax.scatter(x, y, s=8, alpha=0.6, label=src)
                 lo, hi = min(lo, min(x), min(y)), max(hi, max(x), max(y))
-        if hi > 0:
-            ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        if hi > 0:  # one scale on both axes, so distance from the diagonal reads as the error
+            ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+            ax.set_xlim(lo / 1.3, hi * 1.3)
+            ax.set_ylim(lo / 1.3, hi * 1.3)
+            ax.set_aspect("equal")
         ax.set_xlabel(f"measured {title}")
         ax.set_ylabel(f"predicted {title}")
         ax.legend()

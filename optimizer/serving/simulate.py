@@ -79,7 +79,7 @@ class SimResult:
     tokens_per_s_per_user: float
     mean_batch: dict = field(default_factory=dict)  # worker label -> time-average decodes per worker in the window
     e2e_s: dict = field(default_factory=dict)  # end-to-end latency (arrival to last token) p50/p90/p99/mean
-    request_rate: float = 0.0  # finished requests per second over the window
+    request_rate: float = 0.0  # requests served per second over the window (see the end of simulate)
     itl_s: float = math.nan  # mean gap between two output tokens, token-weighted (decode time / decode tokens)
     # aggregated, every measured request finished: mean TTFT and TPOT as [prefill s, decode s, steps,
     # rest s] of the steps inside each request's interval (rest: idle time and the part of the step
@@ -494,8 +494,11 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         t1 = max((r.done for r in reqs if not math.isnan(r.done)), default=t0)
         if p.start == "staggered":  # the window opens once every user has sent its first request
             t0 = reqs[min(concurrency, len(reqs)) - 1].arrival
-    # requests finished per second: each request counts with the share of its life inside the window
-    # (all of it for a start together; a staggered start's early requests only partly, as their tokens)
+    # requests served per second. Closed loop: each request counts with the share of its life inside
+    # the window (all of it for a start together; a staggered start's early requests only partly, as
+    # their tokens). Open loop: the output tokens served in the window over the mean OSL (a count of
+    # requests finished in the window would miss those longer than the window), so past capacity
+    # the rate is what the workers served, below the offered one, while the queue grows
     finished = sum(max(0.0, min(r.done, t1) - max(r.arrival, t0)) / max(r.done - r.arrival, 1e-12) for r in done)
     tokens = 0.0
     for r in reqs:
@@ -534,5 +537,6 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     itl = sum(r.done - r.first for r in done) / dec_tokens if dec_tokens else math.inf
     return SimResult(len(measured), len(done), pct(ttft), pct(tpot), float(ok.mean()), tps, tps / max(gpus, 1),
                      float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch, pct(e2e),
-                     (finished if concurrency is not None else len(done)) / max(t1 - t0, 1e-9), float(itl), linear, float(ttft_ok.mean()),
+                     finished / max(t1 - t0, 1e-9) if concurrency is not None else tps / float(np.mean([r.osl for r in reqs])),
+                     float(itl), linear, float(ttft_ok.mean()),
                      float(tpot_ok.mean()))
