@@ -144,7 +144,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
             live()
     _print_warnings()
     if fmt == "json":
-        click.echo(_dumps(_result_dict(report, files)))
+        click.echo(_result_json(_result_dict(report, files)))
     else:
         for f in files:
             click.echo(f"wrote {f}", err=True)
@@ -177,7 +177,7 @@ def _pareto(raw, instance: Path, spec, objective, budget, output_dir, sweep: str
                      deadline=budget.deadline)
     files = write(res, output_dir)
     if fmt == "json":
-        click.echo(json.dumps(res.to_dict() | {"files": [str(f) for f in files]}, indent=2))
+        click.echo(_dumps(res.to_dict() | {"files": [str(f) for f in files]}, indent=2))
     else:
         for f in files:
             click.echo(f"wrote {f}", err=True)
@@ -246,12 +246,16 @@ def _named_override(exc: Exception, instance: Path, overrides) -> Exception:
         return re.sub(r"\[(\d+)\]", r".\1", dotted)
 
     field = norm(exc.field)
-    for item in reversed(overrides):
-        key = norm(item.partition("=")[0].strip())
-        # the field itself, inside it, or the field holding it (a list the override indexes into)
-        if key and (field == key or field.startswith(key + ".") or key.startswith(field + ".")):
-            return InputError(exc.file, exc.field, f"{exc.problem} (set by --set {item})")
-    return exc
+    keyed = [(norm(item.partition("=")[0].strip()), item) for item in overrides]
+    # the field itself or a field inside the override (a list the override sets): that override;
+    # an override inside the field (serving.traffic.isl for an error on serving.traffic): every
+    # such override, the error cannot say which of them
+    own = [item for key, item in keyed if key and (field == key or field.startswith(key + "."))]
+    inside = [item for key, item in keyed if key and key.startswith(field + ".")]
+    named = own[-1:] or inside
+    if not named:
+        return exc
+    return InputError(exc.file, exc.field, f"{exc.problem} (set by {', '.join('--set ' + i for i in named)})")
 
 
 def _exit_bad_input(exc: Exception, where, what: str = "cannot write: ") -> None:
@@ -270,7 +274,7 @@ def _write_result(report, output_dir: Path, files: list[str]) -> None:
     """``--output DIR``: every problem writes ``DIR/result.json`` (the ``--format json`` object);
     expert placement also writes its placement files there."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "result.json").write_text(_dumps(_result_dict(report, files)))
+    (output_dir / "result.json").write_text(_result_json(_result_dict(report, files)))
 
 
 PLOT_S, PLOT_S_PER_SESSION = 1.0, 5e-4  # --plot: matplotlib's import and figures (3,000 sessions: 2.5 s)
@@ -291,11 +295,11 @@ PARETO_POINTS = 20  # --pareto-points default
 COMPACT_JSON_CHARS = 1_000_000  # larger results are printed without indentation (3.5x faster to write)
 
 
-def _dumps(d: dict) -> str:
+def _result_json(d: dict) -> str:
     """A result as JSON: indented, or compact when it is large (a 500,000-session plan is
     114 MB indented and took 3.5 s to encode; compact, 76 MB in 1.0 s: the C encoder)."""
-    text = json.dumps(d, default=_json_default)
-    return text if len(text) > COMPACT_JSON_CHARS else json.dumps(d, indent=2, default=_json_default)
+    text = _dumps(d, default=_json_default)
+    return text if len(text) > COMPACT_JSON_CHARS else _dumps(d, indent=2, default=_json_default)
 
 
 @click.command("calibrate", context_settings={"help_option_names": ["-h", "--help"]})
@@ -346,7 +350,7 @@ def calibrate_cmd(measurements: Path, models, hardware, source: str, seed: int, 
         _exit_bad_input(exc, output)
     _print_warnings()
     if fmt == "json":
-        click.echo(json.dumps(res.to_dict() | ({"files": [str(output)]} if output else {}), indent=2))
+        click.echo(_dumps(res.to_dict() | ({"files": [str(output)]} if output else {}), indent=2))
     else:
         from rich.console import Console
 
@@ -377,7 +381,7 @@ def _calibrate_runs(measured: Path, source: str, output: Path | None, fmt: str) 
         _exit_bad_input(exc, output)
     _print_warnings()
     if fmt == "json":
-        click.echo(json.dumps(res.to_dict() | ({"files": [str(output)]} if output else {}), indent=2,
+        click.echo(_dumps(res.to_dict() | ({"files": [str(output)]} if output else {}), indent=2,
                               default=_json_default))
     else:
         from rich.console import Console
@@ -471,7 +475,7 @@ def estimate_cmd(instance: Path, fmt: str, overrides: tuple[str, ...], requests:
                         "time_s": time.perf_counter() - started, "gap": None, "method": "estimate", "bound_method": None,
                         **({"cut_short": [cut]} if cut else {})},
                        definitions=DEFINITIONS)
-        click.echo(json.dumps(env, indent=2, default=_json_default))
+        click.echo(_dumps(env, indent=2, default=_json_default))
     else:
         from rich.console import Console
 
@@ -528,7 +532,7 @@ def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path 
                        {"name": "closed-loop simulation of each measured row (no search)", "status": "estimated",
                         "time_s": time.perf_counter() - t0, "gap": None, "method": "fidelity", "bound_method": None},
                        definitions=fd.DEFINITIONS, files=files)
-        click.echo(json.dumps(env, indent=2, default=_json_default))
+        click.echo(_dumps(env, indent=2, default=_json_default))
     else:
         from rich.console import Console
         from rich.markup import escape
@@ -590,6 +594,29 @@ def run(argv: list[str] | None = None) -> None:
     except click.Abort:
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _finite(obj):
+    """``obj`` with every non-finite float (a TTFT of a request that never finished, a ratio over
+    zero) as None, so the JSON is strict (RFC 8259 has no NaN or Infinity)."""
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    return obj
+
+
+def _dumps(obj, **kw) -> str:
+    """Strict JSON of a result: non-finite numbers as null (:func:`_finite`, walked only when the
+    result has one, so a large plan keeps the C encoder's speed)."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kw)
+    except ValueError:
+        return json.dumps(_finite(obj), allow_nan=False, **kw)
 
 
 def _json_default(obj):

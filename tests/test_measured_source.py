@@ -433,14 +433,43 @@ def test_open_loop_estimate_past_capacity_says_so(tmp_path):
     r = run("estimate", write(tmp_path, raw), "--format", "json")
     assert r.exit_code == 0, r.output
     low, high = json.loads(r.stdout)["plan"]["estimates"]
-    # below capacity the served rate is the offered one (Poisson noise of a few percent) and no note
+    # the open loop's request rate is the offered one (its Poisson arrivals); below capacity no note
     assert low["figures"]["request_rate_rps"] == pytest.approx(4, rel=0.05) and low["notes"] == []
-    # 100x the rate: the workers serve what they can, the queue grows, and the estimate says so
-    served = high["figures"]["request_rate_rps"]
-    assert served < 0.9 * 400 and served == pytest.approx(high["figures"]["tokens_per_s"] / 500, rel=1e-9)
-    assert high["notes"][0].startswith(f"past capacity: 400 req/s offered, {served:.3g} req/s served")
+    q = low["figures"]["quarters"]["ttft_s"]
+    assert max(q) < 1.4 * min(q)  # a stable queue's quarters stay at one level
+    # 100x the rate: the prompts queue longer and longer through the run, and the estimate says so
+    q = high["figures"]["quarters"]["ttft_s"]
+    assert q[0] < q[1] < q[2] < q[3] and high["notes"][0].startswith("past capacity: 400 req/s is more than")
+    assert "mean TTFT" in high["notes"][0]
+    r = run("estimate", write(tmp_path, raw), "--requests", "20")
+    assert "too few to tell whether 4 req/s is within the workers' capacity" in r.output
+
+
+def test_estimate_json_is_strict_when_requests_never_finish(tmp_path):
+    raw = estimate_raw()
+    raw["serving"]["traffic"] = {"rate_rps": [1_000_000], "isl": 4000, "osl": 500}
+    r = CliRunner().invoke(optimize, ["estimate", str(write(tmp_path, raw)), "--format", "json"])
+    assert r.exit_code == 0, r.output
+
+    def refuse(c):
+        raise ValueError(f"non-standard JSON constant {c}")
+
+    e = json.loads(r.stdout, parse_constant=refuse)["plan"]["estimates"][0]
+    assert e["figures"]["ttft_ms"]["mean"] is None  # unfinished requests: no finite mean
+    assert e["notes"][0].startswith("past capacity") and "unfinished" in e["notes"][-1]
+    assert "RuntimeWarning" not in r.stderr
+
+
+def test_fixed_worker_needs_its_layout_and_its_pool(tmp_path):
+    raw = estimate_raw()
+    del raw["serving"]["fixed"]["workers"][0]["tp"]
     r = run("estimate", write(tmp_path, raw))
-    assert "400 req/s: past capacity" in r.output
+    assert_one_line_error(r, "serving.fixed.workers[0].tp: required field is missing")
+    raw = yaml.safe_load((INSTANCES / "serving_qwen3_30b_a3b_mixed_pools.yaml").read_text())
+    raw["serving"]["fixed"] = {"workers": [{"role": "aggregated", "tp": 1}]}
+    r = run("estimate", write(tmp_path, raw))
+    assert_one_line_error(r, "serving.fixed.workers[0].pool: required with more than one pool (the instance has "
+                             "h100-sxm, h200-sxm)")
 
 
 def test_estimate_time_limit_stops_a_long_simulation_without_figures(tmp_path):
@@ -541,6 +570,26 @@ def test_disaggregated_row_without_worker_counts_is_listed_not_guessed(tmp_path)
     row = json.loads(r.stdout)["plan"]["rows"][0]
     assert row["predicted"] == {} and row["skipped"]["analytic"] == ("a disaggregated row without "
                                                                      "prefill_num_workers and decode_num_workers")
+
+
+def test_fidelity_unknown_precision_and_binary_files_are_named(tmp_path):
+    p = _slice(tmp_path, 2, lambda r: r["system"] == "h100_sxm" and r["model_path"] == "Qwen/Qwen3-32B"
+               and r["mode"] == "agg" and r["backend"] == "trtllm" and r["isl"] == "1024" and r["osl"] == "128")
+    rows = list(csv.DictReader(p.open()))
+    rows[0]["gemm_quant_mode"], rows[1]["gemm_quant_mode"], rows[1]["precision"] = "int3", "", "int2"
+    with p.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    r = run("fidelity", p, "--format", "json", "--source", "analytic")
+    assert r.exit_code == 0, r.output
+    got = [row["skipped"]["analytic"] for row in json.loads(r.stdout)["plan"]["rows"]]
+    assert got[0].startswith("gemm_quant_mode 'int3': unknown weight precision (bf16, ")
+    assert got[1].startswith("precision 'int2': unknown weight precision")
+    b = tmp_path / "bin.csv"
+    b.write_bytes(b"\x00\xff\xfe")
+    r = run("fidelity", b)
+    assert_one_line_error(r, "not UTF-8 text (byte 1)")
 
 
 def test_fidelity_lists_rows_it_cannot_run(tmp_path):
@@ -786,6 +835,10 @@ def test_a_bad_set_value_names_the_override():
     assert_one_line_error(r, "serving.traffic.concurrency", "(set by --set serving.traffic.concurrency=abc)")
     r = run("estimate", est, "--set", "serving.traffic.concurrency=16", "--requests", "32", "--format", "json")
     assert r.exit_code == 0 and json.loads(r.stdout)["plan"]["estimates"][0]["traffic"]["concurrency"] == 16
+    # an error on a field holding several overrides names each of them, not the last one alone
+    r = run("estimate", est, "--set", "serving.traffic.isl=100000", "--set", "serving.traffic.concurrency=4")
+    assert_one_line_error(r, "serving.traffic: a request of 100500 tokens", "(set by --set serving.traffic.isl=100000, "
+                             "--set serving.traffic.concurrency=4)")
 
 
 def test_closed_loop_without_an_open_loop_plan_searches_smaller_sizings(tmp_path):

@@ -129,6 +129,13 @@ def _num(v: str, path: Path, where: str, name: str, integer: bool = True):
     return int(x) if integer else x
 
 
+# a row's weight precision (gemm_quant_mode, else precision) -> the instance's weight_dtype (None:
+# the checkpoint's own); the GEMM lane itself is the estimator's, read from the checkpoint
+PRECISIONS = {"": None, "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "fp8": "fp8",
+              "fp8_block": "fp8", "fp4": "fp4", "nvfp4": "fp4", "int8": "int8", "int8_wo": "int8", "int4": "int4",
+              "int4_wo": "int4"}
+
+
 def read_rows(path: Path, limit: Optional[int] = None, clients: Optional[list[Client]] = None) -> list[Row]:
     """Rows of a measured file in aiconfigurator's ``silicon_sample.csv`` layout, each with the
     benchmark client that measured it (``clients``, default :func:`read_clients` of the shipped
@@ -140,6 +147,16 @@ def read_rows(path: Path, limit: Optional[int] = None, clients: Optional[list[Cl
     if not path.is_file():
         raise InputError(path, "", "no such file")
     clients = read_clients() if clients is None else clients
+    try:
+        return _read_rows(path, limit, clients)
+    except UnicodeDecodeError as exc:
+        raise InputError(path, "", f"not UTF-8 text (byte {exc.start}): a CSV in the silicon_sample.csv layout, a "
+                                   f"vllm bench JSON or an SGLang JSONL") from None
+    except csv.Error as exc:
+        raise InputError(path, "", f"not a readable CSV: {exc}") from None
+
+
+def _read_rows(path: Path, limit: Optional[int], clients: list[Client]) -> list[Row]:
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
@@ -157,7 +174,8 @@ def read_rows(path: Path, limit: Optional[int] = None, clients: Optional[list[Cl
             f = {"system": r["system"], "backend": r["backend"], "version": r.get("backend_version") or None,
                  "model": r["model_path"], "mode": r["mode"], "isl": _num(r["isl"], path, where, "isl"),
                  "osl": _num(r["osl"], path, where, "osl"),
-                 "precision": (r.get("gemm_quant_mode") or r.get("precision") or "").lower()}
+                 "precision": (r.get("gemm_quant_mode") or r.get("precision") or "").strip().lower(),
+                 "precision_column": "gemm_quant_mode" if (r.get("gemm_quant_mode") or "").strip() else "precision"}
             m_c = re.search(r"silicon_concurrency=(\d+)", r.get("silicon_data_source") or "")
             f["source_concurrency"] = int(m_c.group(1)) if m_c else None
             f["silicon_data_source"] = r.get("silicon_data_source") or ""
@@ -249,7 +267,7 @@ def read_bench_results(path: Path, mapping_path: Path) -> list[Row]:
         f = {"system": system, "backend": mp["engine"], "version": mp.get("engine_version"),
              "model": mp.get("hf_id") or cfg.stem, "config": str(cfg), "mode": "agg",
              "isl": max(1, round(o["total_input_tokens"] / done)), "osl": max(2, round(o["total_output_tokens"] / done)),
-             "precision": mp["dtype"] or "bf16", "tp_size": mp["tp"], "pp_size": None,
+             "precision": mp["dtype"] or "bf16", "precision_column": "dtype", "tp_size": mp["tp"], "pp_size": None,
              "attention_dp_size": mp.get("dp"), "moe_tp_size": None, "moe_ep_size": mp.get("ep"), "concurrency": conc}
         rid = str(o.get("id") or f"{path.name}:{n}")
         rows.append(Row(rid, (system, mp["engine"], f["model"], "agg"), f,
@@ -318,10 +336,11 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
     cfg = Path(f["config"]) if f.get("config") else _model_config(f["model"], mapping)
     if cfg is None:
         return None, f"no config.json for {f['model']} (aiconfigurator-core model_configs or model_aliases)"
-    dtype = "fp8" if "fp8" in f["precision"] or "fp8" in f["model"].lower() else \
-        "fp4" if "fp4" in f["precision"] else "bf16"
-    if f.get("config") and f["precision"] in ("bf16", "fp8", "fp4", "fp16"):
-        dtype = f["precision"]
+    if f["precision"] not in PRECISIONS:
+        return None, (f"{f['precision_column']} {f['precision']!r}: unknown weight precision "
+                      f"({', '.join(k for k in PRECISIONS if k)}, or empty)")
+    # empty: the checkpoint's own precision, BF16 unless the model id names FP8
+    dtype = PRECISIONS[f["precision"]] or ("fp8" if "fp8" in f["model"].lower() else "bf16")
     def worker(role: str, pre: str, count: int) -> dict:
         w = {"role": role, "tp": f[f"{pre}tp_size"], "dp": f[f"{pre}attention_dp_size"] or 1, "count": count}
         if f[f"{pre}moe_ep_size"]:

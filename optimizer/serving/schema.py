@@ -135,14 +135,15 @@ class FixedWorkerIn(_In):
     """One worker group of a fixed plan (``serving.fixed.workers[i]``)."""
 
     role: Literal["aggregated", "prefill", "decode"]
-    count: PosInt = 1
-    tp: PosInt = 1
-    dp: PosInt = 1
+    count: PosInt = Field(default=1, description="workers of this layout")
+    tp: PosInt = Field(description="tensor-parallel size (attention; with dp, the worker's GPUs are tp x dp)")
+    dp: PosInt = Field(default=1, description="attention data-parallel ranks")
     ep: Optional[PosInt] = None
     cp: PosInt = Field(default=1, description="context-parallel ranks (prefill workers only)")
     sp: bool = Field(default=False, description="Megatron sequence parallelism in the TP group (needs tp > 1)")
     max_batch: Optional[PosInt] = None
-    pool: Optional[str] = Field(default=None, min_length=1, description="pool name (GPU); default the first pool")
+    pool: Optional[str] = Field(default=None, min_length=1, description="pool name (GPU); required when the "
+                                                                       "instance has more than one pool")
 
 
 class FixedIn(_In):

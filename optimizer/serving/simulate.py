@@ -87,6 +87,10 @@ class SimResult:
     linear: dict = field(default_factory=dict)
     ttft_attainment: float = math.nan  # share of the measured requests within the TTFT target alone
     tpot_attainment: float = math.nan  # ... within the TPOT target alone (which role a miss asks more of)
+    # open loop: {"ttft_s": [4 means], "tpot_s": [...]} over the quarters of the measured requests
+    # in arrival order (inf: a request never finished); still rising at the end is a queue growing
+    # through the run (:func:`optimizer.serving.estimate.past_capacity_notes`)
+    quarters: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"requests": self.requests, "completed": self.completed,
@@ -96,7 +100,7 @@ class SimResult:
                 "tokens_per_s_per_user": self.tokens_per_s_per_user, "mean_batch": self.mean_batch,
                 "e2e_ms": {k: v * 1e3 for k, v in self.e2e_s.items()}, "request_rate_rps": self.request_rate,
                 "itl_ms": self.itl_s * 1e3, "ttft_attainment": self.ttft_attainment,
-                "tpot_attainment": self.tpot_attainment}
+                "tpot_attainment": self.tpot_attainment, "quarters": self.quarters}
 
 
 MAX_REQUESTS = 60_000
@@ -494,11 +498,10 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
         t1 = max((r.done for r in reqs if not math.isnan(r.done)), default=t0)
         if p.start == "staggered":  # the window opens once every user has sent its first request
             t0 = reqs[min(concurrency, len(reqs)) - 1].arrival
-    # requests served per second. Closed loop: each request counts with the share of its life inside
-    # the window (all of it for a start together; a staggered start's early requests only partly, as
-    # their tokens). Open loop: the output tokens served in the window over the mean OSL (a count of
-    # requests finished in the window would miss those longer than the window), so past capacity
-    # the rate is what the workers served, below the offered one, while the queue grows
+    # requests per second. Closed loop (served): each request counts with the share of its life
+    # inside the window (all of it for a start together; a staggered start's early requests only
+    # partly, as their tokens). Open loop (offered): the measured arrivals over the window; what
+    # was served shows in the tokens, and a queue growing through the run in quarters
     finished = sum(max(0.0, min(r.done, t1) - max(r.arrival, t0)) / max(r.done - r.arrival, 1e-12) for r in done)
     tokens = 0.0
     for r in reqs:
@@ -514,8 +517,9 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     finite = np.isfinite(tpot)
 
     def pct(a):
-        return {"p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)), "p99": float(np.percentile(a, 99)),
-                "mean": float(np.mean(a))}
+        with np.errstate(invalid="ignore"):  # unfinished requests are inf: a percentile between two is nan
+            return {"p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+                    "p99": float(np.percentile(a, 99)), "mean": float(np.mean(a))}
 
     tps = tokens / max(t1 - t0, 1e-9)
     mean_batch = {}
@@ -533,10 +537,13 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
             np.array([[r.osl - 1] for r in lin], dtype=float)
         linear = {"ttft_s": tt.mean(axis=0).tolist(), "tpot_s": tp.mean(axis=0).tolist()}
     e2e = np.array([r.done - r.arrival if not math.isnan(r.done) else math.inf for r in measured])
+    q = len(ttft) // 4  # open loop: mean TTFT and TPOT of each quarter of the measured requests by arrival
+    quarters = {name: [float(np.mean(a[k * q:(k + 1) * q])) for k in range(4)]
+                for name, a in (("ttft_s", ttft), ("tpot_s", tpot))} if concurrency is None and q else {}
     dec_tokens = sum(r.osl - 1 for r in done)
     itl = sum(r.done - r.first for r in done) / dec_tokens if dec_tokens else math.inf
     return SimResult(len(measured), len(done), pct(ttft), pct(tpot), float(ok.mean()), tps, tps / max(gpus, 1),
                      float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch, pct(e2e),
-                     finished / max(t1 - t0, 1e-9) if concurrency is not None else tps / float(np.mean([r.osl for r in reqs])),
+                     (finished if concurrency is not None else len(measured)) / max(t1 - t0, 1e-9),
                      float(itl), linear, float(ttft_ok.mean()),
-                     float(tpot_ok.mean()))
+                     float(tpot_ok.mean()), quarters)
