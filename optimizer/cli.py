@@ -443,7 +443,7 @@ def estimate_cmd(instance: Path, fmt: str, overrides: tuple[str, ...], requests:
     from optimizer.serving import load_problem
     from optimizer.budget import Budget
     from optimizer.errors import EXIT_TIME_LIMIT
-    from optimizer.serving.estimate import EstimateCut, estimate, render
+    from optimizer.serving.estimate import EstimateCut, estimate, render, warn_ignored
 
     started = Budget.for_command(None).start  # --time-limit counts from the process start
     cut = None
@@ -455,6 +455,7 @@ def estimate_cmd(instance: Path, fmt: str, overrides: tuple[str, ...], requests:
             raise InputError(instance, "serving", "optimize estimate takes a serving instance (a serving: section "
                                                   "with serving.fixed)")
         p = load_problem(raw, instance)
+        warn_ignored(raw, instance)
         try:
             res = estimate(p, requests, None if time_limit is None else started + time_limit)
         except EstimateCut as exc:

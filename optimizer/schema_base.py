@@ -83,6 +83,9 @@ def validation_error_to_input_error(err: ValidationError, file: str | Path, pref
         msg = "required field is missing"
     if "input" in first and first["type"] not in ("missing", "extra_forbidden") and not isinstance(first["input"], (dict, list)):
         msg = f"{msg} (got {first['input']!r})"
+        if first["type"] == "string_type" and isinstance(first["input"], (int, float)) \
+                and not isinstance(first["input"], bool):  # YAML read 0.24 or 9.9 as a number
+            msg += "; quote it to keep it text (\"0.10\" would otherwise read as 0.1)"
     return InputError(file, field, msg)
 
 

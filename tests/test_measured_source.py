@@ -460,6 +460,17 @@ def test_estimate_json_is_strict_when_requests_never_finish(tmp_path):
     assert "RuntimeWarning" not in r.stderr
 
 
+def test_estimate_warns_about_fields_it_does_not_use_and_numbers_given_for_text(tmp_path):
+    est = INSTANCES / "estimate" / "qwen32b_h200_tp8x4.yaml"
+    r = run("estimate", est, "--set", "serving.mode=aggregated", "--set", "serving.simulation.requests=100",
+            "--requests", "64", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert "serving.mode: ignored by optimize estimate" in r.stderr
+    assert "serving.simulation.requests: ignored in a closed loop" in r.stderr
+    r = run("estimate", est, "--set", "performance.engine_version=9.9")
+    assert_one_line_error(r, "performance.engine_version: Input should be a valid string (got 9.9); quote it")
+
+
 def test_fixed_worker_needs_its_layout_and_its_pool(tmp_path):
     raw = estimate_raw()
     del raw["serving"]["fixed"]["workers"][0]["tp"]
@@ -590,6 +601,9 @@ def test_fidelity_unknown_precision_and_binary_files_are_named(tmp_path):
     b.write_bytes(b"\x00\xff\xfe")
     r = run("fidelity", b)
     assert_one_line_error(r, "not UTF-8 text (byte 1)")
+    short = tmp_path / "short.csv"
+    short.write_text(p.read_text().splitlines()[0] + "\nrow-a,b,c\n")
+    assert_one_line_error(run("fidelity", short), "row row-a: 3 fields, the header has 34")
 
 
 def test_fidelity_lists_rows_it_cannot_run(tmp_path):

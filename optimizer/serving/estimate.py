@@ -159,6 +159,25 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
     return workers, counts, ("aggregated" if roles == {"aggregated"} else "disaggregated")
 
 
+def warn_ignored(raw: dict, path) -> None:
+    """Warn (:func:`optimizer.errors.warn_input`) about fields of a serving instance that
+    ``optimize estimate`` reads but does not use: the optimiser's ``serving.mode`` (the fixed plan's
+    roles are the mode), ``simulation.enabled: false`` (an estimate is a simulation) and, under a
+    closed loop, ``simulation.requests`` (10 requests per user unless ``--requests``)."""
+    from optimizer.errors import warn_input
+
+    sv = raw.get("serving") if isinstance(raw.get("serving"), dict) else {}
+    sim = sv.get("simulation") if isinstance(sv.get("simulation"), dict) else {}
+    traffic = sv.get("traffic") if isinstance(sv.get("traffic"), dict) else {}
+    if "mode" in sv:
+        warn_input(path, "serving.mode", "ignored by optimize estimate: the fixed plan's workers give the mode")
+    if sim.get("enabled") is False:
+        warn_input(path, "serving.simulation.enabled", "ignored by optimize estimate: an estimate is a simulation")
+    if "requests" in sim and traffic.get("concurrency") is not None:
+        warn_input(path, "serving.simulation.requests", "ignored in a closed loop: 10 requests per user unless "
+                                                        "--requests gives the total")
+
+
 class EstimateCut(Exception):
     """``--time-limit`` ran out during a simulation: the points finished before it (``done``) and
     where the cut one stood (``message``)."""

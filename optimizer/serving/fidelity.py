@@ -166,6 +166,9 @@ def _read_rows(path: Path, limit: Optional[int], clients: list[Client]) -> list[
         for n, r in enumerate(reader, start=2):
             rid = r.get("id") or f"line {n}"
             where = f"row {rid}"
+            if None in r.values() or None in r:  # csv.DictReader's marks of a short or long row
+                have = len(r) - (None in r) + len(r.get(None) or []) - sum(v is None for v in r.values())
+                raise InputError(path, where, f"{have} fields, the header has {len(reader.fieldnames)}")
             if r["mode"] not in ("agg", "disagg"):
                 raise InputError(path, f"{where}.mode", f"unknown mode {r['mode']!r} (agg or disagg)")
             conc = r.get("batch_size") or ""
