@@ -46,6 +46,8 @@ DEFINITIONS = {
                                            "the window",
     "plan.estimates[].figures.ttft_attainment": "share of the measured requests within the TTFT target alone",
     "plan.estimates[].figures.tpot_attainment": "share of the measured requests within the TPOT target alone",
+    "plan.estimates[].figures.preemptions": "requests preempted because the KV cache filled (vLLM/SGLang on-demand "
+                                            "admission; each recomputed later), counted each time",
     "plan.estimates[].notes": "what the figures mean when the point is past capacity (TTFT or TPOT still rising "
                               "through the run), too short to tell, or requests were left unfinished",
     "plan.estimates[].timing": "per pool: the step-time source (analytic or measured) and its stated error band",
@@ -119,10 +121,16 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
             if cap < 1:
                 raise InputError(p.path, where, f"{lay.label()} on {p.pools[pool].name}: not even one request's KV "
                                                 f"fits next to the weights")
-            if f.max_batch is not None and f.max_batch > cap:
-                raise InputError(p.path, f"{where}.max_batch", f"{f.max_batch} requests of the mean length do not "
-                                                               f"fit the KV cache of {lay.label()} (at most {cap})")
-            w.max_batch = f.max_batch or cap
+            if p.kv_admission == "on_demand" and f.role == "aggregated":  # (decode workers: reserve, below)
+                # the engine admits a request when its prompt fits and preempts as the cache fills:
+                # max_batch is only its --max-num-seqs; unset, as many as the prompts fit
+                prompts = p.pools[pool].steps.max_sessions(lay, int(math.ceil(model.mean_isl)), 0)
+                w.max_batch = f.max_batch or max(cap, min(prompts, p.max_batch))
+            else:
+                if f.max_batch is not None and f.max_batch > cap:
+                    raise InputError(p.path, f"{where}.max_batch", f"{f.max_batch} requests of the mean length do "
+                                                                   f"not fit the KV cache of {lay.label()} (at most {cap})")
+                w.max_batch = f.max_batch or cap
         counts[len(workers)] = f.count
         workers.append(w)
     for k, pl in enumerate(p.pools):  # the plan must fit the GPUs the instance has
@@ -252,6 +260,9 @@ def past_capacity_notes(kind: str, value: float, sim: SimResult) -> tuple[str, .
                 notes.append(f"past capacity: {float(value):g} req/s is more than these workers serve, the queue grows "
                              f"through the run ({'; '.join(rising)}), so latencies "
                              f"grow with the run's length (--requests) and describe no steady state")
+    if sim.preemptions:
+        notes.append(f"{sim.preemptions} preemptions: the KV cache filled as decodes grew and the engine's on-demand "
+                     f"admission stopped the newest requests to recompute them later")
     if sim.completed < sim.requests:
         notes.append(f"{sim.requests - sim.completed} of {sim.requests} requests unfinished when the simulation "
                      f"ended (counted as missing the SLO)")

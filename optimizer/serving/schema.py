@@ -336,6 +336,7 @@ class Problem:
     kv_dtype: str = "bf16"
     performance: Performance = Performance()
     scheduler: str = "chunked"  # the simulator's step make-up (optimizer/serving/simulate.py): chunked | mixed | prefill_first
+    kv_admission: str = "reserve"  # reserve | on_demand (KV_ADMISSION), with the scheduler
     slo_margin: Optional[dict] = None  # band: {ttft_ms, tpot_ms asked, band used}; targets divided by (1 + error)
     concurrency: Optional[int] = None  # closed-loop users (serving.traffic.concurrency), rates then empty
     start: str = "together"  # closed loop: together | staggered (serving.traffic.start)
@@ -419,6 +420,12 @@ def _with_band(pools, performance: Performance, ttft_s: float, tpot_s: float, pa
 
 
 SCHEDULERS = {"vllm": "mixed", "trtllm": "mixed", "sglang": "prefill_first"}
+# how an engine admits a request into its KV cache (optimizer/serving/simulate.py): "reserve" the
+# request's whole length at admission (TensorRT-LLM's default GUARANTEED_NO_EVICT capacity
+# scheduler; the engine-neutral default, the optimiser's max batch of mean-length requests) or
+# "on_demand": admit when the prompt's blocks fit and grow block by block, preempting the newest
+# request when a step finds no block left (vLLM's recompute preemption, SGLang's retraction)
+KV_ADMISSION = {"vllm": "on_demand", "trtllm": "reserve", "sglang": "on_demand"}
 
 
 def scheduler_of(pin: PerformanceIn, perf: Performance) -> str:
@@ -825,6 +832,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
                 or inst.performance.engine not in ("vllm", "sglang") else inst.performance.engine),
         weight_dtype=wd, kv_dtype=kd, performance=performance,
         slo_margin=margin, concurrency=s.traffic.concurrency, start=s.traffic.start or "together", homogeneous=s.homogeneous, fixed=s.fixed, scheduler=scheduler_of(inst.performance, performance),
+        kv_admission="reserve" if scheduler_of(inst.performance, performance) == "chunked" else KV_ADMISSION[performance.engine],
         prefix=_prefix(s.traffic, traffic, path),
         speculative=spec_dec,
         windows=windows, startup=startup,

@@ -9,7 +9,11 @@ the simulation rather than from the analytic formulas of :mod:`optimizer.serving
 * Aggregated: arrivals go to the worker with the least ``assigned / r_j`` (smooth weighted
   round robin); a worker runs steps carrying up to ``chunk_tokens`` prompt tokens per rank
   (FIFO, several prompts packed) plus every running decode; admission is capped at its
-  ``max_batch`` (prefilling + decoding). The step's make-up follows :attr:`Problem.scheduler`:
+  ``max_batch`` (prefilling + decoding) and, with :attr:`Problem.kv_admission` ``on_demand``
+  (vLLM, SGLang), by the KV cache: a prompt enters when its tokens fit beside the running ones
+  (less a 1% watermark), running decodes grow a token per step, and when they overflow the newest
+  is preempted and queued first to recompute its prompt and the tokens it had (its first token
+  stays where it was). The step's make-up follows :attr:`Problem.scheduler`:
   ``chunked`` (the budget is for prompt tokens alone: the default without an engine named),
   ``mixed`` (vLLM ``max_num_batched_tokens`` and TensorRT-LLM ``max_num_tokens`` count the
   decodes' tokens too, so prompts get ``C·dp - decodes``) or ``prefill_first`` (SGLang's default
@@ -63,6 +67,10 @@ class Req:
     c_first: tuple = ()
     c_done: tuple = ()
     steps: int = 0  # decode steps to its last token (0: OSL - 1, one token per step)
+    ptotal: int = 0  # aggregated: tokens its (re)prefill computes (ISL; ISL + decoded after a preemption)
+    decoded: int = 0  # decode steps done before a preemption (on-demand KV admission)
+    epoch: int = 0  # residencies on a decoder (a preempted request's old heap entry is stale)
+    preemptions: int = 0
 
 
 @dataclass
@@ -91,6 +99,7 @@ class SimResult:
     # in arrival order (inf: a request never finished); still rising at the end is a queue growing
     # through the run (:func:`optimizer.serving.estimate.past_capacity_notes`)
     quarters: dict = field(default_factory=dict)
+    preemptions: int = 0  # requests preempted (KV cache full, on-demand admission), counted each time
 
     def to_dict(self) -> dict:
         return {"requests": self.requests, "completed": self.completed,
@@ -100,9 +109,12 @@ class SimResult:
                 "tokens_per_s_per_user": self.tokens_per_s_per_user, "mean_batch": self.mean_batch,
                 "e2e_ms": {k: v * 1e3 for k, v in self.e2e_s.items()}, "request_rate_rps": self.request_rate,
                 "itl_ms": self.itl_s * 1e3, "ttft_attainment": self.ttft_attainment,
-                "tpot_attainment": self.tpot_attainment, "quarters": self.quarters}
+                "tpot_attainment": self.tpot_attainment, "quarters": self.quarters, "preemptions": self.preemptions}
 
 
+# on-demand KV admission keeps this share of the cache free when it admits a prompt (vLLM's block
+# manager watermark, 0.01), so the running decodes grow a while before one is preempted
+KV_WATERMARK = 0.01
 MAX_REQUESTS = 60_000
 REQUESTS_PER_USER = 10  # closed loop: requests per user unless given (benchmarks' num-prompts = 10 x concurrency)
 
@@ -229,20 +241,41 @@ class _Decoder:
         self.tau = tokens_per_step  # mean tokens a step adds to each running decode's context
         self.step = 0
         self.heap: list = []
-        self.ctx = 0.0  # Σ (position + 1) of running decodes
+        self.ctx = 0.0  # Σ (position + 1) of running decodes: their KV tokens
         self.n = 0
+        self.order: list = []  # (request, epoch, step added, ctx0) in admission order (preemption: newest)
 
     def add(self, r: Req, steps: int, ctx0: float):
-        steps = r.steps or steps
-        heapq.heappush(self.heap, (self.step + steps, r.i, r, ctx0, steps))
+        """Start decoding ``r``: ``steps`` to its last token (its drawn speculative steps instead
+        when it has them), ``ctx0`` its KV tokens now; after a preemption, the steps left."""
+        steps = (r.steps or steps) - r.decoded
+        heapq.heappush(self.heap, (self.step + steps, r.i, r, ctx0, steps, r.epoch))
+        self.order.append((r, r.epoch, self.step, ctx0))
         self.ctx += ctx0
         self.n += 1
+
+    def preempt_newest(self) -> Req:
+        """Stop the most recently admitted running decode (vLLM's recompute preemption): its KV is
+        freed, ``r.decoded`` counts the steps it had done; its heap entry goes stale."""
+        while True:
+            r, epoch, start, ctx0 = self.order.pop()
+            if r.epoch == epoch and math.isnan(r.done):
+                break
+        done = self.step - start
+        self.ctx -= ctx0 + done * self.tau
+        self.n -= 1
+        r.decoded += done
+        r.epoch += 1
+        r.preemptions += 1
+        return r
 
     def advance(self, now: float) -> None:
         self.step += 1
         self.ctx += self.n * self.tau
         while self.heap and self.heap[0][0] <= self.step:
-            _, _, r, ctx0, steps = heapq.heappop(self.heap)
+            _, _, r, ctx0, steps, epoch = heapq.heappop(self.heap)
+            if epoch != r.epoch:  # preempted since: not running here any more
+                continue
             r.done = now
             if self.cum is not None:
                 r.c_done = tuple(self.cum)
@@ -319,9 +352,19 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
             prefilling: list[Req] = []
             C = p.chunk_tokens
             dp = w.layout.attention_dp
+            # on-demand KV admission (vLLM, SGLang): a request enters when its prompt's tokens fit
+            # the cache beside the running ones; the cache fills as decodes grow and the newest
+            # running request is preempted (recomputed later) when it overflows. Reserve: the
+            # max batch of mean-length requests (the engine-neutral rule, TensorRT-LLM's)
+            on_demand = p.kv_admission == "on_demand"
+            kv_cap = p.pools[w.pool].steps.max_sessions(w.layout, 1, 0) if on_demand else math.inf
+            alloc = 0.0  # KV tokens of the prompts being prefilled
             while True:
                 while q and dec.n + len(prefilling) < w.max_batch:
+                    if on_demand and (dec.n or prefilling) and dec.ctx + alloc + q[0].ptotal > (1 - KV_WATERMARK) * kv_cap:
+                        break  # the next prompt's blocks do not fit (one request alone always enters)
                     prefilling.append(q.popleft())
+                    alloc += prefilling[-1].ptotal
                 if not prefilling and dec.n == 0:
                     wake[k] = env.event()
                     yield wake[k]
@@ -338,7 +381,7 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                     budget -= c
                 chunk = sum(c for _, c in taken)
                 ranks = min(dp, max(1, math.ceil(chunk / C))) if chunk else 1
-                c0 = (taken[0][0].isl - taken[0][0].left) if taken else 0
+                c0 = (taken[0][0].ptotal - taken[0][0].left) if taken else 0
                 if p.scheduler == "prefill_first" and chunk:  # SGLang: a prefill batch runs alone, decodes wait
                     t = step_s(w, chunk / ranks, c0, 0, 0.0, ranks)
                     record(w, 0, t)
@@ -357,13 +400,21 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                 for r, c in taken:
                     r.left -= c
                     if r.left <= 0:
-                        r.first = env.now
-                        r.c_first = tuple(cum[k])
+                        if math.isnan(r.first):  # a recomputed request's first token came before
+                            r.first = env.now
+                            r.c_first = tuple(cum[k])
                         prefilling.remove(r)
-                        dec.add(r, r.osl - 1, r.isl + 1)
+                        alloc -= r.ptotal
+                        dec.add(r, r.osl - 1, r.ptotal + 1)
+                while on_demand and dec.n > 1 and dec.ctx + alloc > kv_cap:
+                    r = dec.preempt_newest()
+                    r.ptotal = r.isl + int(round(r.decoded * tau))  # prompt and tokens so far, recomputed
+                    r.left = r.ptotal
+                    q.appendleft(r)
 
         def dispatch(r: Req):
-            r.left = r.isl - r.cached  # the chunks start after the cached prefix (c0 = isl - left)
+            r.ptotal = r.isl
+            r.left = r.isl - r.cached  # the chunks start after the cached prefix (c0 = ptotal - left)
             k = router.pick()
             r.c_arr = tuple(cum[k])
             queues[k].append(r)
@@ -546,4 +597,4 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                      float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch, pct(e2e),
                      (finished if concurrency is not None else len(measured)) / max(t1 - t0, 1e-9),
                      float(itl), linear, float(ttft_ok.mean()),
-                     float(tpot_ok.mean()), quarters)
+                     float(tpot_ok.mean()), quarters, sum(r.preemptions for r in reqs))
