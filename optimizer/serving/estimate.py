@@ -38,10 +38,13 @@ DEFINITIONS = {
     "plan.estimates[].figures.completed": "measured requests that finished before the simulation ended",
     "plan.estimates[].figures.request_rate_rps": "requests per second in the measurement window: closed loop, served "
                                                  "(each request by the share of its life inside the window); open loop, "
-                                                 "offered (the measured Poisson arrivals over the window)",
+                                                 "offered (the measured Poisson arrivals over the window, n - 1 gaps)",
     "plan.estimates[].figures.quarters": "open loop: mean TTFT and TPOT (s) of each quarter of the measured requests "
                                          "in arrival order; rising to the end is a queue growing (see notes)",
     "plan.estimates[].figures.tokens_per_s": "output tokens/s over the measurement window, all workers",
+    "plan.estimates[].figures.window_s": "the measurement window, s: closed loop, from the start (staggered: the last "
+                                         "user's start) to the last finish; open loop, from the first measured "
+                                         "arrival to the last arrival",
     "plan.estimates[].figures.mean_batch": "per worker configuration: time-average running decodes per worker in "
                                            "the window",
     "plan.estimates[].figures.ttft_attainment": "share of the measured requests within the TTFT target alone",
@@ -222,15 +225,16 @@ def estimate(p: Problem, requests: Optional[int] = None, deadline: Optional[floa
         except SimulationCut as exc:
             raise EstimateCut(out, f"c={v}" if kind == "concurrency" else f"{v:g} req/s", str(exc)) from None
         out.append(Estimate(p, tuple(workers), counts, mode, {kind: v, "source": p.traffic.source}, sim,
-                            time.perf_counter() - t0, past_capacity_notes(kind, v, sim)))
+                            time.perf_counter() - t0, past_capacity_notes(kind, v, sim, p.ttft_s + p.traffic.mean_osl * p.tpot_s)))
     return out
 
 
 GROWTH = 1.25  # a quarter's mean TTFT or TPOT this many times the second quarter's: still rising
 MIN_MEASURED = 40  # fewer measured requests than this: no verdict on capacity
+STEADY_LIVES = 2  # a window shorter than this many request lifetimes at the SLO may still be filling up
 
 
-def past_capacity_notes(kind: str, value: float, sim: SimResult) -> tuple[str, ...]:
+def past_capacity_notes(kind: str, value: float, sim: SimResult, life_s: float = 0.0) -> tuple[str, ...]:
     """What an open-loop point's figures mean when the workers do not keep up with it.
 
     Past capacity, a queue grows through the run: waiting prompts (TTFT) or a decode batch that
@@ -239,8 +243,11 @@ def past_capacity_notes(kind: str, value: float, sim: SimResult) -> tuple[str, .
     quarters rising above the second's, the fourth at least :data:`GROWTH` times it. A stable
     queue's quarters fluctuate around one level (within +-40% on the examples tested). A
     served-over-offered rate was not used: over a run as short as a few request lifetimes it is
-    below the offered rate for a stable plan too. Also noted: requests unfinished at the end, and
-    runs too short (:data:`MIN_MEASURED`) for a verdict."""
+    below the offered rate for a stable plan too. For the same reason a rise within a window
+    shorter than :data:`STEADY_LIVES` request lifetimes at the SLO (``life_s``: TTFT + mean OSL x
+    TPOT targets, the lifetime the default run length is sized on) may be the plan still filling
+    up, and the note says both. Also noted: requests unfinished at the end, and runs too short
+    (:data:`MIN_MEASURED`) for a verdict."""
     notes = []
     if kind == "rate_rps":
         if sim.requests < MIN_MEASURED or not sim.quarters:
@@ -256,7 +263,12 @@ def past_capacity_notes(kind: str, value: float, sim: SimResult) -> tuple[str, .
                     q = sim.quarters[name]
                     if q[3] >= GROWTH * q[1] and q[3] > q[2] > q[1]:
                         rising.append(f"mean {label} {' -> '.join(fmt(x) for x in q)} over the quarters of the arrivals")
-            if rising:
+            if rising and sim.window_s < STEADY_LIVES * life_s:
+                notes.append(f"latency still rising at the end of the run ({'; '.join(rising)}): past capacity, or a "
+                             f"run too short to reach a steady state (the measurement window, {sim.window_s:.3g} s, is "
+                             f"under {STEADY_LIVES} request lifetimes at the SLO, {life_s:.3g} s each): raise --requests "
+                             f"to tell")
+            elif rising:
                 notes.append(f"past capacity: {float(value):g} req/s is more than these workers serve, the queue grows "
                              f"through the run ({'; '.join(rising)}), so latencies "
                              f"grow with the run's length (--requests) and describe no steady state")
@@ -286,12 +298,15 @@ def render(estimates: list[Estimate], console) -> None:
     for col in ("traffic", "req/s", "TTFT ms mean|p50|p90|p99", "TPOT ms mean|p50|p90|p99", "ITL ms", "E2E ms mean|p90",
                 "tok/s/GPU", "tok/s/user", "on time"):
         t.add_column(col)
+    def ms(x: float, digits: int = 1) -> str:  # unfinished requests leave no finite figure
+        return f"{x * 1e3:.{digits}f}" if math.isfinite(x) else "-"
+
     for e in estimates:
         s = e.sim
-        f = lambda d: " | ".join(f"{d[k] * 1e3:.1f}" for k in ("mean", "p50", "p90", "p99"))  # noqa: E731
+        f = lambda d: " | ".join(ms(d[k]) for k in ("mean", "p50", "p90", "p99"))  # noqa: E731
         tr = f"c={e.traffic['concurrency']}" if "concurrency" in e.traffic else f"{e.traffic['rate_rps']:g} req/s"
-        t.add_row(tr, f"{s.request_rate:.3g}", f(s.ttft_s), f(s.tpot_s), f"{s.itl_s * 1e3:.2f}",
-                  f"{s.e2e_s['mean'] * 1e3:.0f} | {s.e2e_s['p90'] * 1e3:.0f}", f"{s.tokens_per_s_per_gpu:.1f}",
+        t.add_row(tr, f"{s.request_rate:.3g}", f(s.ttft_s), f(s.tpot_s), ms(s.itl_s, 2),
+                  f"{ms(s.e2e_s['mean'], 0)} | {ms(s.e2e_s['p90'], 0)}", f"{s.tokens_per_s_per_gpu:.1f}",
                   f"{s.tokens_per_s_per_user:.1f}", f"{s.attainment:.0%}")
     console.print(t)
     for e in estimates:

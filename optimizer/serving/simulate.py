@@ -100,6 +100,7 @@ class SimResult:
     # through the run (:func:`optimizer.serving.estimate.past_capacity_notes`)
     quarters: dict = field(default_factory=dict)
     preemptions: int = 0  # requests preempted (KV cache full, on-demand admission), counted each time
+    window_s: float = 0.0  # the measurement window (s): throughput and request rate are over it
 
     def to_dict(self) -> dict:
         return {"requests": self.requests, "completed": self.completed,
@@ -109,7 +110,8 @@ class SimResult:
                 "tokens_per_s_per_user": self.tokens_per_s_per_user, "mean_batch": self.mean_batch,
                 "e2e_ms": {k: v * 1e3 for k, v in self.e2e_s.items()}, "request_rate_rps": self.request_rate,
                 "itl_ms": self.itl_s * 1e3, "ttft_attainment": self.ttft_attainment,
-                "tpot_attainment": self.tpot_attainment, "quarters": self.quarters, "preemptions": self.preemptions}
+                "tpot_attainment": self.tpot_attainment, "quarters": self.quarters, "preemptions": self.preemptions,
+                "window_s": self.window_s}
 
 
 # on-demand KV admission keeps this share of the cache free when it admits a prompt (vLLM's block
@@ -595,6 +597,6 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
     itl = sum(r.done - r.first for r in done) / dec_tokens if dec_tokens else math.inf
     return SimResult(len(measured), len(done), pct(ttft), pct(tpot), float(ok.mean()), tps, tps / max(gpus, 1),
                      float(1.0 / np.mean(tpot[finite])) if finite.any() else 0.0, mean_batch, pct(e2e),
-                     (finished if concurrency is not None else len(measured)) / max(t1 - t0, 1e-9),
+                     (finished if concurrency is not None else max(len(measured) - 1, 0)) / max(t1 - t0, 1e-9),
                      float(itl), linear, float(ttft_ok.mean()),
-                     float(tpot_ok.mean()), quarters, sum(r.preemptions for r in reqs))
+                     float(tpot_ok.mean()), quarters, sum(r.preemptions for r in reqs), float(t1 - t0))
