@@ -93,8 +93,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
     take_warnings()  # this command's warnings only
     live, live_sink = _progress_display() if progress else (None, None)
     try:
-        if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
-            raise InputError("--time-limit", "", f"must be a positive, finite number of seconds (got {time_limit})")
+        _check_time_limit(time_limit)
         if pareto_points is not None and pareto is None:
             raise InputError("--pareto-points", str(pareto_points), "applies only with --pareto")
         if objective is not None and not objective.strip():
@@ -235,6 +234,12 @@ def _print_warnings() -> None:
     :func:`optimizer.errors.warn_input`)."""
     for line in take_warnings():
         click.echo(line, err=True)
+
+
+def _check_time_limit(time_limit: float | None) -> None:
+    """Raises: InputError naming ``--time-limit`` when it is given and not a positive, finite number."""
+    if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
+        raise InputError("--time-limit", "", f"must be a positive, finite number of seconds (got {time_limit})")
 
 
 def _named_override(exc: Exception, instance: Path, overrides) -> Exception:
@@ -408,8 +413,7 @@ def sweep_cmd(grid: Path, output_dir: Path, scheduler: str | None, workers: int 
     from optimizer.sweep import load_grid, run_sweep
 
     try:
-        if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
-            raise InputError("--time-limit", "", f"must be a positive number of seconds (got {time_limit})")
+        _check_time_limit(time_limit)
         g = load_grid(grid)
         res = run_sweep(g, output_dir, scheduler, workers, time_limit, progress=not no_progress)
     except (InputError, OSError) as exc:
@@ -448,8 +452,7 @@ def estimate_cmd(instance: Path, fmt: str, overrides: tuple[str, ...], requests:
     started = Budget.for_command(None).start  # --time-limit counts from the process start
     cut = None
     try:
-        if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
-            raise InputError("--time-limit", "", f"must be a positive, finite number of seconds (got {time_limit})")
+        _check_time_limit(time_limit)
         raw = apply_overrides(read_yaml(instance), list(overrides), instance)
         if not isinstance(raw, dict) or "serving" not in raw:
             raise InputError(instance, "serving", "optimize estimate takes a serving instance (a serving: section "
@@ -465,14 +468,13 @@ def estimate_cmd(instance: Path, fmt: str, overrides: tuple[str, ...], requests:
     except (InputError, OSError) as exc:
         _exit_bad_input(_named_override(exc, instance, overrides), instance, what="cannot read: ")
     _print_warnings()
-    status = "estimated" if cut is None else "time_limit"
     if fmt == "json":
         from optimizer.result import Status, envelope
         from optimizer.serving.estimate import DEFINITIONS
 
-        env = envelope("serving-estimate", p.name, Status.ESTIMATED if cut is None else Status.TIME_LIMIT, None,
-                       {"estimates": [e.to_dict() for e in res]},
-                       {"name": "closed/open-loop simulation of serving.fixed (no search)", "status": status,
+        status = Status.ESTIMATED if cut is None else Status.TIME_LIMIT
+        env = envelope("serving-estimate", p.name, status, None, {"estimates": [e.to_dict() for e in res]},
+                       {"name": "closed/open-loop simulation of serving.fixed (no search)", "status": status.value,
                         "time_s": time.perf_counter() - started, "gap": None, "method": "estimate", "bound_method": None,
                         **({"cut_short": [cut]} if cut else {})},
                        definitions=DEFINITIONS)

@@ -64,12 +64,12 @@ KV_MAX_BATCH = 256
 SYSTEMS_FILE = Path(__file__).resolve().parents[2] / "instances" / "hardware" / "aiconfigurator.yaml"
 GEMM_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4", "int4": "int4_wo", "int8": "int8_wo"}
 KV_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int8": "int8"}
-# MoE experts run the GEMM lane of the weights (the estimator would otherwise infer the lane from
-# config.json, BF16 for the transcribed configs, and time FP8 experts as BF16)
 # the estimator's message when a checkpoint's inferred FP8 FMHA has no context-attention table; the
 # engine then runs (and aiconfigurator times) BF16 FMHA over the same KV cache
 # (aiconfigurator_core.sdk.models.helpers.resolve_context_fmha_by_data, which compile_engine skips)
 FP8_FMHA_MISSING = 'fmha_quant: "fp8"'
+# MoE experts run the GEMM lane of the weights (the estimator would otherwise infer the lane from
+# config.json, BF16 for the transcribed configs, and time FP8 experts as BF16)
 MOE_QUANT = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo"}
 
 
@@ -367,8 +367,7 @@ class MeasuredSteps:
         print(f"building a measured step-time table: {self.label} {lay.label()} on {self.system} "
               f"({self.engine} {self.version}) ...", file=sys.stderr, flush=True)
         par = self._parallel(lay)
-        fmha = None
-        while True:
+        for fmha in (None, "bfloat16"):  # the checkpoint's FMHA, then BF16 where its table is missing
             try:
                 h = EngineHandle(compile_engine(str(self.model_dir), self.system, self.engine, self.version,
                                                 gemm_quant_mode=self.gemm, kvcache_quant_mode=self.kv,
@@ -378,7 +377,6 @@ class MeasuredSteps:
             except Exception as exc:  # the estimator names the operator or table it lacks
                 msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 if fmha is None and FP8_FMHA_MISSING in msg:
-                    fmha = "bfloat16"
                     continue
                 raise NotCovered("source", f"cannot time {self.label} {lay.label()} with {self.engine} {self.version} "
                                            f"on {self.system}: {msg}") from None

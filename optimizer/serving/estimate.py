@@ -298,18 +298,20 @@ def render(estimates: list[Estimate], console) -> None:
     for col in ("traffic", "req/s", "TTFT ms mean|p50|p90|p99", "TPOT ms mean|p50|p90|p99", "ITL ms", "E2E ms mean|p90",
                 "tok/s/GPU", "tok/s/user", "on time"):
         t.add_column(col)
+
     def ms(x: float, digits: int = 1) -> str:  # unfinished requests leave no finite figure
         return f"{x * 1e3:.{digits}f}" if math.isfinite(x) else "-"
+
+    def point(e: Estimate) -> str:
+        return f"c={e.traffic['concurrency']}" if "concurrency" in e.traffic else f"{e.traffic['rate_rps']:g} req/s"
 
     for e in estimates:
         s = e.sim
         f = lambda d: " | ".join(ms(d[k]) for k in ("mean", "p50", "p90", "p99"))  # noqa: E731
-        tr = f"c={e.traffic['concurrency']}" if "concurrency" in e.traffic else f"{e.traffic['rate_rps']:g} req/s"
-        t.add_row(tr, f"{s.request_rate:.3g}", f(s.ttft_s), f(s.tpot_s), ms(s.itl_s, 2),
+        t.add_row(point(e), f"{s.request_rate:.3g}", f(s.ttft_s), f(s.tpot_s), ms(s.itl_s, 2),
                   f"{ms(s.e2e_s['mean'], 0)} | {ms(s.e2e_s['p90'], 0)}", f"{s.tokens_per_s_per_gpu:.1f}",
                   f"{s.tokens_per_s_per_user:.1f}", f"{s.attainment:.0%}")
     console.print(t)
     for e in estimates:
         for n in e.notes:
-            tr = f"c={e.traffic['concurrency']}" if "concurrency" in e.traffic else f"{e.traffic['rate_rps']:g} req/s"
-            console.print(escape(f"{tr}: {n}"))
+            console.print(escape(f"{point(e)}: {n}"))

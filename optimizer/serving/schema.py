@@ -818,6 +818,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
                        f"a window of {short:g} s is shorter than a request's lifetime at the SLO ({life:.3g} s: "
                        "TTFT + mean OSL x TPOT): requests run past their window, which the day plan does not "
                        "carry over, so its GPU-hours are low")
+    scheduler = scheduler_of(inst.performance, performance)
     return Problem(
         name=inst.name or path.stem, path=path, model=spec, hf_id=inst.model.hf_id or HF_ID_PLACEHOLDER,
         pools=pools, kv_link=link, kv_link_default=kl is None, traffic=traffic, rates=rates,
@@ -831,8 +832,8 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         engine=(s.engine if "engine" in s.model_fields_set or inst.performance is None
                 or inst.performance.engine not in ("vllm", "sglang") else inst.performance.engine),
         weight_dtype=wd, kv_dtype=kd, performance=performance,
-        slo_margin=margin, concurrency=s.traffic.concurrency, start=s.traffic.start or "together", homogeneous=s.homogeneous, fixed=s.fixed, scheduler=scheduler_of(inst.performance, performance),
-        kv_admission="reserve" if scheduler_of(inst.performance, performance) == "chunked" else KV_ADMISSION[performance.engine],
+        slo_margin=margin, concurrency=s.traffic.concurrency, start=s.traffic.start or "together", homogeneous=s.homogeneous, fixed=s.fixed, scheduler=scheduler,
+        kv_admission="reserve" if scheduler == "chunked" else KV_ADMISSION[performance.engine],
         prefix=_prefix(s.traffic, traffic, path),
         speculative=spec_dec,
         windows=windows, startup=startup,

@@ -87,7 +87,7 @@ class SimResult:
     tokens_per_s_per_user: float
     mean_batch: dict = field(default_factory=dict)  # worker label -> time-average decodes per worker in the window
     e2e_s: dict = field(default_factory=dict)  # end-to-end latency (arrival to last token) p50/p90/p99/mean
-    request_rate: float = 0.0  # requests served per second over the window (see the end of simulate)
+    request_rate: float = 0.0  # req/s over the window: closed loop served, open loop offered (end of simulate)
     itl_s: float = math.nan  # mean gap between two output tokens, token-weighted (decode time / decode tokens)
     # aggregated, every measured request finished: mean TTFT and TPOT as [prefill s, decode s, steps,
     # rest s] of the steps inside each request's interval (rest: idle time and the part of the step
