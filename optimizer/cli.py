@@ -460,7 +460,7 @@ def estimate_cmd(instance: Path, fmt: str, overrides: tuple[str, ...], requests:
         p = load_problem(raw, instance)
         warn_ignored(raw, instance)
         try:
-            res = estimate(p, requests, None if time_limit is None else started + time_limit)
+            res = estimate(p, requests, Budget.for_command(time_limit, started).deadline)  # output's share kept
         except EstimateCut as exc:
             res, cut = exc.done, (f"time limit: the simulation of {exc.point} was stopped after {time_limit:g} s "
                                   f"({exc.message}); no figures for it or the points after it (raise --time-limit "
