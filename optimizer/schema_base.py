@@ -41,6 +41,19 @@ class RopeScalingIn(StrictModel):
     original_max_position_embeddings: Optional[int] = Field(default=None, gt=0, le=100_000_000)
 
 
+class PerformanceIn(StrictModel):
+    """``performance:`` (deployment and serving): where step times come from
+    (:mod:`optimizer.model.steptimes`)."""
+
+    source: Literal["auto", "analytic", "measured"] = "analytic"
+    engine: Optional[Literal["vllm", "sglang", "trtllm"]] = None
+    engine_version: Optional[str] = Field(default=None, min_length=1)
+    memory_fraction: Optional[float] = Field(default=None, gt=0, le=1)
+    calibration: Optional[str] = Field(default=None, min_length=1, description="factors from optimize calibrate")
+    gemm_quant: Optional[Literal["bfloat16", "fp8", "fp8_block", "nvfp4", "int8_wo", "int4_wo"]] = Field(
+        default=None, description="the measured database's GEMM (and MoE) kernel lane; default from model.weight_dtype")
+
+
 def _loc_to_field(loc: tuple[Any, ...], prefix: str = "") -> str:
     out = prefix
     for part in loc:

@@ -193,9 +193,12 @@ def test_deployment_bound_stays_below_every_step(ds):
     """The fixed part of a step the bound LP counts (weights read + what collectives cannot hide)
     never exceeds a real step under two micro-batches."""
     from optimizer.deployment.params import kv_and_weight_rates, session_step_floor
+    from optimizer.model.decode_steps import AnalyticDecode
 
-    class Perf:  # the deployment's view: .model is the shared model
+    class Perf:  # the deployment's view: .model is the shared model, .steps its step-time source
         model = ds(2)
+        steps = AnalyticDecode(model)
+        max_positions = 4097
 
     w, kv = kv_and_weight_rates(Perf, EP16)
     for n in (1, 16, 32, 64, 256, 2048):

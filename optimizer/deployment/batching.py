@@ -48,7 +48,6 @@ from optimizer.deployment.schema import Problem
 from optimizer.deployment.units import ticks_down, ticks_up
 from optimizer.errors import InputError
 from optimizer.model.layout import Layout
-from optimizer.model.perf import batch_step_table
 
 MAX_BATCH_CONFIGURATIONS = 200_000
 MEMO_SEGMENTS = 500_000  # cached timeline segments per performance model (cleared beyond)
@@ -141,9 +140,8 @@ def simulate(perf, lay: Layout, jobs: list[tuple[int, int]], batch: int) -> tupl
     """Start and finish times (s) of ``jobs`` = [(context, new)] in admission order on one
     instance (module semantics), event by event: between two finishes the active set is fixed,
     so its steps are evaluated in one vectorised call (:class:`~optimizer.model.perf.BatchStepTable`)."""
-    m = perf.model
-    table = batch_step_table(m)
-    memo = table.__dict__.setdefault("segments", {})
+    steps = perf.steps
+    memo = steps.cache("segments")
     dp = lay.attention_dp
     n = len(jobs)
     start = [0.0] * n
@@ -162,9 +160,9 @@ def simulate(perf, lay: Layout, jobs: list[tuple[int, int]], batch: int) -> tupl
         dts = memo.get(key)
         if dts is None:  # the same segment recurs across configurations: compute it once
             if len(active) == 1:
-                dts = m.single_session_step_s(lay, pos[0] + np.arange(k))
+                dts = steps.single_session_step_s(lay, pos[0] + np.arange(k))
             else:
-                dts = table.step_times_s(lay, np.array(pos, dtype=np.float64), k, rank=np.array(rank))
+                dts = steps.batch_steps_s(lay, np.array(pos, dtype=np.float64), k, rank=np.array(rank))
             if len(memo) > MEMO_SEGMENTS:
                 memo.clear()
             memo[key] = dts
@@ -212,7 +210,7 @@ def _exact_columns(problem, perf, lay: Layout, counts: tuple[int, ...], mem_limi
     (kept with the shared model's step table: the comparison rows ask again for the same layouts)."""
     from more_itertools import distinct_permutations
 
-    memo = batch_step_table(perf.model).__dict__.setdefault("exact_columns", {})
+    memo = perf.steps.cache("exact_columns")
     key = (lay, tuple((c.context, c.new, c.deadline_s) for c in problem.classes), counts, problem.batch_cap, mem_limit)
     if key in memo:
         return memo[key]
@@ -239,7 +237,7 @@ def enumerate_batch_configurations(problem: Problem, perf, options: dict[Layout,
     ``deadline`` first."""
     classes = problem.classes
     cap_b = problem.batch_cap
-    single = {lay: [ticks_up(perf.model.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
+    single = {lay: [ticks_up(perf.steps.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
                     for c in classes] for lay in options}
     out: list[BatchConfiguration] = []
     groups: list[tuple[Layout, tuple[int, ...], int, int]] = []  # (layout, counts, first, end) of rule columns
@@ -305,7 +303,7 @@ def _with_exact_orders(problem, perf, out, groups, mem_limit, order_work, deadli
         k = n
     # the comparison rows (one layout each) keep the main search's size: the same claim, and
     # no more exact work per row than the main search spent on all layouts
-    sizes = batch_step_table(perf.model).__dict__.setdefault("exact_sessions", {})
+    sizes = perf.steps.cache("exact_sessions")
     key = (tuple((c.context, c.new, c.deadline_s, c.count) for c in problem.classes), problem.batch_cap, order_work)
     k = min(k, sizes.setdefault(key, k))
     res.exact_sessions = k

@@ -174,15 +174,15 @@ class BoundedColumns:
         positions = self.new * self.ctx + self.new * (self.new + 1) // 2  # Σ_{j<new} (ctx + j + 1)
         cap_total = int(min(problem.batch_cap, len(problem.sessions)))
         self.layouts: dict[Layout, LayoutBounds] = {}
-        m = perf.model
+        steps = perf.steps
         for lay, opt in options.items():
             if max(opt.cap, default=0) == 0:
                 continue
             most = int(min(len(problem.sessions), sum(opt.cap)))
-            floor = m.decode_step_floor(lay, max(1, most))
+            floor = steps.decode_step_floor(lay, max(1, most), perf.max_positions)
             if floor is None:
                 raise ValueError("bounded columns need one batch per decode step")
-            solo = np.array([float(m.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
+            solo = np.array([float(steps.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
                              for c in cls])
             self.layouts[lay] = LayoutBounds(lay, opt, floor.g, floor.kv_rate, floor.dp, solo,
                                              floor.kv_rate * positions.astype(np.float64))
@@ -434,14 +434,12 @@ class _OrderSearch:
     objectives read."""
 
     def __init__(self, bc: BoundedColumns, lay: Layout, counts: tuple, deadline: Optional[float]):
-        from optimizer.model.perf import batch_step_table
-
         self.bc, self.lay, self.counts = bc, lay, tuple(int(k) for k in counts)
         self.lb = bc.layouts[lay]
         self.deadline = deadline
         self.m = bc.perf.model
-        self.table = batch_step_table(self.m)
-        self.memo = self.table.__dict__.setdefault("segments", {})
+        self.steps = bc.perf.steps
+        self.memo = self.steps.cache("segments")
         self.t_lim = bc.t_max_s * (1 + 1e-9)
         self.found: list[BatchConfiguration] = []
         self.work = 0
@@ -456,7 +454,7 @@ class _OrderSearch:
         # rest[c][d]: the class's remaining decode alone from d tokens done (its fastest finish)
         self.rest = []
         for c in range(len(self.new)):
-            steps = self.m.single_session_step_s(lay, np.arange(self.ctx[c], self.ctx[c] + self.new[c]))
+            steps = self.steps.single_session_step_s(lay, np.arange(self.ctx[c], self.ctx[c] + self.new[c]))
             self.rest.append([float(x) for x in np.cumsum(steps[::-1])[::-1]] + [0.0])
         # branching order: earliest deadline first (good points early make the cuts bite)
         self.by_deadline = sorted(range(len(self.new)), key=lambda c: (self.dl[c], c))
@@ -564,9 +562,9 @@ class _OrderSearch:
         dts = self.memo.get(key)
         if dts is None:
             if len(active) == 1:
-                dts = self.m.single_session_step_s(self.lay, pos_t[0] + np.arange(k))
+                dts = self.steps.single_session_step_s(self.lay, pos_t[0] + np.arange(k))
             else:
-                dts = self.table.step_times_s(self.lay, np.array(pos_t, dtype=np.float64), k, rank=np.array(ranks))
+                dts = self.steps.batch_steps_s(self.lay, np.array(pos_t, dtype=np.float64), k, rank=np.array(ranks))
             self.memo[key] = dts
         t2 = float(np.cumsum(np.concatenate(([t], dts)))[-1])  # as the evaluator adds the steps
         still = []

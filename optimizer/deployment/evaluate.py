@@ -122,11 +122,8 @@ def _batched_timeline(perf: PerfModel, inst: PlannedInstance, by_id) -> list[Ses
     between two finishes are evaluated together by the shared model's vectorised
     :class:`~optimizer.model.perf.BatchStepTable` (equal to :meth:`PerfModel.step` to rounding)
     and summed one by one."""
-    from optimizer.model.perf import batch_step_table
-
     lay = inst.lay
-    m = perf.model
-    table = batch_step_table(m)
+    steps = perf.steps
     dp = lay.attention_dp
     queue = list(inst.sessions)
     rank = {sid: i % dp for i, sid in enumerate(queue)}
@@ -145,9 +142,9 @@ def _batched_timeline(perf: PerfModel, inst: PlannedInstance, by_id) -> list[Ses
         k = min(by_id[sid].new - made[sid] for sid in active)
         pos = np.array([by_id[sid].context + made[sid] for sid in active], dtype=np.float64)
         if len(active) == 1:
-            dts = m.single_session_step_s(lay, pos[0] + np.arange(k))
+            dts = steps.single_session_step_s(lay, pos[0] + np.arange(k))
         else:
-            dts = table.step_times_s(lay, pos, k, rank=np.array([rank[sid] for sid in active]))
+            dts = steps.batch_steps_s(lay, pos, k, rank=np.array([rank[sid] for sid in active]))
         for dt in dts:
             t += float(dt)
         still = []
@@ -177,7 +174,7 @@ def _timeline(perf: PerfModel, problem: Problem, inst: PlannedInstance, fault: O
             if inst.layout is None:
                 svc = perf.service_time_s(inst.degree, s.context, s.new)
             else:
-                svc = float(perf.model.single_session_step_s(inst.layout, np.arange(s.context, s.context + s.new)).sum())
+                svc = float(perf.steps.single_session_step_s(inst.layout, np.arange(s.context, s.context + s.new)).sum())
             memo[key] = svc
         start, finish = t, t + svc
         if fault is not None and not hit and finish > fault.at_s:

@@ -684,7 +684,7 @@ def plan_from_batch_configurations(problem: Problem, perf: PerfModel, counts) ->
     pools = {c.index: list(c.session_ids) for c in problem.classes}
     items = []
     for cfg, r in sorted(counts, key=lambda t: -t[0].degree):
-        single = [ticks_up(perf.model.single_session_step_s(cfg.layout, np.arange(c.context, c.context + c.new)).sum())
+        single = [ticks_up(perf.steps.single_session_step_s(cfg.layout, np.arange(c.context, c.context + c.new)).sum())
                   for c in problem.classes]
         for _ in range(r):
             if cfg.order is not None:  # an exactly searched order: class per admission position

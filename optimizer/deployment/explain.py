@@ -415,7 +415,7 @@ def explain_infeasible_batched(ex: "Explanation", problem: Problem, perf: PerfMo
     for c in problem.classes:
         if c.deadline_s is None or not lays:
             continue
-        alone = min(float(perf.model.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
+        alone = min(float(perf.steps.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
                     for lay in lays)
         if alone > c.deadline_s:
             k = ConstraintKey("deadline", c.session_ids[0])

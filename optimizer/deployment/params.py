@@ -23,7 +23,6 @@ import numpy as np
 from optimizer.deployment.schema import Problem, SessionClass
 from optimizer.deployment.units import ticks_up
 from optimizer.model.layout import Layout, layout_problem
-from optimizer.model.weights import ACTIVATION_BYTES
 
 LP_MAX_CLASSES = 400  # beyond this the bound LP is built on a relaxed (rounded-down) instance
 SIGMA_MAX_BATCH = 1024  # σ of a kind is evaluated at every batch size up to this (~25 ms; 0 beyond: still a valid bound)
@@ -62,77 +61,27 @@ class Kind:
 
 
 def kv_and_weight_rates(perf, lay: Layout) -> tuple[float, float]:
-    """(fixed seconds per step, KV-read seconds per token position) of ``lay``, summed over
-    stages, KV averaged over the attention-DP ranks. A step of the shared model takes
-    ``max(local, compute) + AllReduce + All-to-All`` (``local``: HBM time of weights and KV,
-    eq. 6-2), and its collectives carry at least one token, so every step takes at least the
-    weight-read time plus the collectives of a one-token step, plus the KV-read time of its
-    sessions; the first element is that fixed part.
-
-    Under two micro-batches (``PerfModel.micro_batches = 2``) a step of two or more sessions may
-    hide its collectives, but each half reads the weights (``Σ_h max(local_h, compute_h) ≥ 2·w_l0
-    + KV reads``, and the overlapped stage never takes less than its compute): the fixed part is
-    then ``l0 + min(l0, collectives of b = 1)``, valid for one-session steps (one batch) too."""
-    m = perf.model
-    dp = lay.attention_dp
-    w = kv = 0.0
-    zero = np.zeros(dp)
-    one = np.zeros(dp)
-    one[0] = 1.0
-    two = m.micro_batches == 2
-    for st in m.stages(lay.pp):
-        l0 = float(np.max(m.stage_terms(st, lay, zero, zero, 0.0).local))
-        l1 = float(np.max(m.stage_terms(st, lay, zero, one, 0.0).local)) - l0
-        pieces = m.stage_terms(st, lay, one, zero, 1.0)  # one token: collectives of b = 1
-        comm = float(np.max(pieces.allreduce)) + float(np.max(pieces.alltoall))
-        w += l0 + (min(l0, comm) if two else comm)
-        kv += max(0.0, l1) / dp
-    return w, kv
+    """(fixed seconds per step, KV-read seconds per token position) of ``lay``: every step with a
+    session takes at least the first plus the second times the token positions its sessions read
+    (KV averaged over the attention-DP ranks), from the instance's step-time source
+    (:meth:`optimizer.model.decode_steps.DecodeSteps.fixed_and_kv_rates`; the roofline's weight
+    read plus one token's collectives, eq. 6-2, or the floor of the measured tables)."""
+    return perf.steps.fixed_and_kv_rates(lay, perf.max_positions)
 
 
 def session_step_floor(perf, lay: Layout, w: float, b_max: int) -> float:
     """σ (s): the largest rate with ``step(b) ≥ w + KV reads + σ·(b − 1)`` for every batch size
-    1 ≤ b ≤ ``b_max``, where ``step(b) = Σ_stages max(local, compute) + AllReduce + All-to-All
-    + stage hand-off`` of the shared model (eq. 6-2 and the alpha-beta collectives) and ``w`` the
-    fixed part of :func:`kv_and_weight_rates`: ``σ = min_b (Δ(b)/(b − 1))`` with ``Δ(b)`` the
-    zero-context step of b tokens (HBM time at zero context, collectives and hand-offs) minus
-    ``w``, evaluated at every b (the collectives' algorithm choice makes Δ piecewise linear, so
-    no sample point may be skipped). Over a run, ``Σ_steps σ·(b − 1) = σ·(session-steps −
-    steps)``, which the configuration LP adds as ``σ·new`` per session and ``−σ`` per step.
-    0 for attention DP (a step's time is its fullest rank's), for b_max < 2 and under two
-    micro-batches (a step's time is then not that sum)."""
-    if lay.attention_dp != 1 or b_max < 2 or perf.model.micro_batches == 2:
-        return 0.0
-    m = perf.model
-    bs = np.arange(2, int(b_max) + 1, dtype=np.float64)
-    total = np.zeros(bs.size)
-    zero = np.zeros(1)
-    stages = m.stages(lay.pp)
-    for k, st in enumerate(stages):
-        for i, b in enumerate(bs):
-            pieces = m.stage_terms(st, lay, np.array([b]), zero, float(b))
-            total[i] += float(pieces.local[0]) + float(np.max(pieces.allreduce)) + float(np.max(pieces.alltoall))
-        if k < len(stages) - 1:
-            total += np.array([m.hw.p2p_s(b * m.spec.hidden * ACTIVATION_BYTES, m.crosses_servers(lay, k)) for b in bs])
-    return max(0.0, float(np.min((total - w) / (bs - 1.0))))
+    1 ≤ b ≤ ``b_max`` (:meth:`optimizer.model.decode_steps.DecodeSteps.session_step_floor`).
+    Over a run, ``Σ_steps σ·(b − 1) = σ·(session-steps − steps)``, which the configuration LP
+    adds as ``σ·new`` per session and ``−σ`` per step. 0 for attention DP, for b_max < 2 and
+    under two micro-batches."""
+    return perf.steps.session_step_floor(lay, w, b_max, perf.max_positions)
 
 
 def token_rate(perf, lay: Layout, tokens: int = 16) -> float:
-    """Seconds one more decoding session adds to a step of ``lay`` besides its KV reads (larger
-    collectives and compute), from the shared model's step at ``tokens`` against one token at
-    zero context: an estimate for the constructive and LNS surrogates (the LP bound does not use
-    it)."""
-    m = perf.model
-    dp = lay.attention_dp
-    zero = np.zeros(dp)
-    total = 0.0
-    for st in m.stages(lay.pp):
-        one, many = np.zeros(dp), np.zeros(dp)
-        one[0], many[:] = 1.0, tokens / dp
-        t1 = float(np.max(m.stage_step(st, lay, one, zero, 1.0).time))
-        tn = float(np.max(m.stage_step(st, lay, many, zero, float(tokens)).time))
-        total += max(0.0, tn - t1) / (tokens - 1)
-    return total
+    """Seconds one more decoding session adds to a step of ``lay`` besides its KV reads: an
+    estimate for the constructive and LNS surrogates (the LP bound does not use it)."""
+    return perf.steps.token_rate(lay, tokens)
 
 
 def degree_fits_hardware(problem: Problem, p: int) -> Optional[str]:
@@ -191,7 +140,7 @@ def instance_kinds(problem: Problem, perf, layouts) -> list[Kind]:
     for lay in layouts:
         if layout_reason(problem, lay) is not None:
             continue
-        alone = np.array([float(m.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
+        alone = np.array([float(perf.steps.single_session_step_s(lay, np.arange(c.context, c.context + c.new)).sum())
                           for c in classes])
         static, kv = m.stage_memory_terms(lay, [(c.context, c.new) for c in classes])
         fits = np.all(static[:, None] + kv <= problem.gpu.memory_bytes * (1 - 1e-9), axis=0)

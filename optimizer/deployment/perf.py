@@ -16,6 +16,7 @@ import numpy as np
 from optimizer.model.collectives import AllReduceSource
 from optimizer.deployment.schema import Problem
 from optimizer.model.config import ModelSpec
+from optimizer.model.decode_steps import DecodeSteps, decode_steps
 from optimizer.model.hardware import Hardware
 from optimizer.model.layout import Layout
 from optimizer.model.perf import PerfModel as SharedPerfModel
@@ -93,6 +94,29 @@ class PerfModel:
         self.w = weight_bytes(self.m, problem.weight_bytes)
         self.kv_token = self.model.w.kv_bytes_per_token
         self.message_bytes = self.m.hidden * ACTIVATION_BYTES
+        self.steps: DecodeSteps = decode_steps(self.model, self._source(problem), len(problem.sessions),
+                                                   min(c.context for c in problem.classes) + 1)
+
+    def _source(self, problem: Problem):
+        """The instance's step-time source (``performance:``), None for the analytic roofline.
+
+        Raises:
+            InputError: under ``measured``, a GPU, engine version or model the database lacks."""
+        perf = problem.performance
+        if perf.source == "analytic" and perf.calibration is None:
+            return None
+        from optimizer.launch import MODEL_PLACEHOLDER
+        from optimizer.model.steptimes import resolve
+
+        hf_id = problem.hf_id if problem.hf_id != MODEL_PLACEHOLDER else None
+        return resolve(perf, self.model, problem.config_file, problem.gpu_catalog or problem.gpu.name,
+                       weight_dtype=problem.weight_dtype or "bf16", kv_dtype=problem.kv_dtype or "bf16", hf_id=hf_id)
+
+    @property
+    def max_positions(self) -> int:
+        """The largest ``position + 1`` any session reaches (``context + new``): the range the
+        step floors must hold over."""
+        return max(c.context + c.new for c in self.problem.classes)
 
     @staticmethod
     def layout(p: int) -> Layout:
@@ -125,14 +149,14 @@ class PerfModel:
         seconds, shape like s. Dense: ``max(local, compute) + 2L·T_AR(p)`` with
         ``local = (weights_read/p + kv_token·(s+1)/min(p,KVH)) / HBM bandwidth`` and
         ``compute = (2·params_read + 4·QH·D·(s+1)·L) / p / peak``."""
-        return self.model.single_session_step_s(Layout.tp(p), positions)
+        return self.steps.single_session_step_s(Layout.tp(p), positions)
 
     def step_time_s(self, p: int, position: int) -> float:
         return float(self.step_times_s(p, np.array([position]))[0])
 
     def batch_step_time_s(self, p: int, positions) -> float:
         """One batched decode step of the sessions at ``positions`` on a TP-``p`` instance (s)."""
-        return self.model.step_time_s(Layout.tp(p), positions)
+        return float(self.steps.batch_steps_s(Layout.tp(p), positions, 1)[0])
 
     def service_time_s(self, p: int, context: int, new: int) -> float:
         """Time to run ``new`` decode steps at positions context .. context+new-1 (s)."""

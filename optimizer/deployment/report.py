@@ -39,6 +39,40 @@ class DeploymentReport:
     def status(self) -> Status:
         return self.outcome.status
 
+    def _perf(self) -> PerfModel:
+        if self.perf is None:
+            self.perf = PerfModel(self.problem)
+        return self.perf
+
+    def timing(self) -> dict[str, Any]:
+        """Which source timed the plan's decode steps and its measured error band: ``{source, why,
+        engine, layouts: {label: source}, error_band, memory}``. ``error_band`` is the source's
+        median absolute TPOT error over measured serving runs of the GPU and engine
+        (``instances/hardware/fidelity.yaml``; a calibration file's own held-out error when one is
+        named), the spread a finish time inherits from its decode steps; None: uncalibrated."""
+        from optimizer.model.bands import band
+        from optimizer.model.measured import systems
+
+        p = self.problem
+        steps = self._perf().steps
+        cal = p.performance.calibration
+        b = cal.band if cal is not None else band(systems().get(p.gpu_catalog or ""), p.performance.engine,
+                                                  steps.name)
+        ev = self.outcome.evaluation
+        lays = sorted({inst.lay for inst in ev.plan.instances} if ev is not None else set(), key=lambda lay: lay.label())
+        return {"source": steps.name, "why": steps.why, "engine": p.performance.engine if steps.name != "analytic" else None,
+                "calibrated": cal is not None, "layouts": {lay.label(): steps.source_of(lay) for lay in lays},
+                "error_band": None if b is None else {"finish_time_error": b["tpot_median_abs_error"],
+                                                      "rows": b.get("rows"), "from": b.get("from")},
+                "memory": "eq. 6-1: weights + KV of the instance's sessions + reserve per GPU"}
+
+    def _allreduce(self, lay) -> dict[str, Any]:
+        perf = self._perf()
+        if perf.steps.source_of(lay) == "measured":
+            return {"source": "measured", "algorithm": "", "tier": "", "time_us": None, "log": None, "log_ranks": None,
+                    "reason": "inside the measured step (the database's AllReduce kernels)"}
+        return perf.model.hw.allreduce_source(lay.attention_tp, perf.message_bytes).to_dict()
+
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         """The result envelope (:func:`optimizer.result.envelope`) of this deployment."""
@@ -46,11 +80,10 @@ class DeploymentReport:
         p = self.problem
         obj = o.objective
         plan = None
-        extra: dict[str, Any] = {"model": model_summary(p)}
+        extra: dict[str, Any] = {"model": model_summary(p), "timing": self.timing()}
         ev = o.evaluation
         if ev is not None:
             G = p.server.gpus
-            perf = self.perf if self.perf is not None else PerfModel(p)
             instances = []
             launches = {r.instance: r for r in self.launches()}
             for inst in ev.plan.instances:
@@ -60,7 +93,7 @@ class DeploymentReport:
                     "max_batch": inst.max_batch, "server": inst.servers[0], "servers": list(inst.servers),
                     "gpus": list(inst.gpus), "gpu_count": inst.degree, "sessions": list(inst.sessions),
                     "memory_gb_per_gpu": round(ev.memory_per_gpu[inst.id] / 1e9, 4),
-                    "allreduce": perf.model.hw.allreduce_source(lay.attention_tp, perf.message_bytes).to_dict(),
+                    "allreduce": self._allreduce(lay),
                     **launches[inst.id].to_dict(),
                 })
             sessions = [{
@@ -141,7 +174,7 @@ class DeploymentReport:
         if ev is None or ev.violations:
             return []
         if self._launches is None:
-            self._launches = replica_launches(self.problem, ev, self.perf if self.perf is not None else PerfModel(self.problem))
+            self._launches = replica_launches(self.problem, ev, self._perf())
         return self._launches
 
     def write(self, out: Path) -> list[Path]:
@@ -185,6 +218,15 @@ class DeploymentReport:
                       f"{p.required_on_time} must be on time"
                       + (f" (at least {o.objective.min_on_time} for the {o.objective.name} objective)"
                          if o.objective.min_on_time > p.required_on_time else ""))
+        tm = self.timing()
+        if tm["source"] != "analytic" or tm["calibrated"]:
+            b = tm["error_band"]
+            mixed = sorted(k for k, v in tm["layouts"].items() if v != tm["source"])
+            console.print(escape(f"step times: {tm['why']}"
+                                 + (f" ({', '.join(mixed)} by the analytic roofline)" if mixed else "")
+                                 + (f"; error band: finish times ±{b['finish_time_error']:.0%} (median TPOT error over "
+                                    f"{b['rows']} measured runs)" if b else "; uncalibrated (no measured runs of this "
+                                                                            "GPU and engine)")))
         obj = o.objective
         scope = f" under {o.scope}" if o.scope else ""
         if o.status == Status.INFEASIBLE:
@@ -244,10 +286,14 @@ class DeploymentReport:
             t = Table(title="Each TP degree alone" if p.tp_only else "Each layout alone", caption=escape("AllReduce logs: " + ", ".join(logs)) if logs else None)
             for col in ("option", "result", "why not chosen", "AllReduce"):
                 t.add_column(col)
+            by_label = {lay.label().lower(): lay for lay in p.layouts}
             for a in self.alternatives:
                 res = obj.fmt(a.value) if a.value is not None else "-"
                 why = a.detail if a.reason in ("objective", "tie") else f"{a.reason}: {a.detail}"
                 ar = a.allreduce.summary() if a.allreduce is not None else "-"
+                lay = by_label.get(a.option.lower())
+                if a.allreduce is not None and lay is not None and self._perf().steps.source_of(lay) == "measured":
+                    ar = "in the measured step"
                 t.add_row(a.option, res, escape(why), escape(ar))
             console.print(t)
         if self.binding:
@@ -287,7 +333,8 @@ def definitions(obj) -> dict[str, str]:
         "plan.instances[].launch_notes": "engines without a command for the instance's layout, and why",
         "plan.launch.versions": "engine versions the launch commands are written for (instances/engines/)",
         "plan.launch.notes": "plan-wide launch caveats: engines or layouts without a command, and why",
-        "plan.instances[].allreduce": "where the instance's AllReduce time comes from (nccl-tests log or alpha-beta model)",
+        "plan.instances[].allreduce": "where the instance's AllReduce time comes from (nccl-tests log, alpha-beta model, or inside the measured step)",
+        "timing": "the step-time source of the decode steps (performance.source), per layout, and its error band: the median absolute TPOT error of that source over measured runs of the GPU and engine",
         "plan.sessions[].start_ms": "time the session's first decode step starts, ms from t=0 (no fault)",
         "plan.sessions[].finish_ms": "time the session's last decode step ends, ms from t=0 (no fault)",
         "plan.sessions[].on_time": "finish_ms <= deadline_ms (inclusive)",

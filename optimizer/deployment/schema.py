@@ -23,7 +23,8 @@ from optimizer.launch import MODEL_PLACEHOLDER
 from optimizer.model.hardware import peak_flops_for
 from optimizer.model.layout import Layout, default_layouts, layout_problem
 from optimizer.schema_base import MAX_GPUS_PER_SERVER, MAX_SERVERS  # shared with serving
-from optimizer.schema_base import RopeScalingIn, StrictModel, existing_file, validate  # RopeScalingIn shared with serving
+from optimizer.schema_base import PerformanceIn, RopeScalingIn, StrictModel, existing_file, validate  # shared with serving
+from optimizer.model.steptimes import Performance, performance_from_input
 
 # bytes per element of each weight / KV dtype (read-only)
 from optimizer.model.decode import DEFAULT_KV_DTYPE, DTYPE_BYTES as _MODEL_DTYPE_BYTES  # noqa: E402
@@ -185,6 +186,7 @@ class InstanceIn(_In):
     workload: WorkloadIn
     deployment: DeploymentIn = DeploymentIn()
     faults: list[FaultIn] = Field(default_factory=list)
+    performance: PerformanceIn = PerformanceIn()
 
 
 # ----------------------------------------------------------------------------- resolved
@@ -288,6 +290,9 @@ class Problem:
     rope_scaling: Optional[dict] = None  # model.rope_scaling as given (the launch commands pass it on)
     micro_batches: int = 1  # decode steps as 1 batch or 2 overlapped micro-batches (PerfModel.micro_batches)
     contention_kappa: float = 1.0  # their contention factor (PerfModel.contention_kappa)
+    performance: Performance = Performance()  # the step-time source (optimizer.model.steptimes)
+    config_file: Optional[Path] = None  # model.config resolved (the measured source reads it)
+    gpu_catalog: Optional[str] = None  # hardware.gpu's catalog name (None: inline; no measured tables)
 
     @property
     def batch_cap(self) -> int:
@@ -340,10 +345,6 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         InputError: any bad field (file, dotted field and problem in the message).
     """
     path = Path(path)
-    if isinstance(raw, dict) and "performance" in raw:
-        raise InputError(path, "performance", "deployment plans are timed by the analytic roofline only for now "
-                                              "(their bounds and evaluator share it); measured step times "
-                                              "(performance.source) apply to serving instances")
     inst: InstanceIn = _validate(InstanceIn, raw, path, "")
     hw = inst.hardware
     gpu_in = hw.gpu if isinstance(hw.gpu, GpuIn) else _validate(GpuIn, lookup("gpus", hw.gpu, path, "hardware.gpu"), path, "hardware.gpu")
@@ -429,6 +430,14 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         raise InputError(path, "deployment.contention_kappa", "applies to two micro-batches (deployment.micro_batches: 2)")
     if inst.deployment.allreduce == "measured" and server.scale_out.table is None and server.scale_up.table is None:
         raise InputError(path, "deployment.allreduce", "'measured' needs hardware.server.scale_out.allreduce_log (an nccl-tests all_reduce_perf file)")
+    performance = performance_from_input(inst.performance, "vllm", path)
+    if performance.source != "analytic":
+        # the database's steps are one batch each, with its own collectives: the roofline's knobs do not apply
+        for name, value, default in (("micro_batches", dep.micro_batches, 1), ("allreduce", dep.allreduce, "ring")):
+            if value != default:
+                raise InputError(path, f"deployment.{name}", f"applies to the analytic source only (the measured "
+                                                              f"database times its own collectives and one batch per "
+                                                              f"step); performance.source is {performance.source}")
 
     return Problem(
         name=inst.name or path.stem,
@@ -456,6 +465,9 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         rope_scaling=rope.model_dump(exclude_none=True) if rope is not None else None,
         micro_batches=dep.micro_batches,
         contention_kappa=dep.contention_kappa,
+        performance=performance,
+        config_file=_resolve_path(path, inst.model.config),
+        gpu_catalog=hw.gpu if isinstance(hw.gpu, str) else None,
     )
 
 

@@ -360,6 +360,14 @@ class MeasuredSteps:
             self.analytic_layouts[lay] = str(exc)
             return None
 
+    def timing_table(self, lay: Layout) -> Optional[_Table]:
+        """The layout's table, or None when ``auto`` times it by the analytic roofline (the
+        database cannot; announced once). Built on first use (see :meth:`table`).
+
+        Raises:
+            LayoutNotTimed: under ``measured``, the estimator's reason."""
+        return self._source(lay)
+
     def _build(self, lay: Layout, path: Path) -> _Table:
         from aiconfigurator_core.sdk import EngineHandle, compile_engine, estimate_kv_cache
 

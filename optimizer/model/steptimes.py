@@ -95,6 +95,29 @@ class Performance:
     gemm_quant: Optional[str] = None
 
 
+def performance_from_input(pin, default_engine: str, path: Path, where: str = "performance") -> Performance:
+    """The resolved ``performance:`` block of an instance (``pin``: a
+    :class:`optimizer.schema_base.PerformanceIn`); the engine defaults to ``default_engine``;
+    ``calibration`` is read relative to the instance file.
+
+    Raises:
+        InputError: a measured-only field under ``source: analytic``; a bad calibration file.
+    """
+    from optimizer.errors import InputError
+
+    if pin.source == "analytic":
+        for field_ in ("engine_version", "memory_fraction", "gemm_quant"):
+            if getattr(pin, field_) is not None:
+                raise InputError(path, f"{where}.{field_}", "applies to the measured source only "
+                                                             f"({where}.source: measured or auto)")
+    cal = None
+    if pin.calibration is not None:
+        f = Path(pin.calibration)
+        cal = read_calibration(f if f.is_absolute() else path.parent / f, path, f"{where}.calibration")
+    return Performance(pin.source, pin.engine or default_engine, pin.engine_version, pin.memory_fraction, path, where,
+                       cal, pin.gemm_quant)
+
+
 def resolve(perf: Performance, model_perf: PerfModel, config_file: Path, gpu: str, eff: Efficiency = PEAK,
             weight_dtype: str = "bf16", kv_dtype: str = "bf16", hf_id: Optional[str] = None) -> StepTimes:
     """The step-time source an instance asks for.

@@ -28,9 +28,9 @@ from optimizer.model.hardware import Hardware, LinkSpec, ServerSpec, gpu_spec_fr
 from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
 from optimizer.model.prefix import PrefixReuse
-from optimizer.model.steptimes import Performance
+from optimizer.model.steptimes import Performance, performance_from_input
 from optimizer.model.steptimes import resolve as resolve_steps
-from optimizer.schema_base import MAX_SERVERS, RopeScalingIn, StrictModel, existing_file, validate
+from optimizer.schema_base import MAX_SERVERS, PerformanceIn, RopeScalingIn, StrictModel, existing_file, validate
 
 GB = 1e9
 GIB = 2 ** 30
@@ -230,18 +230,6 @@ class ServingIn(_In):
     speculative: Optional[SpeculativeIn] = None
 
 
-class PerformanceIn(_In):
-    """``performance:``: where step times come from (:mod:`optimizer.model.steptimes`)."""
-
-    source: Literal["auto", "analytic", "measured"] = "analytic"
-    engine: Optional[Literal["vllm", "sglang", "trtllm"]] = None
-    engine_version: Optional[str] = Field(default=None, min_length=1)
-    memory_fraction: Optional[Annotated[float, Field(gt=0, le=1)]] = None
-    calibration: Optional[str] = Field(default=None, min_length=1, description="factors from optimize calibrate")
-    gemm_quant: Optional[Literal["bfloat16", "fp8", "fp8_block", "nvfp4", "int8_wo", "int4_wo"]] = Field(
-        default=None, description="the measured database's GEMM (and MoE) kernel lane; default from model.weight_dtype")
-
-
 class InstanceIn(_In):
     name: Optional[str] = None
     model: ModelIn
@@ -358,7 +346,7 @@ class Problem:
         """Which source timed the plan, why, and its measured error band for that (GPU, engine), per
         pool: ``{pool name: {source, why, engine, error_band}}`` (``error_band`` None: uncalibrated)."""
         from optimizer.model.measured import systems
-        from optimizer.serving.bands import band
+        from optimizer.model.bands import band
 
         sysmap = systems()
         out = {}
@@ -378,21 +366,8 @@ class Problem:
 
 def performance_of(pin: PerformanceIn, serving_engine: str, path: Path) -> Performance:
     """The resolved ``performance:`` block: the engine defaults to ``serving.engine`` when that
-    names one engine, else vLLM."""
-    engine = pin.engine or (serving_engine if serving_engine in ("vllm", "sglang") else "vllm")
-    if pin.source == "analytic":
-        for field_ in ("engine_version", "memory_fraction", "gemm_quant"):
-            if getattr(pin, field_) is not None:
-                raise InputError(path, f"performance.{field_}", "applies to the measured source only "
-                                                                "(performance.source: measured or auto)")
-    cal = None
-    if pin.calibration is not None:
-        from optimizer.model.steptimes import read_calibration
-
-        f = Path(pin.calibration)
-        cal = read_calibration(f if f.is_absolute() else path.parent / f, path)
-    return Performance(pin.source, engine, pin.engine_version, pin.memory_fraction, path, "performance", cal,
-                       pin.gemm_quant)
+    names one engine, else vLLM (:func:`optimizer.model.steptimes.performance_from_input`)."""
+    return performance_from_input(pin, serving_engine if serving_engine in ("vllm", "sglang") else "vllm", path)
 
 
 def _with_band(pools, performance: Performance, ttft_s: float, tpot_s: float, path: Path):
@@ -404,7 +379,7 @@ def _with_band(pools, performance: Performance, ttft_s: float, tpot_s: float, pa
         InputError: a pool whose (GPU, engine, source) has no band in instances/hardware/fidelity.yaml.
     """
     from optimizer.model.measured import systems
-    from optimizer.serving.bands import band
+    from optimizer.model.bands import band
 
     sysmap = systems()
     et = ep = 0.0
