@@ -308,12 +308,26 @@ def _result_json(d: dict) -> str:
 
 
 @click.command("calibrate", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("measurements", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("measurements", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--model", "models", multiple=True, metavar="MAPPING.yaml|NAME=CONFIG.json",
               help="Throughput CSVs: how the CSV's model names map to config.json files: a mapping YAML (models:, "
                    "hardware:) or NAME=CONFIG.json (repeatable). Not used for serving-run files.")
 @click.option("--source", "source", type=click.Choice(["analytic", "measured"]), default="measured", show_default=True,
-              help="Serving-run files (silicon_sample.csv layout): the step-time source the factors go on top of.")
+              help="Serving runs: the step-time source the factors go on top of.")
+@click.option("--runs", "runs", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Serving runs: a runs YAML (defaults: + runs: [{file, gpu, engine, tp, config, ...}]).")
+@click.option("--gpu", default=None, help="Benchmark results: catalog GPU the runs used (h100-sxm).")
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default=None,
+              help="Benchmark results: the serving engine.")
+@click.option("--tp", type=click.IntRange(1, 1024), default=None, help="Benchmark results: tensor parallel size.")
+@click.option("--dp", type=click.IntRange(1, 1024), default=None, help="Benchmark results: attention data parallel size.")
+@click.option("--ep", type=click.IntRange(1, 1024), default=None, help="Benchmark results: expert parallel size.")
+@click.option("--config", "config", default=None, help="Benchmark results: the model's config.json.")
+@click.option("--hf-id", "hf_id", default=None, help="Benchmark results: the model's HuggingFace id (names it).")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default=None,
+              help="Benchmark results: the weights' dtype (default bf16).")
+@click.option("--hold-out", "hold_out", type=click.Choice(["model", "workload", "run"]), default="model",
+              show_default=True, help="Serving runs: the unit left out by cross-validation.")
 @click.option("--hardware", "hardware", multiple=True, metavar="[NAME=]GPU:SERVER",
               help="The CSV's GPU name to catalog GPU and server (repeatable; without NAME= for every row).")
 @click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=0, show_default=True,
@@ -321,18 +335,30 @@ def _result_json(d: dict) -> str:
 @click.option("--starts", type=click.IntRange(1, 100), default=8, show_default=True,
               help="Fit starts (all-ones plus seeded random ones); the lowest cost wins.")
 @click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the fitted factors as a YAML fragment (efficiency: ...) for serving instances.")
+              help="Write the fitted factors: efficiency YAML fragment (throughput CSV) or a calibration file.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def calibrate_cmd(measurements: Path, models, hardware, source: str, seed: int, starts: int, output: Path | None,
+def calibrate_cmd(measurements: tuple[Path, ...], models, source: str, runs: Path | None, gpu, engine, tp, dp, ep,
+                  config, hf_id, dtype, hold_out: str, hardware, seed: int, starts: int, output: Path | None,
                   fmt: str) -> None:
-    """Fit factors to measurements. Static-batch throughput (MEASUREMENTS.csv columns: model, gpu, dtype,
-    tp, batch, isl, osl, output_tokens_per_s): compute/memory/network efficiencies with leave-one-out error.
-    Measured serving runs (aiconfigurator's silicon_sample.csv layout): prefill/decode factors and a
-    per-step overhead on top of --source, with leave-one-group-out error (performance.calibration)."""
+    """Fit factors to measurements. Static-batch throughput (one CSV, columns: model, gpu, dtype, tp, batch,
+    isl, osl, output_tokens_per_s): compute/memory/network efficiencies with leave-one-out error.
+    Measured serving runs (silicon_sample.csv, vllm bench serve JSON, SGLang bench_serving JSONL, aiperf /
+    genai-perf profile exports; what a result file does not record from --gpu/--engine/--tp/--config or
+    --runs): per (GPU, engine) prefill/decode factors and a per-step overhead on top of --source, with a
+    prior at 1 chosen by cross-validation (performance.calibration)."""
     from optimizer import calibrate as cal
+    from optimizer.serving.benchresults import RunIn
 
-    if _is_serving_runs(measurements):
-        _calibrate_runs(measurements, source, output, fmt)
+    try:
+        run = RunIn(config=config, gpu=gpu, engine=engine, tp=tp, dp=dp, ep=ep, hf_id=hf_id, dtype=dtype)
+        if not measurements and runs is None:
+            raise InputError("calibrate", "", "give result files (MEASUREMENTS...) or --runs RUNS.yaml")
+        serving = runs is not None or len(measurements) != 1 or _is_serving_runs(measurements[0])
+    except (InputError, OSError) as exc:
+        _exit_bad_input(exc, output)
+    if serving:
+        _calibrate_runs(list(measurements), runs, run, source, hold_out, output, fmt)
+    measurements = measurements[0]
     try:
         if not models:
             raise InputError("--model", "", "required for a throughput CSV (how its model names map to config.json files)")
@@ -366,22 +392,37 @@ def calibrate_cmd(measurements: Path, models, hardware, source: str, seed: int, 
 
 
 def _is_serving_runs(path: Path) -> bool:
+    """A file of measured serving runs (anything but a throughput CSV; unknown content is refused
+    by the serving readers, one line)."""
+    from optimizer.serving.benchresults import detect
+
     try:
-        with path.open(encoding="utf-8") as fh:
-            return "silicon_ttft_ms" in fh.readline()
-    except (OSError, UnicodeDecodeError):
-        return False
+        return detect(path) != "throughput"
+    except InputError:
+        return path.suffix.lower() != ".csv"  # a broken CSV keeps the throughput reader's message
 
 
-def _calibrate_runs(measured: Path, source: str, output: Path | None, fmt: str) -> None:
+def _calibrate_runs(files: list[Path], runs: Path | None, run, source: str, hold_out: str, output: Path | None,
+                    fmt: str) -> None:
+    from optimizer.serving import benchresults as br
     from optimizer.serving import calibration as sc
     from optimizer.serving.fidelity import read_rows
 
     try:
-        res = sc.calibrate(read_rows(measured), source, measured)
+        todo = [(f, run, Path.cwd(), "--config/--gpu/--engine/--tp") for f in files]
+        if runs is not None:
+            todo += [(f, r, base, str(runs)) for f, r, base in br.read_runs(runs, run)]
+        rows = []
+        for f, r, base, where in todo:
+            fmt_ = br.detect(f)
+            if fmt_ == "throughput":
+                raise InputError(f, "header", "a throughput CSV (output_tokens_per_s) is calibrated alone, with --model")
+            rows += read_rows(f) if fmt_ == "silicon_sample" else br.rows_of(f, fmt_, r, base, where)
+        name = files[0] if files else runs
+        res = sc.calibrate(rows, source, name, hold_out)
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(res.yaml_text(measured.name))
+            output.write_text(res.yaml_text(", ".join(p.name for p, *_ in todo)))
     except (InputError, OSError) as exc:
         _exit_bad_input(exc, output)
     _print_warnings()
