@@ -194,22 +194,32 @@ def brute_force_all(problem, objectives) -> dict:
 # ---------------------------------------------------------------------------- layouts and batching
 
 
-def random_batched(seed: int, folder, deadlines=range(30, 300, 7), cp: bool = False):
-    """A small random batched instance; ``cp``: its layouts also include TP1xCP2 (context
-    parallelism over 2 GPUs), after the same random draws."""
-    rng = random.Random(seed)
-    cfg = write_tiny_config(folder)
-    gpus, servers = rng.choice([(2, 1), (4, 1), (2, 2)])
+BATCHED_LAYOUTS = ({"attention": {"tp": 1}}, {"attention": {"tp": 2}}, {"attention": {"tp": 1}, "pp": 2},
+                   {"attention": {"tp": 1, "dp": 2}})
+
+
+def random_sessions(rng: random.Random, context: tuple[int, int], deadlines) -> list[dict]:
+    """1-2 session groups of 1-3 sessions (4 at most), contexts in ``context`` (steps of 1,000
+    tokens), 2-6 new tokens, a deadline from ``deadlines`` or none."""
     sessions, total = [], 0
     for g in range(rng.randint(1, 2)):
         count = min(rng.randint(1, 3), 4 - total)
         if count <= 0:
             break
         total += count
-        sessions.append({"name": f"g{g}", "count": count, "context_tokens": rng.randrange(5_000, 60_000, 1000),
+        sessions.append({"name": f"g{g}", "count": count, "context_tokens": rng.randrange(*context, 1000),
                          "new_tokens": rng.randint(2, 6), "deadline_ms": rng.choice([None, *deadlines])})
-    layouts = [{"attention": {"tp": 1}}, {"attention": {"tp": 2}}, {"attention": {"tp": 1}, "pp": 2},
-               {"attention": {"tp": 1, "dp": 2}}]
+    return sessions
+
+
+def random_batched(seed: int, folder, deadlines=range(30, 300, 7), cp: bool = False):
+    """A small random batched instance; ``cp``: its layouts also include TP1xCP2 (context
+    parallelism over 2 GPUs), after the same random draws."""
+    rng = random.Random(seed)
+    cfg = write_tiny_config(folder)
+    gpus, servers = rng.choice([(2, 1), (4, 1), (2, 2)])
+    sessions = random_sessions(rng, (5_000, 60_000), deadlines)
+    layouts = list(BATCHED_LAYOUTS)
     raw = {
         "name": f"batched {seed}", "model": {"config": str(cfg)},
         "hardware": {

@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 from optimizer.deployment.schema import build_problem
+from tests.deploy_helpers import BATCHED_LAYOUTS, random_sessions
 
 MODELS = Path(__file__).resolve().parents[1] / "instances" / "models"
 
@@ -18,16 +19,8 @@ def random_measured(seed: int, folder, model: str = "qwen3-30b-a3b", source: str
     PP2, a batch limit of 2, 3 or none, timed by ``performance.source: source`` (vLLM)."""
     rng = random.Random(seed)
     gpus, servers = rng.choice([(2, 1), (4, 1), (2, 2)])
-    sessions, total = [], 0
-    for g in range(rng.randint(1, 2)):
-        count = min(rng.randint(1, 3), 4 - total)
-        if count <= 0:
-            break
-        total += count
-        sessions.append({"name": f"g{g}", "count": count, "context_tokens": rng.randrange(1_000, 40_000, 1000),
-                         "new_tokens": rng.randint(2, 6), "deadline_ms": rng.choice([None, *deadlines])})
-    layouts = [{"attention": {"tp": 1}}, {"attention": {"tp": 2}}, {"attention": {"tp": 1}, "pp": 2},
-               {"attention": {"tp": 1, "dp": 2}}]
+    sessions = random_sessions(rng, (1_000, 40_000), deadlines)
+    layouts = list(BATCHED_LAYOUTS)
     raw = {
         "name": f"measured {seed}", "model": {"config": str(MODELS / f"{model}.json")},
         "hardware": {

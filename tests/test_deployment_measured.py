@@ -15,7 +15,7 @@ import yaml
 from optimizer.deployment.perf import PerfModel
 from optimizer.model.decode_steps import MeasuredDecode
 from optimizer.result import Status
-from tests.conftest import INSTANCES, assert_one_line_error
+from tests.conftest import INSTANCES, assert_one_line_error, with_changes
 from tests.deploy_helpers import assert_solver_equals_brute_force
 from tests.measured_helpers import random_measured
 
@@ -29,12 +29,7 @@ def _measured_book(tmp_path, **extra) -> "Path":
     raw = yaml.safe_load(BOOK.read_text())
     raw["model"]["config"] = str(INSTANCES / raw["model"]["config"])
     raw["performance"] = {"source": "measured", "engine": "vllm"}
-    for k, v in extra.items():
-        node = raw
-        *head, last = k.split("__")
-        for h in head:
-            node = node[h]
-        node[last] = v
+    with_changes(raw, **extra)
     path = tmp_path / "book_measured.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -146,12 +141,7 @@ def test_bad_performance_block(cli, tmp_path, change, needles):
         raw["hardware"]["server"] = {"name": "box", "gpus": 8, "power_kw": 10.0,
                                      "scale_up": {"bandwidth_gb_s": 450.0, "latency_us": 3.0},
                                      "scale_out": {"bandwidth_gb_s": 50.0, "latency_us": 10.0}}
-    for k, v in change.items():
-        node = raw
-        *head, last = k.split("__")
-        for h in head:
-            node = node[h]
-        node[last] = v
+    with_changes(raw, **change)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(raw))
     assert_one_line_error(cli(path), str(path), *needles)
@@ -173,3 +163,45 @@ def test_auto_on_an_uncovered_gpu_falls_back_and_says_so(cli, tmp_path):
     d = json.loads(r.stdout)
     assert d["timing"]["source"] == "analytic" and "measured database" in d["timing"]["why"]
     assert d["timing"]["error_band"] is None  # an inline GPU has no measured runs
+
+
+def test_calibrated_source_scales_steps_and_keeps_floors(tmp_path):
+    """A calibration file (decode factor 1.2, 0.5 ms per step) on the measured source: every step
+    is ``1.2 t + 0.5 ms`` of the uncalibrated one, the floors still hold on random active sets, and
+    the result says it is calibrated."""
+    from dataclasses import replace
+
+    from optimizer.deployment.strategy import solve_deployment
+    from optimizer.model.decode_steps import CalibratedDecode
+
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("calibration: {source: measured, prefill: 1.0, decode: 1.2, overhead_ms: 0.5}\n")
+    from optimizer.model.steptimes import read_calibration
+
+    base = random_measured(5, tmp_path, source="measured")
+    problem = replace(base, performance=replace(base.performance,
+                                                   calibration=read_calibration(cal, tmp_path / "x.yaml")))
+    plain, calibrated = PerfModel(base).steps, PerfModel(problem).steps
+    assert isinstance(calibrated, CalibratedDecode) and "calibrated" in calibrated.why
+    rng = np.random.default_rng(5)
+    top = PerfModel(problem).max_positions
+    lo = min(c.context for c in problem.classes)
+    n = len(problem.sessions)
+    for lay in problem.layouts:
+        pos = rng.integers(lo, top, size=min(n, 3)).astype(float)
+        assert calibrated.batch_steps_s(lay, pos, 4) == pytest.approx(1.2 * plain.batch_steps_s(lay, pos, 4) + 5e-4,
+                                                                      rel=1e-12)
+        floor = calibrated.decode_step_floor(lay, n, top)
+        w, kv = calibrated.fixed_and_kv_rates(lay, top)
+        sigma = calibrated.session_step_floor(lay, w, n, top)
+        for _ in range(100):
+            b = int(rng.integers(1, n + 1))
+            p = rng.integers(lo, top, size=b).astype(float)
+            t = float(calibrated.batch_steps_s(lay, p, 1, rng.integers(0, lay.attention_dp, size=b))[0])
+            S = float(np.sum(p + 1))
+            assert t >= floor.g[b] + floor.kv_rate * S / floor.dp - 1e-12
+            assert t >= w + kv * S + sigma * (b - 1) - 1e-12
+    out = solve_deployment(problem, "makespan", time_limit_s=60)
+    assert out.status in (Status.OPTIMAL, Status.INFEASIBLE)
+    if out.status == Status.OPTIMAL:
+        assert out.evaluation.violations == []

@@ -225,8 +225,9 @@ class DeploymentReport:
             console.print(escape(f"step times: {tm['why']}"
                                  + (f" ({', '.join(mixed)} by the analytic roofline)" if mixed else "")
                                  + (f"; error band: finish times ±{b['finish_time_error']:.0%} (median TPOT error over "
-                                    f"{b['rows']} measured runs)" if b else "; uncalibrated (no measured runs of this "
-                                                                            "GPU and engine)")))
+                                    f"{b['rows']} measured runs)" if b else
+                                    "; no error band (the calibration file states none)" if tm["calibrated"] else
+                                    "; uncalibrated (no measured runs of this GPU and engine)")))
         obj = o.objective
         scope = f" under {o.scope}" if o.scope else ""
         if o.status == Status.INFEASIBLE:
