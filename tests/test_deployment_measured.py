@@ -205,3 +205,31 @@ def test_calibrated_source_scales_steps_and_keeps_floors(tmp_path):
     assert out.status in (Status.OPTIMAL, Status.INFEASIBLE)
     if out.status == Status.OPTIMAL:
         assert out.evaluation.violations == []
+
+
+@pytest.mark.parametrize("system, factor", [("h100_sxm", 1.3), ("b200_sxm", 1.0)])
+def test_calibration_groups_pick_the_gpu_and_engine(tmp_path, system, factor):
+    """A calibration file's ``groups`` (written by ``optimize calibrate`` per GPU and engine): the
+    instance's (GPU system, engine) group applies; another GPU's group leaves the prior (1, 1, 0)."""
+    from dataclasses import replace
+
+    from optimizer.model.steptimes import read_calibration
+
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(yaml.safe_dump({"calibration": {
+        "source": "measured", "prefill": 1.0, "decode": 1.0, "overhead_ms": 0.0, "models": ["qwen3-30b-a3b"],
+        "groups": [{"gpu_system": system, "engine": "vllm", "prefill": 1.0, "decode": 1.3, "overhead_ms": 0.0}]}}))
+    base = random_measured(7, tmp_path, source="measured")
+    problem = replace(base, performance=replace(base.performance, calibration=read_calibration(cal, tmp_path / "x.yaml")))
+    lay = problem.layouts[0]
+    pos = np.array([2000.0, 9000.0])
+    plain = PerfModel(base).steps.batch_steps_s(lay, pos, 3)
+    assert PerfModel(problem).steps.batch_steps_s(lay, pos, 3) == pytest.approx(factor * plain, rel=1e-12)
+
+
+def test_bad_calibration_groups_one_line(cli, tmp_path):
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("calibration: {source: measured, prefill: 1, decode: 1, overhead_ms: 0, "
+                   "groups: [{gpu_system: h100_sxm, engine: vllm, prefill: 1, decode: -2, overhead_ms: 0}]}\n")
+    path = _measured_book(tmp_path, performance__calibration=str(cal))
+    assert_one_line_error(cli(path), str(cal), "calibration.groups", "positive")

@@ -249,13 +249,6 @@ def test_closed_loop_cut_by_the_time_limit_claims_no_optimum(tmp_path, monkeypat
     assert m["simulation_cut_short"] and m["solver"]["status"] == "feasible" and m["bound"] is None
 
 
-def test_deployment_says_it_is_analytic_only(tmp_path):
-    raw = yaml.safe_load((INSTANCES / "qwen32b_128k.yaml").read_text())
-    raw["performance"] = {"source": "measured"}
-    r = CliRunner().invoke(optimize, [str(write(tmp_path, raw))], catch_exceptions=False)
-    assert_one_line_error(r, "performance", "analytic roofline only")
-
-
 def test_estimate_needs_fixed(tmp_path):
     raw = estimate_raw()
     del raw["serving"]["fixed"]

@@ -134,13 +134,16 @@ def resolve(perf: Performance, model_perf: PerfModel, config_file: Path, gpu: st
     src = _resolve(perf, model_perf, config_file, gpu, eff, weight_dtype, kv_dtype, hf_id)
     if perf.calibration is None:
         return src
-    if perf.calibration.base != src.name:
+    from optimizer.model.measured import systems
+
+    cal = perf.calibration.for_group(systems().get(gpu), perf.engine)
+    if cal.base != src.name:
         from optimizer.errors import InputError
 
-        raise InputError(perf.path, f"{perf.where}.calibration", f"{perf.calibration.file} was fitted on the "
-                                                               f"{perf.calibration.base} source, this plan is timed by "
+        raise InputError(perf.path, f"{perf.where}.calibration", f"{cal.file} was fitted on the "
+                                                               f"{cal.base} source, this plan is timed by "
                                                                f"the {src.name} source")
-    return CalibratedSteps(src, perf.calibration)
+    return CalibratedSteps(src, cal)
 
 
 def _resolve(perf, model_perf, config_file, gpu, eff, weight_dtype, kv_dtype, hf_id):
@@ -176,6 +179,18 @@ class Calibration:
     base: str = "measured"
     file: str = ""
     band: Optional[dict] = None  # the file's leave-one-group-out error (rows, ttft/tpot median abs. error)
+    groups: tuple = ()  # per (GPU system, engine): ((system, engine), prefill, decode, overhead_s, note)
+    models: tuple = ()  # the models the factors were fitted on
+
+    def for_group(self, system: Optional[str], engine: str) -> "Calibration":
+        """The factors of ``(system, engine)`` under ``groups`` (the top-level prior elsewhere)."""
+        from dataclasses import replace
+
+        for key, pf, dc, oh, note in self.groups:
+            if key == (system, engine):
+                return replace(self, prefill=pf, decode=dc, overhead_s=oh, groups=(),
+                               file=self.file + (f" [{system}, {engine}" + (f"; {note}]" if note else "]")))
+        return replace(self, groups=())
 
 
 @dataclass(frozen=True)
@@ -238,8 +253,19 @@ def read_calibration(path: Path, instance: Optional[Path], field: str = "perform
                                                        f"number (got {v})")
     if base not in ("analytic", "measured"):
         raise InputError(path, "calibration.source", f"unknown source {base!r} (analytic or measured)")
+    groups = []
+    try:
+        for i, g in enumerate(c.get("groups") or []):
+            groups.append(((str(g["gpu_system"]), str(g["engine"])), float(g["prefill"]), float(g["decode"]),
+                           float(g["overhead_ms"]) * 1e-3, g.get("note")))
+            if not all(math.isfinite(v) and v > 0 for v in groups[-1][1:3]) or not groups[-1][3] >= 0:
+                raise ValueError(f"groups[{i}]: factors must be positive, the overhead non-negative")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(path, "calibration.groups", f"expected [{{gpu_system, engine, prefill, decode, overhead_ms}}] "
+                                                     f"({type(exc).__name__}: {exc})") from None
     band = None
     if isinstance(held, dict) and held.get("ttft_median_abs_error") is not None:
         band = {"rows": held.get("rows"), "ttft_median_abs_error": held["ttft_median_abs_error"],
                 "tpot_median_abs_error": held["tpot_median_abs_error"], "from": f"{path.name} (leave one group out)"}
-    return Calibration(vals["prefill"], vals["decode"], vals["overhead_ms"] * 1e-3, base, path.name, band)
+    return Calibration(vals["prefill"], vals["decode"], vals["overhead_ms"] * 1e-3, base, path.name, band,
+                       tuple(groups), tuple(str(m) for m in c.get("models") or ()))
