@@ -166,6 +166,20 @@ def existing_file(instance: str | Path, field: str, path: Path, what: str = "fil
     return path
 
 
+def read_utf8(path: Path, what: str) -> str:
+    """The text of ``path``, read as UTF-8.
+
+    Raises:
+        InputError: no such file; not UTF-8 (names the byte, and ``what`` the file should be).
+    """
+    if not Path(path).is_file():
+        raise InputError(path, "", "no such file")
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, "", f"not UTF-8 text (byte {exc.start}): {what}") from None
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping from ``path``.
 

@@ -95,7 +95,7 @@ class PerfModel:
         self.kv_token = self.model.w.kv_bytes_per_token
         self.message_bytes = self.m.hidden * ACTIVATION_BYTES
         self.steps: DecodeSteps = decode_steps(self.model, self._source(problem), len(problem.sessions),
-                                                   min(c.context for c in problem.classes) + 1)
+                                               self.min_positions)
 
     def _source(self, problem: Problem):
         """The instance's step-time source (``performance:``), None for the analytic roofline.
@@ -111,6 +111,11 @@ class PerfModel:
         hf_id = problem.hf_id if problem.hf_id != MODEL_PLACEHOLDER else None
         return resolve(perf, self.model, problem.config_file, problem.gpu_catalog or problem.gpu.name,
                        weight_dtype=problem.weight_dtype or "bf16", kv_dtype=problem.kv_dtype or "bf16", hf_id=hf_id)
+
+    @property
+    def min_positions(self) -> int:
+        """The smallest ``position + 1`` any session is decoded at (``context + 1``)."""
+        return min(c.context for c in self.problem.classes) + 1
 
     @property
     def max_positions(self) -> int:
@@ -145,8 +150,9 @@ class PerfModel:
 
     # ------------------------------------------------------------------ time
     def step_times_s(self, p: int, positions: np.ndarray) -> np.ndarray:
-        """Decode step time of one session at context positions ``s`` (eqs. 6-2, 6-4, 6-5, 6-8),
-        seconds, shape like s. Dense: ``max(local, compute) + 2L·T_AR(p)`` with
+        """Decode step time of one session at context positions ``s``, seconds, shape like s, from
+        the instance's step-time source (:attr:`steps`). Under the roofline (eqs. 6-2, 6-4, 6-5,
+        6-8), dense: ``max(local, compute) + 2L·T_AR(p)`` with
         ``local = (weights_read/p + kv_token·(s+1)/min(p,KVH)) / HBM bandwidth`` and
         ``compute = (2·params_read + 4·QH·D·(s+1)·L) / p / peak``."""
         return self.steps.single_session_step_s(Layout.tp(p), positions)

@@ -41,7 +41,7 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from optimizer.errors import InputError
-from optimizer.schema_base import StrictModel
+from optimizer.schema_base import StrictModel, read_utf8
 
 FORMATS = ("silicon_sample", "vllm", "sglang", "aiperf", "genai-perf", "throughput")
 TOOL = {"vllm": "vllm bench serve", "sglang": "SGLang bench_serving", "aiperf": "aiperf",
@@ -102,12 +102,7 @@ def detect(path: Path) -> str:
     Raises:
         InputError: a missing or unreadable file, or content of no known tool.
     """
-    if not path.is_file():
-        raise InputError(path, "", "no such file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(path, "", f"not UTF-8 text (byte {exc.start}): not a result file of a known tool") from None
+    text = read_utf8(path, "not a result file of a known tool")
     head = text.lstrip()[:1]
     if head in ("{", "["):
         objs = _objects(path, text)
@@ -228,30 +223,16 @@ def rows_of(path: Path, fmt: str, run: RunIn, base: Path, source_of_run: str) ->
         InputError: a missing run field (names the result file and the field), a config.json that is
             not there, a GPU without a measured-database system, as :func:`measurements`.
     """
-    from optimizer.model.measured import systems
-    from optimizer.serving.fidelity import Row
-
     missing = [f for f in RUN_FIELDS if getattr(run, f) is None]
     if missing:
         raise InputError(path, missing[0], f"required: {TOOL[fmt]} does not record it (give --{missing[0]} or "
                                            f"set it in a runs file{'; also missing: ' + ', '.join(missing[1:]) if missing[1:] else ''})")
-    cfg = Path(run.config)
-    cfg = cfg if cfg.is_absolute() else base / cfg
-    if not cfg.is_file():
-        raise InputError(source_of_run, "config", f"no such config.json {cfg} (for {path.name})")
-    system = systems().get(run.gpu)
-    if system is None:
-        raise InputError(source_of_run, "gpu", f"{run.gpu!r} has no measured database system "
-                                               f"(instances/hardware/aiconfigurator.yaml lists {', '.join(systems())})")
+    from optimizer.serving.fidelity import make_row, resolve_run
+
+    cfg, system = resolve_run(run.config, run.gpu, base, source_of_run, "config", f" (for {path.name})")
     rows = []
     for i, m in enumerate(measurements(path, fmt)):
-        model = run.hf_id or cfg.stem
-        f = {"system": system, "backend": run.engine, "version": run.engine_version, "model": model,
-             "config": str(cfg), "mode": "agg", "isl": max(1, round(m["isl"])), "osl": max(2, round(m["osl"])),
-             "precision": run.dtype or "bf16", "precision_column": "dtype", "tp_size": run.tp, "pp_size": None,
-             "attention_dp_size": run.dp, "moe_tp_size": None, "moe_ep_size": run.ep,
-             "concurrency": m["concurrency"], "format": fmt}
         rid = f"{path.name}" + (f":{i + 1}" if fmt == "sglang" else "")
-        rows.append(Row(rid, (system, run.engine, model, "agg"), f,
-                        {"ttft_ms": m["ttft_ms"], "tpot_ms": m["tpot_ms"]}))
+        rows.append(make_row(rid, system, run, cfg, m, fmt))
     return rows
+

@@ -229,24 +229,11 @@ def read_bench_results(path: Path, mapping_path: Path) -> list[Row]:
     """
     import json
 
-    from optimizer.model.measured import systems
-    from optimizer.schema_base import read_yaml, validate
+    from optimizer.schema_base import read_utf8, read_yaml, validate
 
-    mp = validate(BenchMappingIn, read_yaml(mapping_path), mapping_path).model_dump()
-    cfg = Path(mp["model"])
-    cfg = cfg if cfg.is_absolute() else mapping_path.parent / cfg
-    if not cfg.is_file():
-        raise InputError(mapping_path, "model", f"no such config.json {cfg}")
-    system = systems().get(mp["gpu"])
-    if system is None:
-        raise InputError(mapping_path, "gpu", f"{mp['gpu']!r} has no measured database system "
-                                              f"(instances/hardware/aiconfigurator.yaml lists {', '.join(systems())})")
-    if not path.is_file():
-        raise InputError(path, "", "no such file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(path, "", f"not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
+    mp = validate(BenchMappingIn, read_yaml(mapping_path), mapping_path)
+    cfg, system = resolve_run(mp.model, mp.gpu, mapping_path.parent, mapping_path, "model")
+    text = read_utf8(path, "a vllm bench serve JSON or an SGLang bench_serving JSONL")
     lines = [(1, text)] if path.suffix == ".json" else [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
     rows = []
     for n, line in lines:
@@ -267,15 +254,45 @@ def read_bench_results(path: Path, mapping_path: Path) -> list[Row]:
             raise InputError(path, f"{where}.max_concurrency", "missing: only closed-loop runs "
                                                               "(--max-concurrency) are predicted")
         done = o["completed"]
-        f = {"system": system, "backend": mp["engine"], "version": mp.get("engine_version"),
-             "model": mp.get("hf_id") or cfg.stem, "config": str(cfg), "mode": "agg",
-             "isl": max(1, round(o["total_input_tokens"] / done)), "osl": max(2, round(o["total_output_tokens"] / done)),
-             "precision": mp["dtype"] or "bf16", "precision_column": "dtype", "tp_size": mp["tp"], "pp_size": None,
-             "attention_dp_size": mp.get("dp"), "moe_tp_size": None, "moe_ep_size": mp.get("ep"), "concurrency": conc}
-        rid = str(o.get("id") or f"{path.name}:{n}")
-        rows.append(Row(rid, (system, mp["engine"], f["model"], "agg"), f,
-                        {"ttft_ms": float(o["mean_ttft_ms"]), "tpot_ms": float(o["mean_tpot_ms"])}))
+        m = {"ttft_ms": o["mean_ttft_ms"], "tpot_ms": o["mean_tpot_ms"], "isl": o["total_input_tokens"] / done,
+             "osl": o["total_output_tokens"] / done, "concurrency": conc}
+        rows.append(make_row(str(o.get("id") or f"{path.name}:{n}"), system, mp, cfg, m))
     return rows
+
+
+def resolve_run(config: str, gpu: str, base: Path, where, config_field: str, suffix: str = "") -> tuple[Path, str]:
+    """``(config.json path, database system)`` of a run: ``config`` relative to ``base``, the
+    catalog ``gpu`` mapped by ``instances/hardware/aiconfigurator.yaml``.
+
+    Raises:
+        InputError: (``where``, ``config_field``) a config.json that is not there; (``where``,
+            ``gpu``) a GPU without a measured-database system.
+    """
+    from optimizer.model.measured import systems
+
+    cfg = Path(config)
+    cfg = cfg if cfg.is_absolute() else base / cfg
+    if not cfg.is_file():
+        raise InputError(where, config_field, f"no such config.json {cfg}{suffix}")
+    system = systems().get(gpu)
+    if system is None:
+        raise InputError(where, "gpu", f"{gpu!r} has no measured database system "
+                                       f"(instances/hardware/aiconfigurator.yaml lists {', '.join(systems())})")
+    return cfg, system
+
+
+def make_row(rid: str, system: str, run, cfg: Path, m: dict, fmt: Optional[str] = None):
+    """The :class:`~optimizer.serving.fidelity.Row` of one closed-loop run: ``run`` has ``engine``,
+    ``engine_version``, ``hf_id``, ``dtype``, ``tp``, ``dp``, ``ep``; ``m`` the means ``{ttft_ms,
+    tpot_ms, isl, osl, concurrency}`` (ms, tokens); ``fmt`` the result file's format (recorded)."""
+    model = run.hf_id or cfg.stem
+    f = {"system": system, "backend": run.engine, "version": run.engine_version, "model": model,
+         "config": str(cfg), "mode": "agg", "isl": max(1, round(m["isl"])), "osl": max(2, round(m["osl"])),
+         "precision": run.dtype or "bf16", "precision_column": "dtype", "tp_size": run.tp, "pp_size": None,
+         "attention_dp_size": run.dp, "moe_tp_size": None, "moe_ep_size": run.ep, "concurrency": m["concurrency"]}
+    if fmt is not None:
+        f["format"] = fmt
+    return Row(rid, (system, run.engine, model, "agg"), f, {"ttft_ms": float(m["ttft_ms"]), "tpot_ms": float(m["tpot_ms"])})
 
 
 def read_any(path: Path, mapping: Optional[Path] = None, limit: Optional[int] = None,
