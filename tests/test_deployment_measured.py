@@ -99,11 +99,16 @@ def test_book_instance_measured_names_the_source(cli, tmp_path):
     out = " ".join(r.stdout.split())
     assert "step times: measured kernels" in out and "vllm" in out
     assert "best achievable" in out
+    assert "at least 158.967 ms each" in out  # docs/deployment.md: a TP2 session takes 159 ms
     path = _measured_book(tmp_path, workload__min_on_time_fraction=0.5)
     r = cli(path, "--objective", "cost", "--format", "json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["status"] == "optimal" and d["objective"]["gap"] == pytest.approx(0.0, abs=1e-9)
+    # docs/deployment.md: two TP4 replicas, 0.728 GPU·s per on-time session, sessions of 91.02 ms
+    assert d["objective"]["value"] == pytest.approx(0.728, abs=5e-4)
+    assert [i["layout_label"] for i in d["plan"]["instances"]] == ["TP4", "TP4"]
+    assert min(s["finish_ms"] for s in d["plan"]["sessions"]) == pytest.approx(91.02, abs=0.005)
     t = d["timing"]
     assert t["source"] == "measured" and "aiconfigurator-core" in t["why"] and t["engine"] == "vllm"
     assert set(t["layouts"].values()) == {"measured"}
