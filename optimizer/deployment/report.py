@@ -219,15 +219,14 @@ class DeploymentReport:
                       + (f" (at least {o.objective.min_on_time} for the {o.objective.name} objective)"
                          if o.objective.min_on_time > p.required_on_time else ""))
         tm = self.timing()
-        if tm["source"] != "analytic" or tm["calibrated"]:
-            b = tm["error_band"]
-            mixed = sorted(k for k, v in tm["layouts"].items() if v != tm["source"])
-            console.print(escape(f"step times: {tm['why']}"
-                                 + (f" ({', '.join(mixed)} by the analytic roofline)" if mixed else "")
-                                 + (f"; error band: finish times ±{b['finish_time_error']:.0%} (median TPOT error over "
-                                    f"{b['rows']} measured runs)" if b else
-                                    "; no error band (the calibration file states none)" if tm["calibrated"] else
-                                    "; uncalibrated (no measured runs of this GPU and engine)")))
+        b = tm["error_band"]
+        mixed = sorted(k for k, v in tm["layouts"].items() if v != tm["source"])
+        console.print(escape(f"step times: {tm['why']}"
+                             + (f" ({', '.join(mixed)} by the analytic roofline)" if mixed else "")
+                             + (f"; error band: finish times ±{b['finish_time_error']:.0%} (this source's median TPOT "
+                                f"error over {b['rows']} measured {p.performance.engine} runs on this GPU)" if b else
+                                "; no error band (the calibration file states none)" if tm["calibrated"] else
+                                "; uncalibrated (no measured runs of this GPU and engine)")))
         obj = o.objective
         scope = f" under {o.scope}" if o.scope else ""
         if o.status == Status.INFEASIBLE:
