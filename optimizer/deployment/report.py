@@ -218,15 +218,6 @@ class DeploymentReport:
                       f"{p.required_on_time} must be on time"
                       + (f" (at least {o.objective.min_on_time} for the {o.objective.name} objective)"
                          if o.objective.min_on_time > p.required_on_time else ""))
-        tm = self.timing()
-        b = tm["error_band"]
-        mixed = sorted(k for k, v in tm["layouts"].items() if v != tm["source"])
-        console.print(escape(f"step times: {tm['why']}"
-                             + (f" ({', '.join(mixed)} by the analytic roofline)" if mixed else "")
-                             + (f"; error band: finish times ±{b['finish_time_error']:.0%} (this source's median TPOT "
-                                f"error over {b['rows']} measured {p.performance.engine} runs on this GPU)" if b else
-                                "; no error band (the calibration file states none)" if tm["calibrated"] else
-                                "; uncalibrated (no measured runs of this GPU and engine)")))
         obj = o.objective
         scope = f" under {o.scope}" if o.scope else ""
         if o.status == Status.INFEASIBLE:
@@ -305,6 +296,16 @@ class DeploymentReport:
             console.print(t)
             if len(self.binding) > MAX_BINDING_ROWS:
                 console.print(f"({len(self.binding) - MAX_BINDING_ROWS} looser constraints: use --format json)")
+        # provenance beside the solver lines (the answer leads the output)
+        tm = self.timing()
+        b = tm["error_band"]
+        mixed = sorted(k for k, v in tm["layouts"].items() if v != tm["source"])
+        console.print(escape(f"step times: {tm['why']}"
+                             + (f" ({', '.join(mixed)} by the analytic roofline)" if mixed else "")
+                             + (f"; error band: finish times ±{b['finish_time_error']:.0%} (this source's median TPOT "
+                                f"error over {b['rows']} measured {p.performance.engine} runs on this GPU)" if b else
+                                "; no error band (the calibration file states none)" if tm["calibrated"] else
+                                "; uncalibrated (no measured runs of this GPU and engine)")))
         s = o.stats
         console.print(f"solver {s.name}: {s.status.value}, {s.solves} solve(s), {s.time_s:.3f} s solving, "
                       f"{self.total_time_s:.3f} s in all, formulation {o.mode}")
