@@ -98,7 +98,7 @@ def moe16_raw(seed: int, model: str = "qwen3-30b-a3b.json") -> dict:
              "new_tokens": rng.choice([32, 64, 128, 256]), "deadline_ms": round(rng.uniform(400, 3000), 1)}
             for i in range(8)]
     return {"name": f"moe16 seed {seed}", "model": {"config": str(ROOT / "instances" / "models" / model)},
-            "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": 1},
+            "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": 1}, "performance": {"source": "chapter"},
             "workload": {"sessions": sess, "min_on_time_fraction": 0.75}, "deployment": {"max_batch": 16}}
 
 

@@ -312,7 +312,7 @@ def _result_json(d: dict) -> str:
 @click.option("--model", "models", multiple=True, metavar="MAPPING.yaml|NAME=CONFIG.json",
               help="Throughput CSVs: how the CSV's model names map to config.json files: a mapping YAML (models:, "
                    "hardware:) or NAME=CONFIG.json (repeatable). Not used for serving-run files.")
-@click.option("--source", "source", type=click.Choice(["analytic", "measured"]), default="measured", show_default=True,
+@click.option("--source", "source", type=click.Choice(["chapter", "analytic", "measured"]), default="measured", show_default=True,
               help="Serving runs: the step-time source the factors go on top of.")
 @click.option("--runs", "runs", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Serving runs: a runs YAML (defaults: + runs: [{file, gpu, engine, tp, config, ...}]).")
@@ -533,8 +533,8 @@ def estimate_cmd(instance: Path, fmt: str, overrides: tuple[str, ...], requests:
 
 @click.command("fidelity", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("measured", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--source", "sources", default="analytic,measured", show_default=True,
-              help="Comma-separated step-time sources to predict with (analytic, measured).")
+@click.option("--source", "sources", default="chapter,analytic,measured", show_default=True,
+              help="Comma-separated step-time sources to predict with (chapter, analytic, measured).")
 @click.option("--limit", type=click.IntRange(1, None), default=None, help="Read only the first N rows.")
 @click.option("--mapping", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="For vLLM/SGLang benchmark results (.json/.jsonl): model, gpu, engine, engine_version, tp.")
@@ -552,9 +552,9 @@ def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path 
     t0 = time.perf_counter()
     try:
         src = tuple(dict.fromkeys(x.strip() for x in sources.split(",") if x.strip()))  # each source once
-        bad = [x for x in src if x not in ("analytic", "measured")]
+        bad = [x for x in src if x not in ("chapter", "analytic", "measured")]
         if bad or not src:
-            raise InputError("--source", "", f"unknown source {', '.join(bad) or '(none)'} (analytic, measured)")
+            raise InputError("--source", "", f"unknown source {', '.join(bad) or '(none)'} (chapter, analytic, measured)")
         if mapping is not None and measured.suffix not in (".json", ".jsonl"):
             raise InputError("--mapping", str(mapping), "applies to vLLM / SGLang benchmark results (.json, .jsonl); "
                                                         "a silicon_sample.csv-layout file names its own runs")

@@ -45,7 +45,10 @@ class PerformanceIn(StrictModel):
     """``performance:`` (deployment and serving): where step times come from
     (:mod:`optimizer.model.steptimes`)."""
 
-    source: Literal["auto", "analytic", "measured"] = "analytic"
+    source: Literal["auto", "analytic", "measured", "chapter"] = Field(
+        default="auto", description="auto: measured where the database covers the GPU, engine and model, else "
+                                    "analytic; analytic: the roofline on fitted achieved peaks; chapter: the "
+                                    "roofline at the datasheet peaks, as the reference chapter")
     engine: Optional[Literal["vllm", "sglang", "trtllm"]] = None
     engine_version: Optional[str] = Field(default=None, min_length=1)
     memory_fraction: Optional[float] = Field(default=None, gt=0, le=1)

@@ -914,6 +914,7 @@ def test_issue_acceptance_thousand_sessions_get_a_plan_within_10_s(tmp_path, max
 def _sigma_problem(tmp_path, config, layouts, servers=1, context=8_000):
     raw = {"name": "sigma", "model": {"config": str(ROOT / "instances" / "models" / config)},
            "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
+           "performance": {"source": "chapter"},
            "workload": {"sessions": [{"name": "a", "count": 300, "context_tokens": context, "new_tokens": 16},
                                      {"name": "b", "count": 300, "context_tokens": 4 * context, "new_tokens": 8}]},
            "deployment": {"reserve_gib_per_gpu": 2, "layouts": layouts}}

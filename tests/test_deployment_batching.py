@@ -24,6 +24,7 @@ MOE = INSTANCES / "qwen3_30b_a3b_batched.yaml"
 def eight_sessions(tmp_path, **deployment):
     raw = {"name": "eight 8K sessions", "model": {"config": str(INSTANCES / "models" / "qwen3-32b.json")},
            "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": 1},
+           "performance": {"source": "chapter"},
            "workload": {"sessions": [{"name": "chat", "count": 8, "context_tokens": 8192, "new_tokens": 256,
                                       "deadline_ms": 5000}]},
            "deployment": deployment}

@@ -59,6 +59,7 @@ def _instance(seed: int, folder):
                         "server": {"name": "box", "gpus": 4, "power_kw": 2.0,
                                    "scale_up": {"bandwidth_gb_s": 50.0, "latency_us": 20.0},
                                    "scale_out": {"bandwidth_gb_s": 5.0, "latency_us": 60.0}}, "servers": 1},
+           "performance": {"source": "chapter"},
            "workload": {"sessions": sessions, "min_on_time_fraction": 0.0},
            "deployment": {"reserve_gib_per_gpu": 0.01, "layouts": layouts, "max_batch": rng.choice([2, 3, 4, None])}}
     return build_problem(raw, folder / "bounded.yaml"), rng
@@ -292,6 +293,7 @@ def test_bounded_solve_equals_the_exhaustive_optimum_with_repeated_sessions(seed
                         "server": {"name": "box", "gpus": rng.choice([2, 4]), "power_kw": 2.0,
                                    "scale_up": {"bandwidth_gb_s": 50.0, "latency_us": 20.0},
                                    "scale_out": {"bandwidth_gb_s": 5.0, "latency_us": 60.0}}, "servers": 1},
+           "performance": {"source": "chapter"},
            "workload": {"sessions": sessions, "min_on_time_fraction": rng.choice([0.0, 0.5, 0.75, 1.0])},
            "deployment": {"reserve_gib_per_gpu": 0.01, "layouts": rng.sample(layouts, rng.randint(2, len(layouts))),
                           "max_batch": rng.randint(2, 4)}}

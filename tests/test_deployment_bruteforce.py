@@ -51,6 +51,7 @@ def random_instance(seed: int, folder):
                        "scale_out": {"bandwidth_gb_s": 5.0, "latency_us": 60.0}},
             "servers": servers,
         },
+        "performance": {"source": "chapter"},
         "workload": {"sessions": sessions, "min_on_time_fraction": rng.choice([0.0, 0.5, 0.75, 1.0])},
         "deployment": {"reserve_gib_per_gpu": 0.01, "allreduce": rng.choice(["ring", "tree", "best"]), "max_batch": 1},
         "faults": faults,

@@ -24,6 +24,7 @@ def _instance(tmp_path, sessions, degrees=(4,), servers=1, fraction=1.0, name="i
         "model": {"config": str(config), "weight_dtype": "bf16", "kv_dtype": "bf16",
                   "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768}},
         "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
+        "performance": {"source": "chapter"},
         "workload": {"sessions": sessions, "min_on_time_fraction": fraction},
         "deployment": deployment or {"reserve_gib_per_gpu": 2, "tensor_parallel": list(degrees),
                                      "allreduce": "ring", "max_batch": 1},

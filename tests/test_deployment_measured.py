@@ -116,7 +116,7 @@ def test_book_instance_measured_names_the_source(cli, tmp_path):
     assert all(i["allreduce"]["source"] == "measured" for i in d["plan"]["instances"])
     analytic = json.loads(cli(BOOK, "--objective", "cost", "--format", "json",
                               "--set", "workload.min_on_time_fraction=0.5").stdout)
-    assert analytic["timing"]["source"] == "analytic" and analytic["timing"]["error_band"] is not None
+    assert analytic["timing"]["source"] == "chapter" and analytic["timing"]["error_band"] is not None
     assert d["plan"]["makespan_ms"] > analytic["plan"]["makespan_ms"]
     out = " ".join(cli(path, "--objective", "cost").stdout.split())  # rich wraps at the terminal's width
     assert "step times: measured kernels" in out and "error band: finish times ±" in out
@@ -127,15 +127,16 @@ def test_book_instance_analytic_unchanged(cli):
     r = cli(BOOK, "--objective", "cost")
     assert r.exit_code == 0 and "0.238" in r.stdout
     out = " ".join(r.stdout.split())  # the roofline's figures, and a new user told what timed them
-    assert "step times: analytic roofline (eq. 6-2) at the catalog's peaks; error band: finish times ±42%" in out
+    assert ("step times: the reference chapter's roofline (eq. 6-2) at the catalog's datasheet peaks; error band: "
+            "finish times ±42%") in out
 
 
 @pytest.mark.parametrize("change, needles", [
     ({"hardware__gpu": {"name": "mine", "memory_gb": 80, "memory_bandwidth_gb_s": 3350, "bf16_tflops": 989,
                         "power_w": 700}}, ("performance.source", "no timings for GPU 'mine'")),
     ({"performance__engine_version": "0.0.1"}, ("performance.engine_version", "0.0.1")),
-    ({"deployment__micro_batches": 2}, ("deployment.micro_batches", "analytic source only")),
-    ({"deployment__allreduce": "tree"}, ("deployment.allreduce", "analytic source only")),
+    ({"deployment__micro_batches": 2}, ("deployment.micro_batches", "analytic sources only")),
+    ({"deployment__allreduce": "tree"}, ("deployment.allreduce", "analytic sources only")),
     ({"performance__source": "analytic", "performance__memory_fraction": 0.9},
      ("performance.memory_fraction", "measured source only")),
     ({"performance__source": "roofline"}, ("performance.source",)),
@@ -239,3 +240,57 @@ def test_bad_calibration_groups_one_line(cli, tmp_path):
                    "groups: [{gpu_system: h100_sxm, engine: vllm, prefill: 1, decode: -2, overhead_ms: 0}]}\n")
     path = _measured_book(tmp_path, performance__calibration=str(cal))
     assert_one_line_error(cli(path), str(cal), "calibration.groups", "positive")
+
+
+def test_default_source_is_auto_and_measured_where_the_database_covers(cli, tmp_path):
+    """The book instance without its ``performance:`` pin: the default (auto) times it by the
+    measured kernels, so its answer is the measured one (3 of 4 on time is out of reach)."""
+    raw = yaml.safe_load(BOOK.read_text())
+    raw["model"]["config"] = str(INSTANCES / raw["model"]["config"])
+    del raw["performance"]
+    path = tmp_path / "book_default.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    default = cli(path, "--objective", "cost", "--format", "json")
+    measured = cli(_measured_book(tmp_path), "--objective", "cost", "--format", "json")
+    assert default.exit_code == measured.exit_code == 3
+    d, m = json.loads(default.stdout), json.loads(measured.stdout)
+    assert d["timing"]["source"] == "measured" and d["status"] == m["status"] == "infeasible"
+
+
+@pytest.mark.parametrize("gpu, server, basis", [("h100-sxm", "hgx-h100", "fitted to aiconfigurator-core"),
+                                                ("h800-sxm", "hgx-h800", "carried from the hopper GPUs")])
+def test_analytic_source_runs_the_roofline_on_fitted_peaks(cli, tmp_path, gpu, server, basis):
+    """``source: analytic`` is the roofline on achieved peaks (instances/hardware/efficiency.yaml):
+    every session finishes later than under ``chapter`` (the peaks), by at most 1 / min(share);
+    a GPU the database lacks takes its generation's shares and says so."""
+    from optimizer.model.efficiency import fitted_efficiency
+
+    raw = yaml.safe_load(BOOK.read_text())
+    raw["model"]["config"] = str(INSTANCES / raw["model"]["config"])
+    with_changes(raw, hardware__gpu=gpu, hardware__server=server, workload__min_on_time_fraction=0.0)
+    got = {}
+    for source in ("chapter", "analytic"):
+        raw["performance"] = {"source": source}
+        path = tmp_path / f"{source}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        r = cli(path, "--objective", "makespan", "--format", "json")
+        assert r.exit_code == 0, r.output
+        got[source] = json.loads(r.stdout)
+    t = got["analytic"]["timing"]
+    assert t["source"] == "analytic" and basis in t["why"] and "achieved peaks" in t["why"]
+    f = fitted_efficiency(gpu, "vllm")
+    lo, hi = got["chapter"]["plan"]["makespan_ms"], got["analytic"]["plan"]["makespan_ms"]
+    assert lo < hi <= lo / min(f.compute, f.memory, f.network) * (1 + 1e-6)
+
+
+def test_auto_times_two_micro_batches_by_the_fitted_roofline_and_warns(cli, tmp_path):
+    raw = yaml.safe_load(BOOK.read_text())
+    raw["model"]["config"] = str(INSTANCES / raw["model"]["config"])
+    raw["performance"] = {"source": "auto"}
+    with_changes(raw, deployment__micro_batches=2, workload__min_on_time_fraction=0.0)
+    path = tmp_path / "tbo.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    r = cli(path, "--objective", "cost", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert "deployment.micro_batches" in r.stderr and "fitted peaks" in r.stderr
+    assert json.loads(r.stdout)["timing"]["source"] == "analytic"

@@ -79,6 +79,7 @@ def _write_instance(tmp_path: Path, *, log: Path | None, degrees, allreduce: str
                        "scale_up": scale_up, "scale_out": scale_out},
             "servers": servers,
         },
+        "performance": {"source": "chapter"},
         "workload": {"sessions": [session], "min_on_time_fraction": fraction},
         "deployment": {"reserve_gib_per_gpu": 2, "tensor_parallel": list(degrees), "allreduce": allreduce, "max_batch": 1},
     }

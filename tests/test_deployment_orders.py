@@ -32,6 +32,7 @@ def test_every_admission_order_equals_the_exhaustive_optimum(seed, tmp_path):
 
 def _instance(tmp_path, name, servers, sessions, fraction, degrees, max_batch):
     raw = {"name": name, "model": QWEN, "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
+           "performance": {"source": "chapter"},
            "workload": {"sessions": [{"name": f"s{i}", "count": n, "context_tokens": c, "new_tokens": k,
                                       "deadline_ms": d} for i, (n, c, k, d) in enumerate(sessions)],
                         "min_on_time_fraction": fraction},

@@ -32,11 +32,11 @@ def write(tmp_path: Path, raw: dict, name: str = "i.yaml") -> Path:
     return p
 
 
-def estimate_raw(source: str = "analytic", **perf) -> dict:
+def estimate_raw(source: str = "chapter", **perf) -> dict:
     raw = yaml.safe_load((INSTANCES / "estimate" / "qwen32b_h200_tp8x4.yaml").read_text())
     raw["model"]["config"] = str(INSTANCES / "models" / "qwen3-32b.json")
     raw["performance"] = {"source": source, **perf}
-    if source == "analytic":
+    if source in ("analytic", "chapter"):
         raw["performance"].pop("engine", None)
     return raw
 
@@ -173,6 +173,8 @@ def test_gpu_without_database_measured_refuses_auto_falls_back(tmp_path):
     assert "auto: timed by the analytic roofline" in r.stderr
     d = json.loads(r.stdout)["plan"]["estimates"][0]
     assert d["timing"]["h800-sxm"]["source"] == "analytic"
+    # the H800 the database lacks runs the roofline on the Hopper GPUs' fitted shares of peak
+    assert "carried from the hopper GPUs" in d["timing"]["h800-sxm"]["why"]
 
 
 def test_engine_version_under_analytic_is_refused(tmp_path):
@@ -491,7 +493,7 @@ def test_vllm_admits_on_demand_and_preempts_where_trtllm_reserves_whole_lengths(
                "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": 1},
                "serving": {"traffic": {"concurrency": users, "isl": isl, "osl": osl},
                            "slo": {"ttft_ms": 1000, "tpot_ms": 100}, "fixed": {"workers": [{"role": "aggregated", "tp": 1}]}},
-               "performance": {"source": "analytic", "engine": engine}}
+               "performance": {"source": "chapter", "engine": engine}}  # one step time for both engines
         r = run("estimate", write(tmp_path, raw), "--format", "json", "--requests", str(2 * users))
         assert r.exit_code == 0, r.output
         return json.loads(r.stdout)["plan"]["estimates"][0]
@@ -698,7 +700,11 @@ def test_sglang_runs_each_prefill_batch_alone(tmp_path):
 def test_scheduler_follows_the_engine_only_when_named():
     from optimizer.serving.schema import Performance, PerformanceIn, scheduler_of
 
-    assert scheduler_of(PerformanceIn(), Performance()) == "chunked"  # the engine-neutral default: figures unchanged
+    # the default (auto) follows the default engine, vLLM; the roofline sources without an engine keep the
+    # engine-neutral chunked policy (the chapter's figures)
+    assert scheduler_of(PerformanceIn(), Performance()) == "mixed"
+    assert scheduler_of(PerformanceIn(source="chapter"), Performance("chapter")) == "chunked"
+    assert scheduler_of(PerformanceIn(source="analytic"), Performance("analytic")) == "chunked"
     assert scheduler_of(PerformanceIn(engine="sglang"), Performance(engine="sglang")) == "prefill_first"
     assert scheduler_of(PerformanceIn(source="measured"), Performance("measured", "vllm")) == "mixed"
     assert scheduler_of(PerformanceIn(engine="trtllm"), Performance(engine="trtllm")) == "mixed"

@@ -19,6 +19,7 @@ from tests.serving_helpers import INSTANCES, llama70b_raw, problem, qwen32b_raw,
 
 def _deployment_perf(config: str, isl: int, osl: int) -> DeploymentPerf:
     raw = {"name": "d", "model": {"config": config}, "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": 1},
+           "performance": {"source": "chapter"},
            "workload": {"sessions": [{"name": "s", "count": 1, "context_tokens": isl, "new_tokens": osl}]},
            "deployment": {"reserve_gib_per_gpu": 2}}
     return DeploymentPerf(build_problem(raw, INSTANCES / "x.yaml"))

@@ -60,6 +60,7 @@ def _write_trace(tmp_path: Path, t: np.ndarray, isl: int, osl: int) -> Path:
 def _raw(trace: Path, servers: int, mode: str = "aggregated", config: str = "llama-3.1-70b.json") -> dict:
     return {"name": "bursty", "model": {"config": str(INSTANCES / "models" / config)},
             "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
+            "performance": {"source": "chapter"},
             "serving": {"traffic": {"trace": str(trace)},
                         "slo": {"ttft_ms": 1000, "tpot_ms": 50, "percentile": 90, "attainment": 0.9},
                         "mode": mode, "objective": "gpus"}}

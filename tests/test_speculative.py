@@ -193,6 +193,7 @@ def _v3_raw(rate: float, spec: dict | None = None, simulate: bool = False) -> di
         "model": {"config": "models/deepseek-v3.json", "hf_id": "deepseek-ai/DeepSeek-V3", "weight_dtype": "fp8",
                   "kv_dtype": "bf16"},
         "hardware": {"gpu": "h200-sxm", "server": "hgx-h200", "servers": 8},
+        "performance": {"source": "chapter"},
         "serving": {"traffic": {"rate_rps": rate, "isl": 1024, "osl": 1024}, "slo": {"ttft_ms": 3000, "tpot_ms": 25},
                     "mode": "disaggregated", "reserve_gib_per_gpu": 4,
                     "simulation": {"enabled": simulate, "requests": 300}},

@@ -227,6 +227,7 @@ def _pcie_moe(micro_batches: int, kappa: float = 1.0) -> dict:
     """Qwen3-30B-A3B on PCIe H100 servers (64 GB/s between GPUs, no NVLink): a comm-heavy MoE case."""
     return {"name": "qwen3-30b-a3b on PCIe H100", "model": {"config": "models/qwen3-30b-a3b.json", "hf_id": "Qwen/Qwen3-30B-A3B"},
             "hardware": {"gpu": "h100-pcie", "server": "pcie-h100x8", "servers": 8},
+            "performance": {"source": "chapter"},
             "serving": {"traffic": {"rate_rps": 100, "isl": 1024, "osl": 512},
                         "slo": {"ttft_ms": 2000, "tpot_ms": 20}, "mode": "disaggregated",
                         "simulation": {"enabled": False}, "micro_batches": micro_batches,
@@ -284,7 +285,7 @@ def test_bad_serving_overlap_input_is_one_line_exit_2(cli, tmp_path, change, fie
 def test_two_micro_batches_under_measured_step_times_are_refused(cli, tmp_path):
     raw = _pcie_moe(2)
     raw["performance"] = {"source": "measured", "engine": "vllm"}
-    assert_one_line_error(cli(write(tmp_path, raw)), "serving.micro_batches", "analytic model only")
+    assert_one_line_error(cli(write(tmp_path, raw)), "serving.micro_batches", "analytic sources only")
 
 
 def test_default_is_one_batch():

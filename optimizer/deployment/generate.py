@@ -31,6 +31,7 @@ def generate(n_sessions: int, servers: int, seed: int = 0, types: int = 6) -> di
         "model": {"config": str(ROOT / "instances" / "models" / "qwen3-32b.json"),
                   "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768}},
         "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
+        "performance": {"source": "chapter"},  # the scale corpus: the roofline its benchmark figures were measured on
         "workload": {"sessions": [], "min_on_time_fraction": 0.9},
         "deployment": {"reserve_gib_per_gpu": 2, "tensor_parallel": [1, 2, 4, 8], "max_batch": 1},
     }
@@ -65,6 +66,7 @@ def generate_batched(n_sessions: int = 24, servers: int = 2, seed: int = 0) -> d
         "name": f"generated batched: {n_sessions} sessions on {servers} HGX H100 (seed {seed})",
         "model": {"config": str(ROOT / "instances" / "models" / "qwen3-32b.json")},
         "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
+        "performance": {"source": "chapter"},  # the scale corpus: the roofline its benchmark figures were measured on
         "workload": {"sessions": [{"name": f"k{i}", "count": c, "context_tokens": k[0], "new_tokens": k[1],
                                    "deadline_ms": k[2]} for i, (k, c) in enumerate(zip(kinds, counts))],
                      "min_on_time_fraction": 1.0},
@@ -81,6 +83,7 @@ def _qwen32b_base(name: str, servers: int, fraction: float, max_batch) -> dict:
         "model": {"config": str(ROOT / "instances" / "models" / "qwen3-32b.json"),
                   "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768}},
         "hardware": {"gpu": "h100-sxm", "server": "hgx-h100", "servers": servers},
+        "performance": {"source": "chapter"},  # the scale corpus: the roofline its benchmark figures were measured on
         "workload": {"sessions": [], "min_on_time_fraction": fraction},
         "deployment": dep,
     }

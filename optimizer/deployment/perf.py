@@ -103,7 +103,7 @@ class PerfModel:
         Raises:
             InputError: under ``measured``, a GPU, engine version or model the database lacks."""
         perf = problem.performance
-        if perf.source == "analytic" and perf.calibration is None:
+        if perf.source == "chapter" and perf.calibration is None:
             return None
         from optimizer.launch import MODEL_PLACEHOLDER
         from optimizer.model.steptimes import resolve

@@ -60,7 +60,7 @@ class DeploymentReport:
                                                   steps.name)
         ev = self.outcome.evaluation
         lays = sorted({inst.lay for inst in ev.plan.instances} if ev is not None else set(), key=lambda lay: lay.label())
-        return {"source": steps.name, "why": steps.why, "engine": p.performance.engine if steps.name != "analytic" else None,
+        return {"source": steps.name, "why": steps.why, "engine": p.performance.engine if steps.name not in ("chapter", "analytic") else None,
                 "calibrated": cal is not None, "layouts": {lay.label(): steps.source_of(lay) for lay in lays},
                 "error_band": None if b is None else {"finish_time_error": b["tpot_median_abs_error"],
                                                       "rows": b.get("rows"), "from": b.get("from")},

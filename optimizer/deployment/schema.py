@@ -24,7 +24,7 @@ from optimizer.model.hardware import peak_flops_for
 from optimizer.model.layout import Layout, default_layouts, layout_problem
 from optimizer.schema_base import MAX_GPUS_PER_SERVER, MAX_SERVERS  # shared with serving
 from optimizer.schema_base import PerformanceIn, RopeScalingIn, StrictModel, existing_file, validate  # shared with serving
-from optimizer.model.steptimes import Performance, performance_from_input
+from optimizer.model.steptimes import Performance, performance_from_input, roofline_only
 
 # bytes per element of each weight / KV dtype (read-only)
 from optimizer.model.decode import DEFAULT_KV_DTYPE, DTYPE_BYTES as _MODEL_DTYPE_BYTES  # noqa: E402
@@ -431,13 +431,10 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
     if inst.deployment.allreduce == "measured" and server.scale_out.table is None and server.scale_up.table is None:
         raise InputError(path, "deployment.allreduce", "'measured' needs hardware.server.scale_out.allreduce_log (an nccl-tests all_reduce_perf file)")
     performance = performance_from_input(inst.performance, "vllm", path)
-    if performance.source != "analytic":
-        # the database's steps are one batch each, with its own collectives: the roofline's knobs do not apply
-        for name, value, default in (("micro_batches", dep.micro_batches, 1), ("allreduce", dep.allreduce, "ring")):
-            if value != default:
-                raise InputError(path, f"deployment.{name}", f"applies to the analytic source only (the measured "
-                                                              f"database times its own collectives and one batch per "
-                                                              f"step); performance.source is {performance.source}")
+    for name, value, default, what in (("micro_batches", dep.micro_batches, 1, "two micro-batches"),
+                                       ("allreduce", dep.allreduce, "ring", f"allreduce: {dep.allreduce}")):
+        if value != default:
+            performance = roofline_only(performance, f"deployment.{name}", what)
 
     return Problem(
         name=inst.name or path.stem,

@@ -46,7 +46,7 @@ class DecodeSteps:
     """Common part of the decode sources: a cache for the problem's memoised timelines.
 
     Attributes:
-        name: ``analytic`` or ``measured``; why: one sentence naming the source (and database).
+        name: ``chapter``, ``analytic`` or ``measured``; why: one sentence naming the source (and database).
         memo: caches keyed by the problem (segments, exact columns), cleared with the source.
     """
 
@@ -88,12 +88,14 @@ class AnalyticDecode(DecodeSteps):
     """The chapter's roofline through :class:`optimizer.model.perf.PerfModel` (eq. 6-2, the
     alpha-beta or nccl-tests collectives, PP hand-offs, two micro-batches)."""
 
-    name = "analytic"
+    name = "chapter"
 
-    def __init__(self, model: PerfModel, why: str = "analytic roofline (eq. 6-2) at the catalog's peaks"):
+    def __init__(self, model: PerfModel, why: str = "the reference chapter's roofline (eq. 6-2) at the catalog's "
+                                                     "datasheet peaks", name: str = "chapter"):
         super().__init__()
         self.model = model
         self.why = why
+        self.name = name
 
     def single_session_step_s(self, lay: Layout, positions) -> np.ndarray:
         """Step time (s) of one session alone at each position (shape [n] -> [n])."""
@@ -188,7 +190,8 @@ class MeasuredDecode(DecodeSteps):
         self.why = steps.why
         self.max_batch = max(1, int(max_batch))
         self.min_positions = max(1.0, float(min_positions))
-        self.analytic = AnalyticDecode(model)
+        fb = getattr(steps, "fallback", None)  # auto: the fitted roofline for layouts the database cannot time
+        self.analytic = AnalyticDecode(fb.perf, fb.why, fb.name) if fb is not None else AnalyticDecode(model)
         self._floors: dict = {}
         self._rates: dict = {}
 
@@ -196,7 +199,7 @@ class MeasuredDecode(DecodeSteps):
         return self.steps.timing_table(lay)
 
     def source_of(self, lay: Layout) -> str:
-        return "measured" if self._table(lay) is not None else "analytic"
+        return "measured" if self._table(lay) is not None else self.analytic.name
 
     def _ms(self, tab, d, s) -> np.ndarray:
         """Decode steps (s) of ``d`` decodes per rank at mean context ``s`` (equal shapes)."""
@@ -347,8 +350,8 @@ def decode_steps(model: PerfModel, source=None, max_batch: int = 1, min_position
     base, cal = source, getattr(source, "cal", None)
     if cal is not None:
         base = source.base
-    if base.name == "analytic":
-        view = AnalyticDecode(model, base.why)
+    if base.name in ("analytic", "chapter"):
+        view = AnalyticDecode(getattr(base, "perf", model), base.why, base.name)
     elif hasattr(base, "timing_table"):
         view = MeasuredDecode(model, base, max_batch, min_positions)
     else:

@@ -268,6 +268,22 @@ class PerfModel:
         self._one_peak = self.matmul_peak_flops == bf16 and self.attention_peak_flops == bf16
         self._stages: dict[int, list[Stage]] = {}
 
+    def with_hardware(self, hw: Hardware) -> "PerfModel":
+        """The same model, dtypes and options on other hardware (the analytic source's achieved
+        peaks, :func:`optimizer.model.efficiency.derated`); the stage cache is shared (stages hold
+        bytes and FLOP, not times)."""
+        import copy
+
+        out = copy.copy(self)
+        out.hw = hw
+        bf16 = hw.gpu.peak_flops
+        out.peak_flops = bf16
+        out.matmul_peak_flops = peak_flops_for(hw.gpu, self.weight_dtype)
+        out.attention_peak_flops = (peak_flops_for(hw.gpu, self.kv_dtype)
+                                    if isinstance(self.kv_dtype, str) and self.kv_dtype.lower() in FP8_DTYPES else bf16)
+        out._one_peak = out.matmul_peak_flops == bf16 and out.attention_peak_flops == bf16
+        return out
+
     # ------------------------------------------------------------------ stages
     def stages(self, pp: int) -> list[Stage]:
         """The ``pp`` stages (cached)."""

@@ -279,7 +279,7 @@ class SpeculativeSteps:
         dl = _draft_layout(lay)
         draft_w = self.draft_static_bytes_per_gpu(lay)
         draft_kv = self.draft.kv_bytes_per_gpu(dl, context, new)
-        if self.base.name == "analytic":
+        if self.base.name in ("analytic", "chapter"):
             best = None
             stages = tp.stages(lay.pp)
             for i, st in enumerate(stages):

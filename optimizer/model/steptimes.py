@@ -29,14 +29,16 @@ from optimizer.model.layout import Layout
 from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import PEAK, Efficiency, mixed_step_s, prefill_s
 
-SOURCES = ("auto", "analytic", "measured")
+SOURCES = ("auto", "analytic", "measured", "chapter")
+ANALYTIC = ("analytic", "chapter")  # the names of the roofline sources (AnalyticSteps)
+CHAPTER_WHY = "the reference chapter's roofline (eq. 6-2) at the catalog's datasheet peaks"
 ENGINES = ("vllm", "sglang", "trtllm")
 
 
 class StepTimes(Protocol):
     """A source of forward-pass times and KV capacity for one model on one GPU type."""
 
-    name: str  # "analytic" | "measured"
+    name: str  # "chapter" | "analytic" | "measured" (ANALYTIC: the two rooflines)
     why: str  # one sentence: which source timed the plan and why (engine, version, database)
 
     def mixed_step_s(self, lay: Layout, chunk: float, context_before: float, batch: float,
@@ -73,7 +75,9 @@ class Performance:
     """The resolved ``performance:`` block of an instance.
 
     Attributes:
-        source: ``auto``, ``analytic`` or ``measured``.
+        source: ``auto`` (the default), ``measured``, ``analytic`` (the roofline on fitted
+            achieved peaks, :mod:`optimizer.model.efficiency`) or ``chapter`` (the roofline at the
+            datasheet peaks, as the reference chapter).
         engine: ``vllm``, ``sglang`` or ``trtllm`` (the engine the measured kernels are of).
         engine_version: a version of the database, or None for the database's current one.
         memory_fraction: the engine's memory fraction (vLLM ``gpu_memory_utilization``, SGLang
@@ -85,7 +89,7 @@ class Performance:
         path: the instance file (for messages); where: the field prefix (``performance``).
     """
 
-    source: str = "analytic"
+    source: str = "auto"
     engine: str = "vllm"
     engine_version: Optional[str] = None
     memory_fraction: Optional[float] = None
@@ -105,7 +109,7 @@ def performance_from_input(pin, default_engine: str, path: Path, where: str = "p
     """
     from optimizer.errors import InputError
 
-    if pin.source == "analytic":
+    if pin.source in ("analytic", "chapter"):
         for field_ in ("engine_version", "memory_fraction", "gemm_quant"):
             if getattr(pin, field_) is not None:
                 raise InputError(path, f"{where}.{field_}", "applies to the measured source only "
@@ -146,10 +150,54 @@ def resolve(perf: Performance, model_perf: PerfModel, config_file: Path, gpu: st
     return CalibratedSteps(src, cal)
 
 
+def roofline_only(perf: Performance, field: str, what: str) -> Performance:
+    """``perf`` for an instance that asks for ``what``, a term of the roofline the measured database
+    does not time (two micro-batches, an AllReduce algorithm): under ``auto`` the analytic source
+    (said in a warning naming ``field``), under ``analytic``/``chapter`` unchanged.
+
+    Raises:
+        InputError: under ``measured`` (``field`` applies to the analytic sources only)."""
+    from dataclasses import replace
+
+    from optimizer.errors import InputError, warn_input
+
+    if perf.source in ANALYTIC:
+        return perf
+    if perf.source == "measured":
+        raise InputError(perf.path, field, f"{what}: timed by the analytic sources only (the measured database "
+                                           f"times its own collectives and one batch per step); "
+                                           f"performance.source is measured")
+    warn_input(perf.path, field, f"{what}: timed by the analytic roofline on fitted peaks (performance.source auto; "
+                                 f"the measured database times its own collectives and one batch per step)")
+    return replace(perf, source="analytic")
+
+
+def analytic_steps(perf: Performance, model_perf: PerfModel, gpu: str, eff: Efficiency = PEAK,
+                   why: str = "") -> AnalyticSteps:
+    """The analytic source of ``perf``: under ``chapter`` the roofline at the datasheet peaks;
+    otherwise on the GPU's achieved peaks fitted to the measured database
+    (:func:`optimizer.model.efficiency.fitted_efficiency`, the GPU's generation for a GPU the
+    database lacks; the peaks, said so, when the file has neither). ``eff`` (serving's
+    ``efficiency:``) divides on top. ``why`` prefixes the reason (auto's fallback)."""
+    if perf.source == "chapter":
+        return AnalyticSteps(model_perf, eff, why=CHAPTER_WHY, name="chapter")
+    from optimizer.model.efficiency import derated, fitted_efficiency
+
+    f = fitted_efficiency(gpu, perf.engine)
+    lead = f"analytic roofline{why}"
+    if f is None:
+        return AnalyticSteps(model_perf, eff, why=f"{lead} at the catalog's datasheet peaks (no fitted efficiency "
+                                                  f"for {gpu})")
+    hw = derated(model_perf.hw, f.compute, f.memory, f.network)
+    return AnalyticSteps(model_perf.with_hardware(hw), eff,
+                         why=f"{lead} at achieved peaks (compute {f.compute:.2f}, memory {f.memory:.2f}, network "
+                             f"{f.network:.2f} of the datasheet's; {f.why})")
+
+
 def _resolve(perf, model_perf, config_file, gpu, eff, weight_dtype, kv_dtype, hf_id):
-    analytic = AnalyticSteps(model_perf, eff)
-    if perf.source == "analytic":
-        return analytic
+    if perf.source in ("analytic", "chapter"):
+        return analytic_steps(perf, model_perf, gpu, eff)
+    analytic = analytic_steps(perf, model_perf, gpu, eff, " (auto, where the database cannot time a layout)")
     from optimizer.errors import InputError, warn_input
     from optimizer.model import measured
 
@@ -162,8 +210,8 @@ def _resolve(perf, model_perf, config_file, gpu, eff, weight_dtype, kv_dtype, hf
         if perf.source == "measured":
             raise InputError(perf.path, f"{perf.where}.{exc.field}", str(exc)) from None
         warn_input(perf.path, f"{perf.where}.source",
-                   f"auto: timed by the analytic roofline ({exc})")
-        return AnalyticSteps(model_perf, eff, why=f"analytic roofline (eq. 6-2): the measured database {exc}")
+                   f"auto: timed by the analytic roofline on fitted peaks ({exc})")
+        return analytic_steps(perf, model_perf, gpu, eff, f" (auto: the measured database {exc})")
 
 
 @dataclass(frozen=True)

@@ -292,11 +292,10 @@ class ServingReport:
                              f"{p.quantile:.0%} quantile); kv_link {p.kv_link.bandwidth_bytes_per_s / 1e9:g} GB/s per GPU, "
                              f"kv_transfer {p.kv_transfer}"))
         for name, t in p.timing.items():
-            if t["source"] != "analytic" or t["error_band"] is not None:
-                b = t["error_band"]
-                band_txt = (f"measured error band TTFT ±{b['ttft_median_abs_error']:.0%}, TPOT ±{b['tpot_median_abs_error']:.0%} "
-                            f"(median over {b['rows']} {t['engine']} runs)" if b else "uncalibrated")
-                console.print(escape(f"timed by: {t['why']} ({name}); {band_txt}"))
+            b = t["error_band"]
+            band_txt = (f"measured error band TTFT ±{b['ttft_median_abs_error']:.0%}, TPOT ±{b['tpot_median_abs_error']:.0%} "
+                        f"(median over {b['rows']} {t['engine']} runs)" if b else "uncalibrated")
+            console.print(escape(f"timed by: {t['why']} ({name}); {band_txt}"))
         if p.slo_margin is not None:
             m = p.slo_margin
             console.print(escape(f"slo_margin band: planned to TTFT {p.ttft_s * 1e3:.0f} ms and TPOT {p.tpot_s * 1e3:.1f} ms "

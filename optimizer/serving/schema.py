@@ -28,7 +28,7 @@ from optimizer.model.hardware import Hardware, LinkSpec, ServerSpec, gpu_spec_fr
 from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
 from optimizer.model.prefix import PrefixReuse
-from optimizer.model.steptimes import Performance, performance_from_input
+from optimizer.model.steptimes import Performance, performance_from_input, roofline_only
 from optimizer.model.steptimes import resolve as resolve_steps
 from optimizer.schema_base import MAX_SERVERS, PerformanceIn, RopeScalingIn, StrictModel, existing_file, validate
 
@@ -406,7 +406,7 @@ KV_ADMISSION = {"vllm": "on_demand", "trtllm": "reserve", "sglang": "on_demand"}
 def scheduler_of(pin: PerformanceIn, perf: Performance) -> str:
     """The simulator's scheduler: the engine's (:data:`SCHEDULERS`) when ``performance.engine`` is
     given or the source is not analytic, else ``chunked`` (the engine-neutral default)."""
-    if pin.engine is None and perf.source == "analytic":
+    if pin.engine is None and perf.source in ("analytic", "chapter"):
         return "chunked"
     return SCHEDULERS[perf.engine]
 
@@ -667,9 +667,10 @@ def _check_sp(role_in: RoleIn, role: str, path: Path) -> None:
                                                      f"allows TP1 only")
 
 
-def _check_micro_batches(s: ServingIn, performance: PerformanceIn, path: Path) -> None:
+def _check_micro_batches(s: ServingIn, performance: Performance, path: Path) -> Performance:
     """``serving.micro_batches: 2`` times the overlap itself (``comm_overlap`` must stay 0) and is
-    a term of the analytic model: the measured database times one batch per step.
+    a term of the analytic model: the measured database times one batch per step; returns the
+    performance block that times it (:func:`optimizer.model.steptimes.roofline_only`).
 
     Raises:
         InputError: one line naming the field.
@@ -677,15 +678,12 @@ def _check_micro_batches(s: ServingIn, performance: PerformanceIn, path: Path) -
     if s.micro_batches == 1:
         if s.contention_kappa != 1.0:
             raise InputError(path, "serving.contention_kappa", "applies to two micro-batches (serving.micro_batches: 2)")
-        return
+        return performance
     if s.comm_overlap:
         raise InputError(path, "serving.micro_batches", f"two micro-batches time the overlap of compute and "
                                                         f"communication themselves: set serving.comm_overlap to 0 "
                                                         f"(got {s.comm_overlap})")
-    if performance.source != "analytic":
-        raise InputError(path, "serving.micro_batches", f"two micro-batches are timed by the analytic model only "
-                                                        f"(performance.source {performance.source}: the measured "
-                                                        f"database times one batch per step)")
+    return roofline_only(performance, "serving.micro_batches", "two micro-batches")
 
 
 def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], objectives: dict) -> Problem:
@@ -742,7 +740,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         return speculative_steps(resolve_steps(performance, pm, cfg, gpu, eff, wd, kd, inst.model.hf_id), spec_dec,
                                  pm, eff)
 
-    _check_micro_batches(s, inst.performance, path)
+    performance = _check_micro_batches(s, performance, path)
     pools = _pools(inst.hardware, spec, wd, kd, reserve, path, steps_for, s.cp_kv_exchange, s.comm_overlap, s.cp_ffn,
                    s.micro_batches, s.contention_kappa)
     if s.prefill.cp and max(s.prefill.cp) > 1:

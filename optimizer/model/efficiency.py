@@ -1,0 +1,91 @@
+"""The analytic source's efficiency factors, fitted to aiconfigurator-core's measured kernel database.
+
+The reference chapter times a step by the roofline at datasheet peaks (eq. 6-2), about twice too
+fast against measured runs. ``performance.source: analytic`` runs the same roofline on the GPU's
+*achieved* peaks: the HBM bandwidth times ``memory``, every tensor-core peak times ``compute`` and
+every link's bandwidth times ``network`` (latencies and nccl-tests tables unchanged), with the
+three factors fitted per (GPU, engine) to the measured source's step times
+(:mod:`optimizer.model.measured`) by ``python -m benchmarks.fit_efficiency``, which writes
+``instances/hardware/efficiency.yaml``. A GPU the database lacks takes its generation's factors
+(the mean of the covered GPUs of that architecture, e.g. H800 and H20 from H100/H200): the factors
+are dimensionless shares of peak, so the datasheet peaks carry the GPU's own ratios. The file states,
+per GPU, the fit's median error and, per generation, the error of carrying the factors to a
+covered GPU left out of the fit.
+
+``source: chapter`` is the roofline at the peaks themselves, as the book uses it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from optimizer.catalog import catalog_path
+
+
+@dataclass(frozen=True)
+class FittedEfficiency:
+    """Achieved shares of peak of one GPU (and engine): ``compute``, ``memory``, ``network``
+    (each in (0, 1]); ``why``: where they come from (fit or carry-over) with its median error."""
+
+    compute: float
+    memory: float
+    network: float
+    why: str
+
+
+def efficiency_path() -> Path:
+    """``instances/hardware/efficiency.yaml`` (beside the catalog)."""
+    return catalog_path().parent / "efficiency.yaml"
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, Any]:
+    p = efficiency_path()
+    if not p.exists():
+        return {}
+    return yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+
+
+def fitted_efficiency(gpu: str, engine: str) -> Optional[FittedEfficiency]:
+    """The fitted factors of catalog GPU ``gpu`` under ``engine``: the (GPU, engine) fit, else the
+    GPU's mean over engines, else its generation's (``generations`` of the file); None when the
+    file has neither (the caller falls back to the peaks and says so)."""
+    t = _table()
+    fits = t.get("fits", {})
+    db = t.get("database", "the measured kernel database")
+    g = fits.get(gpu, {})
+    if engine in g:
+        e = g[engine]
+        return FittedEfficiency(e["compute"], e["memory"], e["network"],
+                                f"fitted to {db} ({gpu}, {engine} {e['version']}; median step error "
+                                f"{e['median_error_pct']:g}% over {e['points']} steps)")
+    if g:
+        vals = list(g.values())
+        return FittedEfficiency(*(sum(v[k] for v in vals) / len(vals) for k in ("compute", "memory", "network")),
+                                f"fitted to {db} ({gpu}, mean of {', '.join(sorted(g))}; {engine} not in the fit)")
+    gen = t.get("generation_of", {}).get(gpu)
+    e = t.get("generations", {}).get(gen) if gen else None
+    if e is None:
+        return None
+    return FittedEfficiency(e["compute"], e["memory"], e["network"],
+                            f"carried from the {gen} GPUs fitted to {db} ({', '.join(e['from'])}); carrying "
+                            f"them to a left-out {gen} GPU measured {e['carry_error_pct']:g}% median step error")
+
+
+def derated(hw: Any, compute: float, memory: float, network: float) -> Any:
+    """``hw`` (a :class:`optimizer.model.hardware.Hardware`) with achieved peaks: HBM bandwidth
+    times ``memory``, the BF16/FP8/FP4 tensor-core peaks times ``compute``, both tiers' link
+    bandwidth times ``network`` (per-round latency and any nccl-tests table unchanged)."""
+    g = hw.gpu
+    gpu = replace(g, hbm_bytes_per_s=g.hbm_bytes_per_s * memory, peak_flops=g.peak_flops * compute,
+                  fp8_flops=None if g.fp8_flops is None else g.fp8_flops * compute,
+                  fp4_flops=None if g.fp4_flops is None else g.fp4_flops * compute)
+    s = hw.server
+    server = replace(s, scale_up=replace(s.scale_up, bandwidth_bytes_per_s=s.scale_up.bandwidth_bytes_per_s * network),
+                     scale_out=replace(s.scale_out,
+                                       bandwidth_bytes_per_s=s.scale_out.bandwidth_bytes_per_s * network))
+    return replace(hw, gpu=gpu, server=server)
