@@ -134,6 +134,23 @@ def err(pts, x) -> float:
     return float(np.median(np.abs(predict(pts, x) / y - 1.0)) * 100.0)
 
 
+def table(doc: dict) -> str:
+    """The docs' table of an ``efficiency.yaml`` document: per (GPU, engine) the fitted shares and the
+    median step error with them and at the peaks; per generation the carry-over error."""
+    lines = ["| GPU | engine (version) | compute | memory | network | steps | median step error | at the peaks |",
+             "|---|---|---|---|---|---|---|---|"]
+    for gpu, fits in doc["fits"].items():
+        for engine, e in fits.items():
+            lines.append(f"| {gpu} | {engine} ({e['version']}) | {e['compute']:.3f} | {e['memory']:.3f} | "
+                         f"{e['network']:.3f} | {e['points']} | {e['median_error_pct']:.1f}% | "
+                         f"{e['median_error_at_peak_pct']:.1f}% |")
+    for gen, e in doc["generations"].items():
+        carry = "not measured (one GPU)" if e["carry_error_pct"] is None else f"{e['carry_error_pct']:.1f}% carried"
+        lines.append(f"| {gen} ({', '.join(e['from'])}) | pooled | {e['compute']:.3f} | {e['memory']:.3f} | "
+                     f"{e['network']:.3f} | | {e['median_error_pct']:.1f}% | {carry} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="two models only (a smoke run; does not write the data file)")

@@ -197,6 +197,26 @@ def bench_exactness_text() -> str:
     return bench_exactness.table(bench_exactness.run())
 
 
+def fidelity_text() -> str:
+    """The fidelity tables from ``benchmarks/results/fidelity.json`` (``python -m
+    benchmarks.bench_fidelity`` writes it: 2 min on the 2-core machine, so not re-run here)."""
+    import json
+
+    from benchmarks import bench_fidelity
+
+    return bench_fidelity.table(json.loads((REPO / "benchmarks" / "results" / "fidelity.json").read_text()))
+
+
+def efficiency_text() -> str:
+    """The fitted shares of peak from ``instances/hardware/efficiency.yaml`` (``python -m
+    benchmarks.fit_efficiency`` writes it)."""
+    import yaml
+
+    from benchmarks import fit_efficiency
+
+    return fit_efficiency.table(yaml.safe_load((REPO / "instances" / "hardware" / "efficiency.yaml").read_text()))
+
+
 BLOCKS: list[Block] = [
     # README.md: each problem's headline (the docs/ page holds the whole output)
     Block("deployment-brief", command="optimize instances/qwen32b_128k.yaml --objective cost", until="Schedule"),
@@ -231,6 +251,8 @@ BLOCKS: list[Block] = [
     Block("serving-cp-example", command="optimize instances/serving_qwen3_32b_long_prompt_cp.yaml"),
     Block("serving-benchmark", bench=bench_serving_text, volatile="serving-benchmark"),
     Block("exactness-benchmark", bench=bench_exactness_text, volatile="exactness-benchmark"),
+    Block("fidelity-benchmark", bench=fidelity_text),
+    Block("efficiency-fit", bench=efficiency_text),
 ]
 BY_NAME = {b.name: b for b in BLOCKS}
 
