@@ -199,7 +199,7 @@ def product(raw: dict, args: list[str], tmp: Path, env: dict) -> tuple[dict, flo
                  env=env)
     if r.returncode not in (0,):
         raise RuntimeError(f"optimize {' '.join(args)} exit {r.returncode}: {r.stderr[-2000:]}")
-    built = sum(float(x) for x in re.findall(r"built in ([0-9.]+) s", r.stderr))
+    built = sum(float(x) for x in re.findall(r"started in ([0-9.]+) s", r.stderr))
     return json.loads(r.stdout), dt, built, r.stderr
 
 

@@ -207,6 +207,12 @@ def fidelity_text() -> str:
     return bench_fidelity.table(json.loads((REPO / "benchmarks" / "results" / "fidelity.json").read_text()))
 
 
+def bench_cold_text() -> str:
+    from benchmarks import bench_cold
+
+    return _stdout_of(bench_cold.main, ["bench_cold.py"])
+
+
 def efficiency_text() -> str:
     """The fitted shares of peak from ``instances/hardware/efficiency.yaml`` (``python -m
     benchmarks.fit_efficiency`` writes it)."""
@@ -253,6 +259,7 @@ BLOCKS: list[Block] = [
     Block("exactness-benchmark", bench=bench_exactness_text, volatile="exactness-benchmark"),
     Block("fidelity-benchmark", bench=fidelity_text),
     Block("efficiency-fit", bench=efficiency_text),
+    Block("cold-benchmark", bench=bench_cold_text, volatile="cold-benchmark"),
 ]
 BY_NAME = {b.name: b for b in BLOCKS}
 
@@ -344,6 +351,7 @@ VOLATILE: dict[str, Callable[[str], str]] = {
     "buildout-cli-benchmark": lambda t: _mask_table_columns(t, {2: None, 3: None, 4: None, 5: None}),
     # | case | configurations | model s | solve + simulate s | end to end s | ...
     "serving-benchmark": lambda t: _mask_table_columns(t, {2: None, 3: None, 4: None}),
+    "cold-benchmark": lambda t: _mask_table_columns(t, {1: None, 2: None, 3: None}),
 }
 
 

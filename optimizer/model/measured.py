@@ -6,15 +6,19 @@ pass (``aiconfigurator_core.sdk.compile_engine`` -> ``EngineHandle.mixed_step_la
 ``decode_step_latency``), and estimates the KV cache the engine will allocate
 (``aiconfigurator_core.sdk.estimate_kv_cache``). The solvers never call it in their inner loops:
 
-* **Tabulated once per layout.** For each (model, GPU, engine, version, layout, dtypes) a table
-  ``T[p, d, s]`` (ms) holds the step of ``p`` prefill tokens and ``d`` decodes at context ``s`` on
-  one attention-DP rank, over the grids :data:`PREFILL_GRID` x :data:`DECODE_GRID` x
-  :data:`CONTEXT_GRID` (about 5,800 estimator calls, ~1 s on the 2-core machine); lookups are
-  trilinear interpolation (linear extrapolation beyond the grid, :class:`_Table`).
+* **Tabulated per layout, cell by cell as lookups need them.** For each (model, GPU, engine,
+  version, layout, dtypes) a table ``T[p, d, s]`` (ms) holds the step of ``p`` prefill tokens and
+  ``d`` decodes at context ``s`` on one attention-DP rank, over the grids :data:`PREFILL_GRID` x
+  :data:`DECODE_GRID` x :data:`CONTEXT_GRID`; lookups are trilinear interpolation (linear
+  extrapolation beyond the grid, :class:`_Table`). A cell is asked of the estimator the first time
+  a lookup's interpolation corners include it (a serving run touches a few hundred of the ~5,800
+  cells: the whole grid took ~0.45 s per layout on the 2-core machine, on top of ~1 s to load the
+  database once per process).
 * **Cached on disk** in ``$SUPERNODE_CACHE_DIR`` (default ``~/.cache/supernode-optimizer``)
-  ``/steptimes/<sha256>.npz``, keyed by the aiconfigurator-core version, the table layout
-  version, the config.json bytes, GPU, engine, version, layout, dtypes and memory fraction. A
-  table being built is announced on stderr.
+  ``/steptimes/<sha256>.npz`` (cells not built yet are NaN; the cells a process built are merged
+  into the file at exit), keyed by the aiconfigurator-core version, the table layout version, the
+  config.json bytes, GPU, engine, version, layout, dtypes and memory fraction. A table being
+  started is announced on stderr.
 
 Conventions (stated because the estimator's arguments are per rank):
 * a mixed step of ``chunk`` prompt tokens after ``c0`` of the prompt, with ``b`` decodes at
@@ -36,6 +40,7 @@ Units: tokens, seconds (the estimator's milliseconds are converted here, once).
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
@@ -124,9 +129,22 @@ def _aic() -> str:
     return v
 
 
+@lru_cache(maxsize=1)
+def _shipped_index() -> dict:
+    try:
+        return json.loads((SYSTEMS_FILE.parent / "aiconfigurator_index.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def _index(aic_version: str, system: str, engine: str) -> dict:
-    """``{"versions": [...], "current": str | None}`` of the database for ``engine`` on ``system``,
-    cached on disk per aiconfigurator-core version (the package's own index reads ~200 YAML files)."""
+    """``{"versions": [...], "current": str | None}`` of the database for ``engine`` on ``system``:
+    from ``instances/hardware/aiconfigurator_index.json`` when it was written for the installed
+    aiconfigurator-core (``python -m benchmarks.aic_index``), else computed and cached on disk per
+    version (the package's own index parses ~250 YAML files, 1.3 s or more on a first run)."""
+    shipped = _shipped_index()
+    if shipped.get("aiconfigurator_core") == aic_version:
+        return shipped["index"].get(f"{system}/{engine}", {"versions": [], "current": None})
     path = cache_dir() / f"index-{aic_version}.json"
     try:
         index = json.loads(path.read_text())
@@ -203,18 +221,40 @@ class _Table:
     Lookups are trilinear in (prefill tokens, decodes, log context) with linear extrapolation,
     vectorised with numpy: the same rule as ``scipy.interpolate.RegularGridInterpolator(method=
     "linear", fill_value=None)``, without importing ``scipy.interpolate`` (0.7 s on the 2-core
-    machine, more than the whole warm-cache budget of a command)."""
+    machine, more than the whole warm-cache budget of a command). ``t_ms`` cells that are NaN
+    are not built yet: ``fill(i, j, k)`` (index arrays) returns their values, asked for the
+    corners a lookup needs; ``path`` is where the table is kept (merged there at exit)."""
 
-    def __init__(self, t_ms: np.ndarray, kv_tokens_per_rank: int, memory_fraction: tuple[str, float]):
+    def __init__(self, t_ms: np.ndarray, kv_tokens_per_rank: int, memory_fraction: tuple[str, float],
+                 fill=None, path: Optional[Path] = None):
         self.t_ms = t_ms
         self.kv_tokens_per_rank = int(kv_tokens_per_rank)
         self.memory_fraction = memory_fraction
         self._log_s = np.log(CONTEXT_GRID)
+        self.fill, self.path = fill, path
+        self.complete = not bool(np.isnan(t_ms).any())
+        self.built = 0  # cells built by this process (saved at exit)
+
+    def _ensure(self, i, j, k) -> None:
+        """Build the NaN cells among the lookups' corners (index arrays ``i, j, k``: lower corners)."""
+        ii = np.concatenate([i, i + 1] * 4)
+        jj = np.concatenate([j, j, j + 1, j + 1] * 2)
+        kk = np.concatenate([k] * 4 + [k + 1] * 4)
+        miss = np.isnan(self.t_ms[ii, jj, kk])
+        if not miss.any():
+            return
+        cells = np.unique(np.stack([ii[miss], jj[miss], kk[miss]]), axis=1)
+        self.t_ms[cells[0], cells[1], cells[2]] = self.fill(cells[0], cells[1], cells[2])
+        self.built += cells.shape[1]
+        self.complete = not bool(np.isnan(self.t_ms).any())
+        _DIRTY[id(self)] = self
 
     def ms(self, p, d, s) -> np.ndarray:
         p, d, s = np.broadcast_arrays(np.atleast_1d(np.asarray(p, float)), np.atleast_1d(np.asarray(d, float)),
                                       np.atleast_1d(np.log(np.maximum(np.asarray(s, float), 1.0))))
         (i, wi), (j, wj), (k, wk) = _cell(PREFILL_GRID, p), _cell(DECODE_GRID, d), _cell(self._log_s, s)
+        if not self.complete:
+            self._ensure(i, j, k)
         t = self.t_ms
         out = np.zeros(p.shape)
         for di, fi in ((0, 1 - wi), (1, wi)):
@@ -222,6 +262,38 @@ class _Table:
                 for dk, fk in ((0, 1 - wk), (1, wk)):
                     out += fi * fj * fk * t[i + di, j + dj, k + dk]
         return np.maximum(out, 0.0)
+
+
+_DIRTY: dict = {}  # tables with cells built by this process, saved at exit
+
+
+def save_tables() -> None:
+    """Merge every table's newly built cells into its cache file (run at exit; also callable)."""
+    for tab in list(_DIRTY.values()):
+        _save(tab)
+    _DIRTY.clear()
+
+
+def _save(tab: _Table) -> None:
+    if tab.path is None:
+        return
+    t = tab.t_ms.copy()
+    try:  # another process may have built other cells meanwhile: keep both
+        if tab.path.exists():
+            with np.load(tab.path, allow_pickle=False) as z:
+                old = z["t_ms"]
+            if old.shape == t.shape:
+                t = np.where(np.isnan(t), old, t)
+        tab.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = tab.path.with_suffix(f".{os.getpid()}.tmp.npz")
+        np.savez(tmp, t_ms=t, kv_tokens=tab.kv_tokens_per_rank, fraction_kind=tab.memory_fraction[0],
+                 fraction=tab.memory_fraction[1])
+        os.replace(tmp, tab.path)
+    except (OSError, ValueError):  # a cache that cannot be written costs time, not results
+        pass
+
+
+atexit.register(save_tables)
 
 
 class MeasuredSteps:
@@ -245,6 +317,7 @@ class MeasuredSteps:
         self.analytic_layouts: dict = {}  # layout -> why it fell back (auto)
         self.why = (f"measured kernels: aiconfigurator-core {aic_version} database, {engine} {version} on {system}")
         self._tables: dict = {}
+        self._handles: dict = {}  # layout -> (the estimator's engine, FMHA lane), compiled on first need
         self._untimed: dict = {}  # layout -> NotCovered (the estimator is not asked twice)
 
     @classmethod
@@ -332,7 +405,8 @@ class MeasuredSteps:
         path = cache_dir() / f"{key}.npz"
         if path.exists():
             with np.load(path, allow_pickle=False) as z:
-                t = _Table(z["t_ms"], int(z["kv_tokens"]), (str(z["fraction_kind"]), float(z["fraction"])))
+                t = _Table(z["t_ms"].copy(), int(z["kv_tokens"]), (str(z["fraction_kind"]), float(z["fraction"])),
+                           fill=lambda i, j, k, lay=lay: self._cells(lay, i, j, k), path=path)
         else:
             try:
                 t = self._build(lay, path)
@@ -368,12 +442,17 @@ class MeasuredSteps:
             LayoutNotTimed: under ``measured``, the estimator's reason."""
         return self._source(lay)
 
-    def _build(self, lay: Layout, path: Path) -> _Table:
-        from aiconfigurator_core.sdk import EngineHandle, compile_engine, estimate_kv_cache
+    def _handle(self, lay: Layout):
+        """The estimator's compiled engine of ``lay`` and the FMHA lane it times context attention
+        with (the checkpoint's, or BF16 where the database lacks its context table), cached.
 
-        t0 = time.perf_counter()
-        print(f"building a measured step-time table: {self.label} {lay.label()} on {self.system} "
-              f"({self.engine} {self.version}) ...", file=sys.stderr, flush=True)
+        Raises:
+            NotCovered: the estimator cannot time this model/layout (its message names the operator)."""
+        got = self._handles.get(lay)
+        if got is not None:
+            return got
+        from aiconfigurator_core.sdk import EngineHandle, compile_engine
+
         par = self._parallel(lay)
         for fmha in (None, "bfloat16"):  # the checkpoint's FMHA, then BF16 where its table is missing
             try:
@@ -388,20 +467,47 @@ class MeasuredSteps:
                     continue
                 raise NotCovered("source", f"cannot time {self.label} {lay.label()} with {self.engine} {self.version} "
                                            f"on {self.system}: {msg}") from None
+        self._handles[lay] = (h, fmha)
+        return h, fmha
+
+    def _cells(self, lay: Layout, i, j, k) -> np.ndarray:
+        """Step times (ms) of the grid cells ``(PREFILL_GRID[i], DECODE_GRID[j], CONTEXT_GRID[k])``."""
+        h, _ = self._handle(lay)
+        out = np.empty(len(i))
+        for n, (p, d, s) in enumerate(zip(PREFILL_GRID[i], DECODE_GRID[j], CONTEXT_GRID[k])):
+            if p == 0 and d == 0:
+                out[n] = 0.0
+            elif p == 0:
+                out[n] = h.decode_step_latency(int(d), int(s), 2)
+            else:
+                out[n] = h.mixed_step_latency(int(p), int(d), int(s), 2)
+        return out
+
+    def _build(self, lay: Layout, path: Path) -> _Table:
+        from aiconfigurator_core.sdk import estimate_kv_cache
+
+        t0 = time.perf_counter()
+        print(f"starting a measured step-time table: {self.label} {lay.label()} on {self.system} "
+              f"({self.engine} {self.version}); cells are built as the search asks for them ...",
+              file=sys.stderr, flush=True)
+        par = self._parallel(lay)
+        _, fmha = self._handle(lay)
         if fmha is not None:
             print(f"  context attention timed with BF16 FMHA kernels: the database has no FP8 ones for "
                   f"{self.engine} {self.version} on {self.system} (aiconfigurator falls back the same way)",
                   file=sys.stderr, flush=True)
-        t = np.empty((len(PREFILL_GRID), len(DECODE_GRID), len(CONTEXT_GRID)))
-        for k, s in enumerate(CONTEXT_GRID):
-            for j, d in enumerate(DECODE_GRID):
-                for i, p in enumerate(PREFILL_GRID):
-                    if p == 0 and d == 0:
-                        t[i, j, k] = 0.0
-                    elif p == 0:
-                        t[i, j, k] = h.decode_step_latency(int(d), int(s), 2)
-                    else:
-                        t[i, j, k] = h.mixed_step_latency(int(p), int(d), int(s), 2)
+        t = np.full((len(PREFILL_GRID), len(DECODE_GRID), len(CONTEXT_GRID)), np.nan)
+        t[0, 0, :] = 0.0
+        # the grid's far corners first: a layout the estimator cannot time at some cell is refused
+        # here, whole, as when every cell was built up front, never in the middle of a search
+        ends = np.array([[a, b, c] for a in (0, len(PREFILL_GRID) - 1) for b in (1, len(DECODE_GRID) - 1)
+                         for c in (0, len(CONTEXT_GRID) - 1)]).T
+        try:
+            t[ends[0], ends[1], ends[2]] = self._cells(lay, ends[0], ends[1], ends[2])
+        except Exception as exc:  # noqa: BLE001 - the estimator's own exceptions name the operator
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise NotCovered("source", f"cannot time {self.label} {lay.label()} with {self.engine} {self.version} "
+                                       f"on {self.system}: {msg}") from None
         cap = self.model_perf.hw.gpu.memory_bytes
         kind, value = default_memory_fraction(self.engine, self.version, cap, lay)
         if self.memory_fraction is not None:
@@ -415,13 +521,20 @@ class MeasuredSteps:
             kv_tokens = int(est["total_kv_size_tokens"])
         except ValueError:  # no KV budget left next to the weights
             kv_tokens = 0
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-        np.savez(tmp, t_ms=t, kv_tokens=kv_tokens, fraction_kind=kind, fraction=value)
-        os.replace(tmp, path)
-        print(f"  built in {time.perf_counter() - t0:.1f} s ({path}; once per cache, run to the end even past "
-              "--time-limit)", file=sys.stderr, flush=True)
-        return _Table(t, kv_tokens, (kind, value))
+        tab = _Table(t, kv_tokens, (kind, value), fill=lambda i, j, k: self._cells(lay, i, j, k), path=path)
+        _save(tab)  # the KV capacity and memory fraction, before any cell
+        print(f"  started in {time.perf_counter() - t0:.1f} s ({path}; kept across runs)", file=sys.stderr, flush=True)
+        return tab
+
+    def build_all(self, lay: Layout) -> _Table:
+        """Every cell of ``lay``'s table (the benchmarks' and tests' complete tables)."""
+        tab = self.table(lay)
+        if not tab.complete:
+            ii, jj, kk = np.nonzero(np.isnan(tab.t_ms))
+            tab.t_ms[ii, jj, kk] = tab.fill(ii, jj, kk)
+            tab.complete, tab.built = True, tab.built + len(ii)
+            _DIRTY[id(tab)] = tab
+        return tab
 
     # ---------------------------------------------------------------- StepTimes
     def mixed_step_s(self, lay: Layout, chunk: float, context_before: float, batch: float,
