@@ -121,3 +121,45 @@ def test_book_instances_pin_the_chapter():
     for name in ("qwen32b_128k.yaml", "serving_llama70b_h100.yaml"):
         raw = yaml.safe_load((INSTANCES / name).read_text())
         assert raw["performance"] == {"source": "chapter"}, name
+
+
+def _supernode_raw(performance: dict | None) -> dict:
+    raw = yaml.safe_load((INSTANCES / "supernode_deepseek_v3.yaml").read_text())
+    raw["model"]["config"] = str(INSTANCES / raw["model"]["config"])
+    raw.pop("performance", None)
+    if performance is not None:
+        raw["performance"] = performance
+    return raw
+
+
+def test_supernode_default_runs_the_roofline_on_the_cards_fitted_peaks(cli, tmp_path):
+    """The supernode problem under the default: eq. 6-15 on the H100's fitted achieved peaks (it has
+    no measured source yet, and says so); fewer tokens/s per card than at the datasheet peaks, by at
+    most 1 / min(share); the chapter pin keeps the chapter's figures."""
+    from optimizer.model.efficiency import fitted_efficiency
+
+    got = {}
+    for key, perf in (("default", None), ("chapter", {"source": "chapter"})):
+        r = cli(write(tmp_path, _supernode_raw(perf), f"{key}.yaml"), "--format", "json")
+        assert r.exit_code == 0, r.output
+        got[key] = json.loads(r.stdout)
+    t = got["default"]["plan"]["timing"]
+    assert t["source"] == "analytic" and "no measured step times yet" in t["why"] and "h100-sxm" in t["why"]
+    assert got["chapter"]["plan"]["timing"]["source"] == "chapter"
+    f = fitted_efficiency("h100-sxm", "vllm")
+    lo, hi = got["default"]["objective"]["value"], got["chapter"]["objective"]["value"]
+    assert hi * min(f.compute, f.memory, f.network) <= lo < hi
+    out = " ".join(cli(write(tmp_path, _supernode_raw(None), "text.yaml")).stdout.split())
+    assert "step times: analytic roofline (eq. 6-15) (auto: the supernode problem has no measured step times yet)" in out
+
+
+@pytest.mark.parametrize("perf, field, needle", [
+    ({"source": "measured"}, "performance.source", "no measured step times yet"),
+    ({"calibration": "cal.yaml"}, "performance.calibration", "does not have yet"),
+    ({"source": "roofline"}, "performance.source", ""),
+])
+def test_supernode_bad_performance_block(cli, tmp_path, perf, field, needle):
+    from tests.conftest import assert_one_line_error
+
+    path = write(tmp_path, _supernode_raw(perf))
+    assert_one_line_error(cli(path), str(path), field, *([needle] if needle else []))

@@ -16,6 +16,8 @@ GENERATED_SHOWN = 12   # generated fabric candidates: the others the table shows
 GENERATED_CHEAPER = 4  # ... of which at least this many with a cheaper fabric than the chosen one (when there are)
 
 DEFINITIONS = {
+    "plan.timing": "the step-time source (performance.source): chapter (eq. 6-15 at the datasheet peaks) or analytic "
+                   "(the same roofline on the card's achieved peaks fitted to the measured kernel database), and why",
     "solver.solve_time_s": "CP-SAT time of the lexicographic stages only, seconds (solver.time_s adds model "
                            "building, the independent re-check and the explanation's what-if solves)",
     "weights_per_card_gb": "bytes each card stores for weights, eq 6-14: replicated resident + (routed experts + "
@@ -252,6 +254,7 @@ class SupernodeReport:
         plan = self.plan_dict()
         if plan is not None:
             plan["sources"] = {"model": p.inventory.source, "hardware": p.hw.sources}
+            plan["timing"] = dict(p.timing)
         conflicts = []
         if self.conflict is not None:
             conflicts = group_conflicts(self.conflict.keys, dict(zip(self.conflict.keys, self.conflict.details)))
@@ -326,6 +329,7 @@ class SupernodeReport:
         o, s = d["objective"], d["solver"]
         console.print(f"[bold]{escape(self.problem.name)}[/bold]  supernode sizing, objective {o['name']} "
                       f"({o['sense']})  status [bold]{d['status']}[/bold]")
+        console.print(escape(f"step times: {self.problem.timing['why']}"))
         if d["plan"] is None:
             print_no_plan(console, self.conflict, self.achievable)
             console.print(f"solver {s['name']}: {s['status']}, {s['time_s']:.3f} s")

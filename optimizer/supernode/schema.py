@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 from optimizer.model.decode import DecodeInventory
 from optimizer.supernode.expert_load import ExpertLoad, ExpertLoadIn, resolve_expert_load
 from optimizer.supernode.fabric import FabricSectionIn, FabricSpec, resolve_fabric
-from optimizer.schema_base import MAX_SERVERS, StrictModel, existing_file, read_yaml, validate, validation_error_to_input_error
+from optimizer.schema_base import (MAX_SERVERS, PerformanceIn, StrictModel, existing_file, read_yaml, validate,
+                                   validation_error_to_input_error)
 
 PosFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
@@ -134,6 +135,7 @@ class InstanceIn(StrictModel):
     name: Optional[Annotated[str, Field(strict=True)]] = None
     model: ModelIn
     supernode: SupernodeIn
+    performance: PerformanceIn = PerformanceIn()
 
 
 # ----------------------------------------------------------------------------- resolved
@@ -201,6 +203,7 @@ class Problem:
     objective: "SupernodeObjective"  # resolved by load (objectives/supernode/)
     fabric: FabricSpec | None = None  # candidate scale-up fabrics (None: the system's NVLink domain)
     expert_load: ExpertLoad | None = None  # routing skew of the All-to-All (None: uniform)
+    timing: dict = field(default_factory=lambda: {"source": "chapter", "why": ""})  # performance.source resolved
 
 
 def pool_bandwidth(path_bandwidth: float, in_flight: int, transaction_bytes: float, round_trip_s: float) -> float:
@@ -330,6 +333,8 @@ def resolve(inst: InstanceIn, path: str | Path, objective: "SupernodeObjective")
     s = inst.supernode
     sys_in, sys_name = _system(s, path)
     hw = resolve_hardware(sys_in, sys_name, path)
+    hw, shares, timing = _timed_hardware(inst.performance, hw, sys_in.card if isinstance(sys_in.card, str) else None,
+                                         path)
     inv = _inventory(inst.model, path)
     if s.cards > MAX_SERVERS * hw.server_cards:
         raise InputError(path, "supernode.cards", f"{s.cards} cards is more than {MAX_SERVERS} servers of "
@@ -419,7 +424,58 @@ def resolve(inst: InstanceIn, path: str | Path, objective: "SupernodeObjective")
         reserve_bytes=s.reserve_gib_per_card * GIB, slo_s=s.slo_ms_per_token * 1e-3,
         overlap_efficiency=s.overlap_efficiency, fixed_s=s.fixed_us_per_token * 1e-6,
         single_user_a2a=s.single_user_all_to_all_per_moe_layer, table_tiers=per_table, kv_tiers=tuple(dict.fromkeys(s.kv_tiers)), target_sessions=s.target_sessions,
-        objective=objective, fabric=fabric, expert_load=skew)
+        objective=objective, fabric=_derated_fabric(fabric, shares), expert_load=skew, timing=timing)
+
+
+def _timed_hardware(pin: PerformanceIn, hw: Hardware, gpu: Optional[str], path: Path):
+    """The system as ``performance.source`` times it: ``chapter`` at the datasheet peaks (eq. 6-15
+    as the reference chapter), ``analytic`` and ``auto`` on the card's achieved peaks fitted to the
+    measured kernel database (:func:`optimizer.model.efficiency.fitted_efficiency`: HBM bandwidth,
+    tensor-core peaks and the scale-up/scale-out link bandwidths times the card's shares; latencies
+    and tiers unchanged). The supernode problem has no measured source yet: ``auto`` is
+    ``analytic`` (said in ``why``) and ``measured`` is refused. Returns ``(hardware, shares or
+    None, {source, why})``.
+
+    Raises:
+        InputError: ``measured``, or a field of the measured source (engine_version,
+            memory_fraction, gemm_quant, calibration)."""
+    from dataclasses import replace
+
+    if pin.source == "measured":
+        raise InputError(path, "performance.source", "the supernode problem has no measured step times yet "
+                                                     "(chapter, analytic or auto)")
+    for name in ("engine_version", "memory_fraction", "gemm_quant", "calibration"):
+        if getattr(pin, name) is not None:
+            raise InputError(path, f"performance.{name}", "applies to the measured source, which the supernode "
+                                                          "problem does not have yet")
+    if pin.source == "chapter":
+        return hw, None, {"source": "chapter", "why": "the reference chapter's roofline (eqs. 6-14, 6-15) at the "
+                                                      "card's datasheet peaks"}
+    from optimizer.model.efficiency import fitted_efficiency
+
+    lead = "analytic roofline (eq. 6-15)" + (" (auto: the supernode problem has no measured step times yet)"
+                                             if pin.source == "auto" else "")
+    f = fitted_efficiency(gpu, pin.engine or "vllm") if gpu is not None else None
+    if f is None:
+        return hw, None, {"source": "analytic", "why": f"{lead} at the card's datasheet peaks (no fitted "
+                                                       f"efficiency for card {hw.card})"}
+    scale = lambda v, k: None if v is None else v * k  # noqa: E731
+    out = replace(hw, hbm_bandwidth=hw.hbm_bandwidth * f.memory, flops=hw.flops * f.compute,
+                  fp8_flops=scale(hw.fp8_flops, f.compute), fp4_flops=scale(hw.fp4_flops, f.compute),
+                  nvlink_bandwidth=hw.nvlink_bandwidth * f.network, nic_bandwidth=hw.nic_bandwidth * f.network)
+    return out, f, {"source": "analytic", "why": f"{lead} at achieved peaks (compute {f.compute:.2f}, memory "
+                                                 f"{f.memory:.2f}, network {f.network:.2f} of the datasheet's; "
+                                                 f"{f.why})"}
+
+
+def _derated_fabric(fabric: Optional[FabricSpec], shares) -> Optional[FabricSpec]:
+    """Candidate fabrics' port and switch bandwidths times the fitted network share."""
+    if fabric is None or shares is None:
+        return fabric
+    from dataclasses import replace
+
+    return replace(fabric, switch_bandwidth=fabric.switch_bandwidth * shares.network,
+                   port_bandwidth=fabric.port_bandwidth * shares.network)
 
 
 def load(raw: dict[str, Any], path: str | Path, objective: str | None) -> Problem:
