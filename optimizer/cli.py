@@ -76,12 +76,16 @@ class _Solve(click.Command):
 @click.option("--deploy", "deploy", type=click.Choice(["kubernetes"]), default=None,
               help="serving: also write OUTPUT/deploy/kubernetes-<engine>.yaml (StatefulSets and Services with "
                    "nvidia.com/gpu requests per worker group, the P/D router's Deployment). Needs --output.")
+@click.option("--robust", is_flag=True, default=False,
+              help="deployment and serving: also solve for the pessimistic end of the step-time source's measured "
+                   "error band (serving: targets / (1 + error); deployment: deadlines / (1 + finish-time error)) and "
+                   "report that plan beside the nominal one with what it costs.")
 @click.option("--progress", is_flag=True, default=False,
               help="Show the incumbent, the proven bound and the gap as the solve goes on, one row per method (stderr; deployment, serving and expert placement).")
 def main(instance: Path, objective: str | None, fmt: str, time_limit: float | None,
          overrides: tuple[str, ...], output_dir: Path | None, plot_dir: Path | None,
          pareto: str | None = None, pareto_points: int | None = None, progress: bool = False,
-         deploy: str | None = None) -> None:
+         deploy: str | None = None, robust: bool = False) -> None:
     """Solve INSTANCE.yaml to a proven optimum and explain the result.
 
     Also: optimize calibrate MEASUREMENTS.csv --model ... (fit efficiency factors to measured
@@ -117,8 +121,16 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
                     PARETO_POINTS if pareto_points is None else pareto_points, fmt)
         # --plot counts against the limit too: its figures' time is kept out of the work's budget
         reserve = _plot_reserve_s(raw) if plot_dir is not None else 0.0
-        budget = Budget.for_command(time_limit, started, reserve)
+        if robust and spec.section not in ("deployment", "serving"):
+            raise InputError("--robust", "", f"applies to deployment and serving instances (this one is {spec.section})")
+        if robust and pareto is not None:
+            raise InputError("--robust", "", "does not apply with --pareto")
+        # --robust: the nominal solve leaves half of a --time-limit to the robust one
+        half = time_limit / 2.0 if robust and time_limit is not None else 0.0
+        budget = Budget.for_command(time_limit, started, reserve + half)
         report = run_problem(spec, raw, instance, objective, budget, output_dir, live_sink)
+        robust_summary = _robust(spec, raw, report, instance, objective, Budget.for_command(time_limit, started, reserve)) \
+            if robust else None
         files: list[str] = []
         if deploy == "kubernetes":
             from optimizer.serving.deploy import write_kubernetes
@@ -143,15 +155,47 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
             live()
     _print_warnings()
     if fmt == "json":
-        click.echo(_result_json(_result_dict(report, files)))
+        d = _result_dict(report, files)
+        if robust_summary is not None:
+            d["robust"] = robust_summary
+        click.echo(_result_json(d))
     else:
         for f in files:
             click.echo(f"wrote {f}", err=True)
         from rich.console import Console
 
         # a pipe or file gets a fixed, wide layout; a terminal its own width
-        report.render(Console() if sys.stdout.isatty() else Console(width=120))
+        console = Console() if sys.stdout.isatty() else Console(width=120)
+        report.render(console)
+        if robust_summary is not None:
+            from rich.markup import escape
+
+            r = robust_summary
+            cost = (f"{r['value']:g} {r['unit']} against {r['nominal_value']:g} nominal "
+                    f"({r['extra']:+g} {r['unit']})" if r["value"] is not None and r["nominal_value"] is not None
+                    else f"no plan ({r['status']})")
+            console.print(escape(f"robust to the error band ({r['tightened']}): status {r['status']}, {cost}"))
     sys.exit(exit_code_for(report.status))
+
+
+def _robust(spec, raw, report, instance: Path, objective, budget) -> dict:
+    """``--robust``: solve the instance's band-tightened twin (:func:`optimizer.problems.robust_twin`)
+    and summarise it beside the nominal plan: ``{status, value, nominal_value, extra, unit,
+    objective, tightened, band, plan}``."""
+    from optimizer.problems import robust_twin
+
+    twin, how = robust_twin(spec.section, raw, report, instance)
+    rep = run_problem(spec, twin, instance, objective, budget, None, None)
+    d, n = rep.to_dict(), report.to_dict()
+    m = (d.get("plan") or {}).get("slo_margin")
+    if m:  # serving: the targets the twin was planned to
+        how = {**how, "tightened": f"TTFT {m['ttft_ms_asked']:g} ms / (1 + {m['ttft_error']:.0%}), TPOT "
+                                   f"{m['tpot_ms_asked']:g} ms / (1 + {m['tpot_error']:.0%})"}
+    value = (d.get("objective") or {}).get("value") if d.get("plan") is not None else None
+    nominal = (n.get("objective") or {}).get("value") if n.get("plan") is not None else None
+    return {"status": d.get("status"), "objective": (d.get("objective") or {}).get("name"),
+            "unit": (d.get("objective") or {}).get("unit", ""), "value": value, "nominal_value": nominal,
+            "extra": None if value is None or nominal is None else value - nominal, **how, "plan": d.get("plan")}
 
 
 PARETO_OUTPUT_S = 1.0  # --pareto: time kept for writing pareto.png and pareto.json
