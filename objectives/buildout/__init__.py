@@ -19,6 +19,7 @@ class BuildoutObjective(Objective):
         needs_cost: every server type needs a cost.
         short_unit: how "a better plan" is named in explanations (``GPUs``, ``cost``, ``racks``).
         next_unit_hint: explanations say what the next install unit would need.
+        needs_workload: the instance must give ``buildout.workload`` (each type's delivered tokens/s).
 
     The model-facing methods take the build-out model (``optimizer.buildout.model.BuildoutModel``:
     ``gpus``, ``cost_c``, ``racks()`` as CP-SAT expressions in model units).
@@ -28,6 +29,7 @@ class BuildoutObjective(Objective):
     needs_cost: bool = False
     short_unit: str = ""
     next_unit_hint: bool = False
+    needs_workload: bool = False  # every server type needs its delivered tokens/s (buildout.workload)
 
     def expr(self, model):
         """The objective in model units (a CP-SAT linear expression)."""

@@ -12,6 +12,8 @@ from optimizer.result import print_no_plan, Binding, Conflict, Status, envelope,
 
 DEFINITIONS = {
     "plan.servers": "servers installed per type (whole install units)",
+    "plan.delivered": "buildout.workload: output tokens/s the plan delivers at the workload's SLO (each type's servers "
+                      "x its best aggregated worker's tokens/s per GPU x GPUs), its TPOT error band, and per type",
     "plan.racks": "racks per layout (cooling, servers and switch chips per rack) and their count",
     "plan.power_kw": "IT power of servers, switch chips, second tier and fixed load, kW, within the budget",
     "binding[].slack": "how far the plan is from the limit, in its unit (0 = tight); negative for a server type that fits no rack",
@@ -129,6 +131,22 @@ class BuildoutReport:
             **({"scale_up_domains": domains} if domains is not None else {}),
         }
 
+    def delivered(self, plan: dict) -> dict[str, Any] | None:
+        """``buildout.workload``: the plan's delivered output tokens/s and its band, and per server type
+        the tokens/s of one server, per GPU, the worker that gives it and what timed it; None
+        without a workload."""
+        p = self.problem
+        if not any(t.delivered is not None for t in p.types):
+            return None
+        per_type = {t.name: {"tokens_per_s_per_server": round(t.delivered.per_server, 1),
+                             "tokens_per_s_per_gpu": round(t.delivered.per_gpu, 1), "worker": t.delivered.worker,
+                             "timed_by": t.delivered.why, "tpot_error_band": t.delivered.tpot_band}
+                    for t in p.types if t.delivered is not None}
+        total = sum(t.delivered.per_server * plan["servers"].get(t.name, 0) for t in p.types if t.delivered is not None)
+        bands = [t.delivered.tpot_band for t in p.types if t.delivered is not None and plan["servers"].get(t.name, 0)]
+        return {"tokens_per_s": round(total, 1), "tpot_error_band": None if not bands or None in bands else max(bands),
+                "types": per_type}
+
     def to_dict(self) -> dict[str, Any]:
         """The result envelope (:func:`optimizer.result.envelope`) of this build-out."""
         res, p = self.solution, self.problem
@@ -143,6 +161,9 @@ class BuildoutReport:
         plan = self.plan_dict()
         if plan is not None:
             plan["sources"] = {t.name: t.source for t in p.types}
+            delivered = self.delivered(plan)
+            if delivered is not None:
+                plan["delivered"] = delivered
         conflicts = []
         if self.conflict is not None:
             keyed = {k: next((d for d in self.conflict.details if d.startswith(f"{k}: ")), "") for k in self.conflict.keys}
@@ -199,6 +220,15 @@ class BuildoutReport:
         console.print(f"GPUs {plan['gpus']}, power {kw(plan['power_kw'])} of {kw(p.power_budget_kw)} kW{extra}, "
                       f"install units {plan['install_units']} x {p.install_unit_servers} servers"
                       + (f", cost {num(plan['cost'])} {plan['cost_unit']}" if plan["cost"] is not None else ""))
+        if plan.get("delivered"):
+            dv = plan["delivered"]
+            band = (f" (±{dv['tpot_error_band']:.0%}, the source's TPOT band)" if dv["tpot_error_band"] is not None
+                    else " (no error band: a GPU of the plan has no measured runs)")
+            per = "; ".join(f"{n}: {v['tokens_per_s_per_server']:,.0f} per server ({v['worker']} workers)"
+                            for n, v in dv["types"].items())
+            console.print(escape(f"delivers {dv['tokens_per_s']:,.0f} tokens/s for the workload{band}; {per}"))
+            for n, v in dv["types"].items():
+                console.print(escape(f"{n} timed by: {v['timed_by']}"))
         if plan.get("scale_up_domains"):
             sd = plan["scale_up_domains"]
             console.print(escape(f"scale-up domains: {sd['domains']} x {sd['cards_per_domain']} cards, "

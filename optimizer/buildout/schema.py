@@ -26,7 +26,7 @@ from optimizer.errors import InputError
 
 if TYPE_CHECKING:
     from objectives.buildout import BuildoutObjective
-from optimizer.schema_base import StrictModel, read_yaml, validate
+from optimizer.schema_base import PerformanceIn, StrictModel, read_yaml, validate
 
 PosFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
@@ -103,6 +103,33 @@ class ScaleUpDomainsIn(StrictModel):
     source: Optional[Annotated[str, Field(strict=True, min_length=1)]] = None
 
 
+class WorkloadModelIn(StrictModel):
+    config: Annotated[str, Field(strict=True, min_length=1)]
+    hf_id: Optional[Annotated[str, Field(strict=True, min_length=1)]] = None
+    weight_dtype: Optional[str] = None
+    kv_dtype: Optional[str] = None
+
+
+class WorkloadTrafficIn(StrictModel):
+    isl: PosInt
+    osl: PosInt
+
+
+class WorkloadSloIn(StrictModel):
+    ttft_ms: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+    tpot_ms: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+
+
+class WorkloadIn(StrictModel):
+    """``buildout.workload``: what the hall serves, for ``--objective tokens``
+    (:mod:`optimizer.buildout.workload`)."""
+
+    model: WorkloadModelIn
+    traffic: WorkloadTrafficIn
+    slo: WorkloadSloIn
+    performance: PerformanceIn = PerformanceIn()
+
+
 class BuildoutIn(StrictModel):
     power_budget_kw: Kw
     fixed_power_kw: NonNegKw = 0.0
@@ -112,6 +139,7 @@ class BuildoutIn(StrictModel):
     racks: RacksIn
     fabric: Optional[FabricIn] = None
     scale_up_domains: Optional[ScaleUpDomainsIn] = None
+    workload: Optional[WorkloadIn] = None
 
     @field_validator("server_types")
     @classmethod
@@ -145,6 +173,12 @@ class ServerType:
     cost: float | None
     max_count: int | None
     source: str
+    delivered: Any = None  # buildout.workload: optimizer.buildout.workload.Delivered (None: no workload)
+
+    @property
+    def tokens_per_s_int(self) -> int:
+        """Delivered tokens/s of one server, whole tokens/s (0 without a workload)."""
+        return 0 if self.delivered is None else int(round(self.delivered.per_server))
 
     @property
     def power_w(self) -> int:
@@ -301,6 +335,19 @@ def load_server_data(path: Path = SERVERS_FILE) -> tuple[dict[str, dict[str, Any
     return servers, str(data.get("cost_unit", "cost unit"))
 
 
+def _delivered(workload: WorkloadIn, server: str, gpus: int, path: Path, where: str):
+    """:func:`optimizer.buildout.workload.tokens_per_server` for a catalog server; one line naming
+    ``where`` for a server type the catalog does not hold (its GPUs cannot be timed)."""
+    from optimizer.buildout.workload import tokens_per_server
+    from optimizer.catalog import load_catalog
+
+    entry = load_catalog()["servers"].get(server)
+    if entry is None or not entry.get("gpu_models"):
+        raise InputError(path, where, f"'{server}' is not a server of instances/hardware/catalog.yaml: its GPUs cannot "
+                                      f"be timed for buildout.workload")
+    return tokens_per_server(workload, server, entry["gpu_models"][0], gpus, path, where)
+
+
 def parse(raw: dict[str, Any], path: str | Path) -> InstanceIn:
     """Validate the raw instance mapping.
 
@@ -348,10 +395,16 @@ def resolve(inst: InstanceIn, path: str | Path, objective: "BuildoutObjective",
         source = "inline" if not base else str(base.get("source", "")).strip()
         if base and overridden:
             source = f"{source} [overridden inline: {', '.join(overridden)}]"
+        delivered = None
+        if b.workload is not None:
+            delivered = _delivered(b.workload, st.name, int(fig["gpus"]), Path(path), f"{where}.name")
         types.append(ServerType(
             name=st.name, gpus=int(fig["gpus"]), power_kw=float(fig["power_kw"]),
             rack_units=int(fig["rack_units"]), cost=None if fig["cost"] is None else float(fig["cost"]),
-            max_count=st.max_count, source=source))
+            max_count=st.max_count, source=source, delivered=delivered))
+    if objective.needs_workload and b.workload is None:
+        raise InputError(path, "buildout.workload", f"the {objective.name} objective needs a workload (model, traffic: "
+                                                    f"isl/osl, slo: ttft_ms/tpot_ms): what each server delivers")
     if b.racks.air_cooled_kw is None and b.racks.liquid_cooled_kw is None:
         raise InputError(path, "buildout.racks", "no cooling available: give air_cooled_kw or liquid_cooled_kw")
     if needs_target and b.target_gpus is None:
