@@ -25,6 +25,17 @@ def book_raw() -> dict:
     return yaml.safe_load(BOOK.read_text())
 
 
+def with_inline_h100_like_gpu(raw: dict) -> dict:
+    """``raw`` with an inline GPU the catalog and the measured database do not know (H100-like
+    figures) in an inline 8-GPU server: no fitted efficiency, no measured runs, no error band."""
+    raw["hardware"]["gpu"] = {"name": "mine", "memory_gb": 80, "memory_bandwidth_gb_s": 3350, "bf16_tflops": 989,
+                              "power_w": 700}
+    raw["hardware"]["server"] = {"name": "box", "gpus": 8, "power_kw": 10.0,
+                                 "scale_up": {"bandwidth_gb_s": 450.0, "latency_us": 3.0},
+                                 "scale_out": {"bandwidth_gb_s": 50.0, "latency_us": 10.0}}
+    return raw
+
+
 def book_problem(**changes):
     return build_problem(with_changes(book_raw(), **changes), BOOK)
 

@@ -16,7 +16,7 @@ from optimizer.deployment.perf import PerfModel
 from optimizer.model.decode_steps import MeasuredDecode
 from optimizer.result import Status
 from tests.conftest import INSTANCES, assert_one_line_error, with_changes
-from tests.deploy_helpers import assert_solver_equals_brute_force
+from tests.deploy_helpers import assert_solver_equals_brute_force, with_inline_h100_like_gpu
 from tests.measured_helpers import random_measured
 
 pytest.importorskip("aiconfigurator_core")
@@ -157,11 +157,7 @@ def test_bad_performance_block(cli, tmp_path, change, needles):
 def test_auto_on_an_uncovered_gpu_falls_back_and_says_so(cli, tmp_path):
     raw = yaml.safe_load(_measured_book(tmp_path).read_text())
     raw["performance"] = {"source": "auto"}
-    raw["hardware"]["gpu"] = {"name": "mine", "memory_gb": 80, "memory_bandwidth_gb_s": 3350, "bf16_tflops": 989,
-                              "power_w": 700}
-    raw["hardware"]["server"] = {"name": "box", "gpus": 8, "power_kw": 10.0,
-                                 "scale_up": {"bandwidth_gb_s": 450.0, "latency_us": 3.0},
-                                 "scale_out": {"bandwidth_gb_s": 50.0, "latency_us": 10.0}}
+    with_inline_h100_like_gpu(raw)
     path = tmp_path / "auto.yaml"
     path.write_text(yaml.safe_dump(raw))
     r = cli(path, "--objective", "cost", "--format", "json")

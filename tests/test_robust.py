@@ -7,6 +7,7 @@ import json
 import yaml
 
 from tests.conftest import assert_one_line_error
+from tests.deploy_helpers import with_inline_h100_like_gpu
 from tests.serving_helpers import INSTANCES, write
 
 
@@ -68,11 +69,7 @@ def test_robust_bad_input(cli, tmp_path):
     assert_one_line_error(cli(write(tmp_path, raw), "--robust"), "--robust", "band already")
     book = yaml.safe_load((INSTANCES / "qwen32b_128k.yaml").read_text())
     book["model"]["config"] = str(INSTANCES / book["model"]["config"])
-    book["hardware"]["gpu"] = {"name": "mine", "memory_gb": 80, "memory_bandwidth_gb_s": 3350, "bf16_tflops": 989,
-                               "power_w": 700}
-    book["hardware"]["server"] = {"name": "box", "gpus": 8, "power_kw": 10.0,
-                                  "scale_up": {"bandwidth_gb_s": 450.0, "latency_us": 3.0},
-                                  "scale_out": {"bandwidth_gb_s": 50.0, "latency_us": 10.0}}
+    with_inline_h100_like_gpu(book)
     path = tmp_path / "inline.yaml"
     path.write_text(yaml.safe_dump(book))
     assert_one_line_error(cli(path, "--robust"), str(path), "performance", "uncalibrated")
