@@ -279,11 +279,15 @@ def sp_args(engine: str, lay: Layout, model_type: str, have: frozenset[str], ver
     return [SGLANG_SP_FLAG], None
 
 
-def dtype_args(engine: str, weight_dtype: Optional[str], kv_dtype: Optional[str]) -> list[str]:
+def dtype_args(engine: str, weight_dtype: Optional[str], kv_dtype: Optional[str],
+               checkpoint_quant: Optional[str] = None) -> list[str]:
     """FP8 weights (``--quantization fp8``: vLLM quantizes a BF16 checkpoint online, its FP8 docs)
-    and an FP8 KV cache (vLLM ``fp8``, SGLang ``fp8_e4m3``)."""
+    and an FP8 KV cache (vLLM ``fp8``, SGLang ``fp8_e4m3``). A checkpoint quantized in another
+    format (``checkpoint_quant``, its quant_method: modelopt, compressed-tensors, ...) gets no
+    ``--quantization``: the engines read it from the checkpoint and refuse a different method
+    (vLLM ``ModelConfig._verify_quantization``)."""
     out = []
-    if weight_dtype == "fp8":
+    if weight_dtype == "fp8" and checkpoint_quant in (None, "fp8"):
         out += ["--quantization", "fp8"]
     if kv_dtype == "fp8":
         out += ["--kv-cache-dtype", "fp8" if engine == "vllm" else "fp8_e4m3"]

@@ -1,7 +1,10 @@
-"""One KV-cache dtype default for every problem (issue #27): BF16 unless kv_dtype is given."""
+"""One KV-cache dtype default for every problem (issue #27): BF16 for an unquantized checkpoint unless
+kv_dtype is given, whatever the weights. (Issue #38: a quantized checkpoint's default is read from
+it and the engine, tests/test_checkpoint_defaults.py.)"""
 from __future__ import annotations
 
 from optimizer.model.decode import DEFAULT_KV_DTYPE
+from tests.conftest import INSTANCES as INSTANCES_DIR
 
 
 def test_serving_deployment_and_supernode_default_to_the_same_kv_dtype():
@@ -12,7 +15,15 @@ def test_serving_deployment_and_supernode_default_to_the_same_kv_dtype():
     raw = llama8b_raw(1.0, 1024, 128, 1000, 50)
     raw["model"]["weight_dtype"] = "fp8"
     assert problem(raw).kv_dtype == DEFAULT_KV_DTYPE
-    assert DeployModelIn.model_fields["kv_dtype"].default == DEFAULT_KV_DTYPE
+    assert DeployModelIn.model_fields["kv_dtype"].default is None  # read from the checkpoint and engine
+    import yaml
+    from optimizer.deployment.schema import build_problem
+
+    inst = INSTANCES_DIR / "qwen32b_128k.yaml"
+    dep = yaml.safe_load(inst.read_text())
+    dep["model"].pop("kv_dtype", None)
+    dep["model"]["weight_dtype"] = "fp8"  # an unquantized checkpoint (models/qwen3-32b.json), FP8 weights
+    assert build_problem(dep, inst).kv_dtype == DEFAULT_KV_DTYPE
     from optimizer.model.decode import decode_inventory
     from tests.serving_helpers import INSTANCES
 

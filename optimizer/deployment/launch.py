@@ -93,7 +93,7 @@ class ReplicaLaunch:
 
 def _model_args(engine: str, p) -> list[str]:
     """Dtype and RoPE flags (:func:`dtype_notes`: what they cannot set)."""
-    args = dtype_args(engine, p.weight_dtype, p.kv_dtype)
+    args = dtype_args(engine, p.weight_dtype, p.kv_dtype, p.dtypes.quant_method if p.dtypes is not None else None)
     if p.weight_dtype in DTYPE_FLAG:
         args += ["--dtype", DTYPE_FLAG[p.weight_dtype]]
     if p.rope_scaling is not None:

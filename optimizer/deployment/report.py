@@ -80,7 +80,8 @@ class DeploymentReport:
         p = self.problem
         obj = o.objective
         plan = None
-        extra: dict[str, Any] = {"model": model_summary(p), "timing": self.timing()}
+        extra: dict[str, Any] = {"model": {**model_summary(p), **({"dtypes": p.dtypes.as_dict()} if p.dtypes else {})},
+                                 "timing": self.timing()}
         ev = o.evaluation
         if ev is not None:
             G = p.server.gpus
@@ -218,6 +219,8 @@ class DeploymentReport:
                       f"{p.required_on_time} must be on time"
                       + (f" (at least {o.objective.min_on_time} for the {o.objective.name} objective)"
                          if o.objective.min_on_time > p.required_on_time else ""))
+        if p.dtypes is not None and p.dtypes.derived:  # a default read from a quantized checkpoint
+            console.print(escape(p.dtypes.line()), soft_wrap=True)
         obj = o.objective
         scope = f" under {o.scope}" if o.scope else ""
         if o.status == Status.INFEASIBLE:
@@ -324,6 +327,10 @@ def definitions(obj) -> dict[str, str]:
     """Definitions of every figure the deployment result reports (the envelope's ``definitions``)."""
     return {
         f"objective ({obj.name})": f"{obj.definition} [{obj.unit}]",
+        "model.dtypes": "weight_dtype and kv_dtype the plan is sized and timed with, and where each came from: the "
+                        "instance (model.weight_dtype / model.kv_dtype), else the checkpoint's quantization_config and "
+                        "what performance.engine stores for it with its KV-cache option at auto "
+                        "(instances/engines/kv_defaults.yaml)",
         "plan.instances[].tp": "attention tensor-parallel degree of the instance",
         "plan.instances[].layout": "attention {tp, dp}, experts {tp, ep}, pp; GPUs = pp x attention.tp x attention.dp",
         "plan.instances[].gpus": "global GPU ids the instance holds (gpu_count of them)",

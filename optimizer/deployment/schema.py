@@ -27,7 +27,8 @@ from optimizer.schema_base import PerformanceIn, RopeScalingIn, StrictModel, exi
 from optimizer.model.steptimes import Performance, performance_from_input, roofline_only
 
 # bytes per element of each weight / KV dtype (read-only)
-from optimizer.model.decode import DEFAULT_KV_DTYPE, DTYPE_BYTES as _MODEL_DTYPE_BYTES  # noqa: E402
+from optimizer.model.checkpoint import Dtypes, resolve as resolve_dtypes  # noqa: E402
+from optimizer.model.decode import DTYPE_BYTES as _MODEL_DTYPE_BYTES  # noqa: E402
 
 DTYPE_BYTES = MappingProxyType(_MODEL_DTYPE_BYTES)  # one table: the performance model's
 DType = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
@@ -51,8 +52,10 @@ MAX_SESSIONS_TOTAL = 500_000  # over all session groups
 
 class ModelIn(_In):
     config: str = Field(min_length=1, description="HuggingFace config.json, path relative to the instance file")
-    weight_dtype: DType = "bf16"
-    kv_dtype: DType = DEFAULT_KV_DTYPE
+    weight_dtype: Optional[DType] = Field(default=None, description=(
+        "null: the checkpoint's (its quantization_config; bf16 without one), optimizer/model/checkpoint.py"))
+    kv_dtype: Optional[DType] = Field(default=None, description=(
+        "null: what performance.engine stores for this checkpoint (instances/engines/kv_defaults.yaml)"))
     rope_scaling: Optional[RopeScalingIn] = Field(default=None, description="RoPE scaling enabled at serving time (null: the config's own)")
     hf_id: Optional[str] = Field(default=None, min_length=1, description="model name in the launch commands (null: MODEL)")
 
@@ -286,6 +289,7 @@ class Problem:
     max_batch: Optional[int] = None  # None: no limit beyond memory
     weight_dtype: Optional[str] = None  # dtype names (the tensor-core peaks); None: the BF16 peak
     kv_dtype: Optional[str] = None
+    dtypes: Optional[Dtypes] = None  # where weight_dtype and kv_dtype came from (optimizer/model/checkpoint.py)
     hf_id: str = MODEL_PLACEHOLDER  # the model in the launch commands
     rope_scaling: Optional[dict] = None  # model.rope_scaling as given (the launch commands pass it on)
     micro_batches: int = 1  # decode steps as 1 batch or 2 overlapped micro-batches (PerfModel.micro_batches)
@@ -431,6 +435,14 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
     if inst.deployment.allreduce == "measured" and server.scale_out.table is None and server.scale_up.table is None:
         raise InputError(path, "deployment.allreduce", "'measured' needs hardware.server.scale_out.allreduce_log (an nccl-tests all_reduce_perf file)")
     performance = performance_from_input(inst.performance, "vllm", path)
+    from optimizer.launch import DEFAULT_VERSION
+
+    # dtypes not given: the checkpoint's, and the KV cache the engine that times the plan keeps for it
+    config_file = _resolve_path(path, inst.model.config)
+    dtypes = resolve_dtypes(config_file, performance.engine,
+                            performance.engine_version or DEFAULT_VERSION.get(performance.engine),
+                            weight_dtype=inst.model.weight_dtype, kv_dtype=inst.model.kv_dtype,
+                            mla=shape.mla is not None, instance=path)
     for name, value, default, what in (("micro_batches", dep.micro_batches, 1, "two micro-batches"),
                                        ("allreduce", dep.allreduce, "ring", f"allreduce: {dep.allreduce}")):
         if value != default:
@@ -440,8 +452,8 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         name=inst.name or path.stem,
         path=path,
         model=shape,
-        weight_bytes=DTYPE_BYTES[inst.model.weight_dtype],
-        kv_bytes=DTYPE_BYTES[inst.model.kv_dtype],
+        weight_bytes=DTYPE_BYTES[dtypes.weight_dtype],
+        kv_bytes=DTYPE_BYTES[dtypes.kv_dtype],
         gpu=gpu,
         server=server,
         servers=hw.servers,
@@ -456,8 +468,9 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
         layouts=layouts,
         layouts_given=given,
         max_batch=dep.max_batch,
-        weight_dtype=inst.model.weight_dtype,
-        kv_dtype=inst.model.kv_dtype,
+        weight_dtype=dtypes.weight_dtype,
+        kv_dtype=dtypes.kv_dtype,
+        dtypes=dtypes,
         hf_id=inst.model.hf_id or MODEL_PLACEHOLDER,
         rope_scaling=rope.model_dump(exclude_none=True) if rope is not None else None,
         micro_batches=dep.micro_batches,

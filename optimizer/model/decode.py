@@ -105,9 +105,11 @@ class DecodeInventory:
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 DEFAULT_KV_DTYPE = "bf16"
-"""The KV-cache dtype of every problem when ``kv_dtype`` is not given, whatever the weights: the
-engines' default (vLLM and SGLang ``--kv-cache-dtype auto``: the model's activation dtype, BF16
-for BF16, FP8 and INT4 checkpoints alike); an FP8 cache is a choice (``kv_dtype: fp8``)."""
+"""The KV-cache dtype of a checkpoint that declares no KV-cache quantization when ``kv_dtype`` is not
+given, whatever the weights: the engines' ``auto`` (the model's activation dtype). Deployment and
+serving read a quantized checkpoint's default from it and the engine
+(:mod:`optimizer.model.checkpoint`, ``instances/engines/kv_defaults.yaml``); the supernode problem
+takes this one."""
 
 
 def decode_inventory(config, weight_dtype: str = "bf16", kv_dtype: str | None = None,

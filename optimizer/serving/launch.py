@@ -210,8 +210,13 @@ def _vllm_memory(c: Ctx, x: Launch) -> None:
     x.args += ["--max-model-len", str(c.mem["max_model_len"]), "--gpu-memory-utilization", f"{c.mem['vllm']:.2f}"]
 
 
+def _quant(p) -> Optional[str]:
+    """The checkpoint's quantization format (None: unquantized), for :func:`dtype_args`."""
+    return p.dtypes.quant_method if getattr(p, "dtypes", None) is not None else None
+
+
 def _vllm_dtype(c: Ctx, x: Launch) -> None:  # online FP8 quantization of a BF16 checkpoint (or an FP8 one as it is)
-    x.args += dtype_args("vllm", c.p.weight_dtype, c.p.kv_dtype)
+    x.args += dtype_args("vllm", c.p.weight_dtype, c.p.kv_dtype, _quant(c.p))
 
 
 def _vllm_cache(c: Ctx, x: Launch) -> None:
@@ -286,7 +291,7 @@ def _sglang_memory(c: Ctx, x: Launch) -> None:
 
 
 def _sglang_dtype(c: Ctx, x: Launch) -> None:
-    x.args += dtype_args("sglang", c.p.weight_dtype, c.p.kv_dtype)
+    x.args += dtype_args("sglang", c.p.weight_dtype, c.p.kv_dtype, _quant(c.p))
 
 
 def _sglang_pd(c: Ctx, x: Launch) -> None:

@@ -12,6 +12,9 @@ from optimizer.serving.schema import HF_ID_PLACEHOLDER
 from optimizer.serving.solution import NOT_BEGUN, ModePlan, RateResult, ServingSolution
 
 DEFINITIONS = {
+    "dtypes": "weight_dtype and kv_dtype the plan is sized and timed with, and where each came from: the instance "
+              "(model.weight_dtype / model.kv_dtype), else the checkpoint's quantization_config and what the "
+              "timing engine stores for it with its KV-cache option at auto (instances/engines/kv_defaults.yaml)",
     "ttft_ms": "time to first token: queue wait + prefill (+ KV transfer when disaggregated), ms; analytic at the "
                "checked quantile (max(percentile, 1-(1-attainment)/2)), simulated p50/p90/p99",
     "tpot_ms": "time per output token after the first: (last token - first token)/(OSL-1), ms",
@@ -173,6 +176,7 @@ class ServingReport:
         if best is not None:
             plan = {"model": p.model.name, "hf_id": p.hf_id, "traffic": p.traffic.source, "slo": self.slo_dict(),
                     "mode_asked": p.mode, "timing": p.timing, "slo_margin": p.slo_margin,
+                    "dtypes": p.dtypes.as_dict() if p.dtypes is not None else None,
                     "kv_link": {"bandwidth_gb_s": p.kv_link.bandwidth_bytes_per_s / 1e9,
                                 "latency_us": p.kv_link.alpha_s * 1e6, "default": p.kv_link_default,
                                 "kv_transfer": p.kv_transfer},
@@ -296,6 +300,8 @@ class ServingReport:
             band_txt = (f"measured error band TTFT ±{b['ttft_median_abs_error']:.0%}, TPOT ±{b['tpot_median_abs_error']:.0%} "
                         f"(median over {b['rows']} {t['engine']} runs)" if b else "uncalibrated")
             console.print(escape(f"timed by: {t['why']} ({name}); {band_txt}"))
+        if p.dtypes is not None and p.dtypes.derived:  # a default read from a quantized checkpoint
+            console.print(escape(p.dtypes.line()), soft_wrap=True)
         if p.slo_margin is not None:
             m = p.slo_margin
             console.print(escape(f"slo_margin band: planned to TTFT {p.ttft_s * 1e3:.0f} ms and TPOT {p.tpot_s * 1e3:.1f} ms "

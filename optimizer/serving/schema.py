@@ -23,7 +23,8 @@ from pydantic import ConfigDict, Field
 from optimizer.catalog import check_gpu_in_server, lookup
 from optimizer.errors import InputError
 from optimizer.model.config import ModelSpec, read_hf_config
-from optimizer.model.decode import DEFAULT_KV_DTYPE, DTYPE_BYTES
+from optimizer.model.checkpoint import Dtypes, resolve as resolve_dtypes
+from optimizer.model.decode import DTYPE_BYTES
 from optimizer.model.hardware import Hardware, LinkSpec, ServerSpec, gpu_spec_from_catalog
 from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
@@ -52,8 +53,10 @@ class _In(StrictModel):
 class ModelIn(_In):
     config: str = Field(min_length=1)
     hf_id: Optional[str] = Field(default=None, min_length=1, description="model name in launch commands")
-    weight_dtype: str = "bf16"
-    kv_dtype: Optional[str] = None
+    weight_dtype: Optional[str] = Field(default=None, description=(
+        "null: the checkpoint's (its quantization_config; bf16 without one), optimizer/model/checkpoint.py"))
+    kv_dtype: Optional[str] = Field(default=None, description=(
+        "null: what the engine stores for this checkpoint (instances/engines/kv_defaults.yaml)"))
     rope_scaling: Optional[RopeScalingIn] = Field(default=None, description=(
         "RoPE scaling enabled at serving time (null: the config's own), as in deployment"))
 
@@ -322,6 +325,7 @@ class Problem:
     engine: str = "both"
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
+    dtypes: Optional[Dtypes] = None  # where weight_dtype and kv_dtype came from (optimizer/model/checkpoint.py)
     performance: Performance = Performance()
     scheduler: str = "chunked"  # the simulator's step make-up (optimizer/serving/simulate.py): chunked | mixed | prefill_first
     kv_admission: str = "reserve"  # reserve | on_demand (KV_ADMISSION), with the scheduler
@@ -720,12 +724,17 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
                 raise InputError(path, f"serving.{role}.tp", bad[1])
         _check_cp(getattr(s, role).cp, role, s, path)
         _check_sp(getattr(s, role), role, path)
-    wd = inst.model.weight_dtype
-    kd = inst.model.kv_dtype or DEFAULT_KV_DTYPE
     reserve = s.reserve_gib_per_gpu * GIB
     e = s.efficiency
     eff = Efficiency(e.compute, e.memory, e.network)
     performance = performance_of(inst.performance, s.engine, path)
+    from optimizer.launch import DEFAULT_VERSION
+
+    # dtypes not given: the checkpoint's, and the KV cache the engine that times the plan keeps for it
+    dtypes = resolve_dtypes(cfg, performance.engine, performance.engine_version or DEFAULT_VERSION.get(performance.engine),
+                            weight_dtype=inst.model.weight_dtype, kv_dtype=inst.model.kv_dtype,
+                            mla=spec.mla is not None, instance=path)
+    wd, kd = dtypes.weight_dtype, dtypes.kv_dtype
     spec_dec = None
     if s.speculative is not None:
         from optimizer.model.speculative import resolve as resolve_speculative
@@ -804,7 +813,7 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
         # the launch commands' engines: serving.engine, else the one performance.engine times the plan with
         engine=(s.engine if "engine" in s.model_fields_set or inst.performance is None
                 or inst.performance.engine not in ("vllm", "sglang") else inst.performance.engine),
-        weight_dtype=wd, kv_dtype=kd, performance=performance,
+        weight_dtype=wd, kv_dtype=kd, dtypes=dtypes, performance=performance,
         slo_margin=margin, concurrency=s.traffic.concurrency, start=s.traffic.start or "together", homogeneous=s.homogeneous, fixed=s.fixed, scheduler=scheduler,
         kv_admission="reserve" if scheduler == "chunked" else KV_ADMISSION[performance.engine],
         prefix=_prefix(s.traffic, traffic, path),
