@@ -584,13 +584,16 @@ def estimate_cmd(instance: Path, fmt: str, overrides: tuple[str, ...], requests:
               help="For vLLM/SGLang benchmark results (.json/.jsonl): model, gpu, engine, engine_version, tp.")
 @click.option("--clients", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Benchmark clients of the CSV's campaigns (default: instances/fidelity/clients.yaml).")
+@click.option("--calibration", "calibration", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A calibration file (optimize calibrate --output): predict every row before and after its factors.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write a predicted-vs-measured scatter (fidelity.png) into this folder.")
 def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path | None, clients: Path | None,
-                 fmt: str, plot_dir: Path | None) -> None:
+                 calibration: Path | None, fmt: str, plot_dir: Path | None) -> None:
     """Predict every row of MEASURED (aiconfigurator's silicon_sample.csv layout) with each source and
-    print, per (GPU, engine, model, mode) group, the median and mean absolute error of TTFT and TPOT."""
+    print, per (GPU, engine, model, mode) group, the median and mean absolute error of TTFT and TPOT
+    (with --calibration: before and after the file's factors)."""
     from optimizer.serving import fidelity as fd
 
     t0 = time.perf_counter()
@@ -602,7 +605,8 @@ def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path 
         if mapping is not None and measured.suffix not in (".json", ".jsonl"):
             raise InputError("--mapping", str(mapping), "applies to vLLM / SGLang benchmark results (.json, .jsonl); "
                                                         "a silicon_sample.csv-layout file names its own runs")
-        rows = fd.predict(fd.read_any(measured, mapping, limit, clients), src, measured)
+        cal = None if calibration is None else fd.read_calibration_option(calibration)  # a bad file: before any row
+        rows = fd.predict(fd.read_any(measured, mapping, limit, clients), src, measured, calibration)
         if not rows:
             raise InputError(measured, "", "no measured rows to predict")
         predicted = any(r.predicted for r in rows)
@@ -611,12 +615,17 @@ def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path 
             click.echo("no plot: no row was predicted (see the reasons below)", err=True)
     except (InputError, OSError) as exc:
         _exit_bad_input(exc, measured, what="cannot read: ")
-    grp = fd.groups(rows, src)
+    grp = fd.groups(rows, src, calibrated=cal is not None)
+    plan = {"rows": [r.to_dict(cal is not None) for r in rows], "groups": grp, "overall": fd.overall(rows, src)}
+    if cal is not None:
+        plan["overall_after"] = fd.overall(rows, src, after=True)
+        plan["calibration"] = {"file": str(calibration), "source": cal.base, "models": list(cal.models),
+                               "not_applied": {s: f"{cal.file} was fitted on the {cal.base} source"
+                                               for s in src if s != cal.base}}
     if fmt == "json":
         from optimizer.result import Status, envelope
 
-        env = envelope("serving-fidelity", measured.name, Status.ESTIMATED, None,
-                       {"rows": [r.to_dict() for r in rows], "groups": grp, "overall": fd.overall(rows, src)},
+        env = envelope("serving-fidelity", measured.name, Status.ESTIMATED, None, plan,
                        {"name": "closed-loop simulation of each measured row (no search)", "status": "estimated",
                         "time_s": time.perf_counter() - t0, "gap": None, "method": "fidelity", "bound_method": None},
                        definitions=fd.DEFINITIONS, files=files)
@@ -627,29 +636,51 @@ def fidelity_cmd(measured: Path, sources: str, limit: int | None, mapping: Path 
         from rich.table import Table
 
         con = Console() if sys.stdout.isatty() else Console(width=180)
-        t = Table(title=f"Fidelity: |predicted / measured - 1| per group ({measured.name}, {len(rows)} rows)")
-        for c in ("GPU", "engine", "model", "mode", "rows", *[f"{s} TTFT med|mean" for s in src],
-                  *[f"{s} TPOT med|mean" for s in src]):
+        t = Table(title=f"Fidelity: |predicted / measured - 1| per group ({measured.name}, {len(rows)} rows)"
+                        + (f", before -> after {calibration.name}" if cal is not None else ""))
+        what = "med before -> after" if cal is not None else "med|mean"
+        for c in ("GPU", "engine", "model", "mode", "rows", *[f"{s} TTFT {what}" for s in src],
+                  *[f"{s} TPOT {what}" for s in src]):
             t.add_column(c)
         for g in grp:
-            e = g["errors"]
-            cell = lambda s, k: (f"{e[s][k + '_median']:.0%} | {e[s][k + '_mean']:.0%} (n={e[s]['n']})"  # noqa: E731
-                                 if s in e else "-")
+            e, a = g["errors"], g.get("errors_after", {})
+            if cal is None:
+                cell = lambda s, k: (f"{e[s][k + '_median']:.0%} | {e[s][k + '_mean']:.0%} (n={e[s]['n']})"  # noqa: E731
+                                     if s in e else "-")
+            else:
+                cell = lambda s, k: (f"{e[s][k + '_median']:.1%} -> {a[s][k + '_median']:.1%} "  # noqa: E731
+                                     f"({a[s]['calibrated_rows']}/{e[s]['n']} cal.)" if s in e else "-")
             t.add_row(g["system"], g["engine"], g["model"], g["mode"], str(g["rows"]),
                       *[cell(s, "ttft") for s in src], *[cell(s, "tpot") for s in src])
         con.print(t)
-        skipped: dict = {}
-        for r in rows:
-            for s, why in r.skipped.items():
-                ids, srcs = skipped.setdefault(why, ({}, set()))
-                ids[r.id] = None
-                srcs.add(s)
-        for why, (ids, srcs) in sorted(skipped.items(), key=lambda kv: -len(kv[1][0])):
-            con.print(escape(f"not predicted ({len(ids)} row{'s' if len(ids) > 1 else ''}, "
-                             f"{', '.join(sorted(srcs))}): {why}; e.g. {next(iter(ids))}"))
+        if cal is not None:
+            b, a = plan["overall"], plan["overall_after"]
+            for s in src:
+                if s in b:
+                    con.print(escape(f"{s}, all rows: TTFT {b[s]['ttft_median']:.1%} -> {a[s]['ttft_median']:.1%}, TPOT "
+                                     f"{b[s]['tpot_median']:.1%} -> {a[s]['tpot_median']:.1%} over {b[s]['n']} rows "
+                                     f"({a[s]['calibrated_rows']} calibrated by {calibration.name})"))
+        _print_reasons(con, rows, "skipped", "not predicted")
+        if cal is not None:
+            _print_reasons(con, rows, "not_calibrated", "not calibrated")
         for f in files:
             click.echo(f"wrote {f}", err=True)
     sys.exit(0)
+
+
+def _print_reasons(con, rows, attr: str, what: str) -> None:
+    """One line per distinct reason in the rows' ``attr`` (source -> reason), most rows first."""
+    from rich.markup import escape
+
+    seen: dict = {}
+    for r in rows:
+        for s, why in getattr(r, attr).items():
+            ids, srcs = seen.setdefault(why, ({}, set()))
+            ids[r.id] = None
+            srcs.add(s)
+    for why, (ids, srcs) in sorted(seen.items(), key=lambda kv: -len(kv[1][0])):
+        con.print(escape(f"{what} ({len(ids)} row{'s' if len(ids) > 1 else ''}, "
+                         f"{', '.join(sorted(srcs))}): {why}; e.g. {next(iter(ids))}"))
 
 
 SUBCOMMANDS = {"calibrate": calibrate_cmd, "sweep": sweep_cmd, "estimate": estimate_cmd, "fidelity": fidelity_cmd}

@@ -131,10 +131,22 @@ def resolve(perf: Performance, model_perf: PerfModel, config_file: Path, gpu: st
     the database does not cover the GPU, the engine version or the model, with a one-line
     warning naming why.
 
+    A calibration file (``perf.calibration``) that records the models it was fitted on
+    (``models:``) is refused for another model (:meth:`Calibration.refusal`, the model named as
+    :func:`model_names` says); a file without ``models:`` (older files, hand-written ones) applies
+    to any model.
+
     Raises:
         InputError: under ``measured``, a GPU, engine version or model the database cannot time
-            (the message names the versions it has, or the operator it lacks).
+            (the message names the versions it has, or the operator it lacks); a calibration file
+            fitted on other models, or on another source.
     """
+    if perf.calibration is not None:
+        wrong = perf.calibration.refusal(model_names(config_file, hf_id))
+        if wrong:
+            from optimizer.errors import InputError
+
+            raise InputError(perf.path, f"{perf.where}.calibration", wrong)
     src = _resolve(perf, model_perf, config_file, gpu, eff, weight_dtype, kv_dtype, hf_id)
     if perf.calibration is None:
         return src
@@ -240,6 +252,48 @@ class Calibration:
                                file=self.file + (f" [{system}, {engine}" + (f"; {note}]" if note else "]")))
         return replace(self, groups=())
 
+    def refusal(self, names: tuple, who: str = "this instance's model") -> Optional[str]:
+        """Why the factors do not apply to a model going by ``names`` (:func:`model_names`:
+        ``(name, where the name came from)`` pairs), or None: the file records the models it was
+        fitted on (``models:``) and none of ``names`` is among them (:func:`same_model`). A file
+        without ``models:`` applies to any model."""
+        if not self.models or any(same_model(n, m) for n, _ in names for m in self.models):
+            return None
+        given = " or ".join(n + (f" ({how})" if how else "") for n, how in names) or "not named"
+        return f"{self.file} was fitted on {', '.join(self.models)}; {who} is {given}"
+
+
+def same_model(a: str, b: str) -> bool:
+    """Two model names name one model: equal ignoring case, or, when one has no organisation
+    (a config file's name, ``qwen3-32b``), equal to the other's name after its ``/``
+    (``Qwen/Qwen3-32B``)."""
+    a, b = a.strip().lower(), b.strip().lower()
+    if a == b:
+        return True
+    return ("/" not in a or "/" not in b) and a.rsplit("/", 1)[-1] == b.rsplit("/", 1)[-1]
+
+
+def model_names(config_file: Optional[Path], hf_id: Optional[str]) -> tuple:
+    """The names an instance's model goes by, as ``optimize calibrate`` records a run's model
+    (its HuggingFace id, else its config file's name): ``model.hf_id`` when given; else the
+    config.json's ``_name_or_path`` (when it has one) and the config file's name (its stem).
+    Each is ``(name, where it came from)``."""
+    if hf_id:
+        return ((hf_id, "model.hf_id"),)
+    if config_file is None:
+        return ()
+    out = []
+    try:
+        import json
+
+        nop = json.loads(Path(config_file).read_text(encoding="utf-8")).get("_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        nop = None
+    if isinstance(nop, str) and nop.strip():
+        out.append((nop.strip(), f"_name_or_path of {Path(config_file).name}"))
+    out.append((Path(config_file).stem, "the config file's name; no model.hf_id"))
+    return tuple(out)
+
 
 @dataclass(frozen=True)
 class CalibratedSteps:
@@ -260,6 +314,12 @@ class CalibratedSteps:
 
     def mixed_step_s(self, lay, chunk, context_before, batch, decode_context, chunk_ranks=1, draft_tokens=0):
         k = draft_tokens
+        if self.cal.prefill == self.cal.decode:  # one factor on the whole step, no split: at 1, 1, 0 the base's step exactly
+            if chunk > 0:
+                full = self.base.mixed_step_s(lay, chunk, context_before, batch, decode_context, chunk_ranks, k)
+            else:
+                full = self.base.mixed_step_s(lay, 0.0, 0.0, batch, decode_context, 1, k) if batch > 0 else 0.0
+            return self.cal.decode * full + self.cal.overhead_s
         dec = self.base.mixed_step_s(lay, 0.0, 0.0, batch, decode_context, 1, k) if batch > 0 else 0.0
         full = self.base.mixed_step_s(lay, chunk, context_before, batch, decode_context, chunk_ranks, k) if chunk > 0 else dec
         return self.cal.decode * dec + self.cal.prefill * (full - dec) + self.cal.overhead_s
@@ -273,10 +333,11 @@ class CalibratedSteps:
 
 def read_calibration(path: Path, instance: Optional[Path], field: str = "performance.calibration") -> Calibration:
     """The factors of a calibration file written by ``optimize calibrate --output`` (YAML with
-    ``calibration: {source, prefill, decode, overhead_ms}``).
+    ``calibration: {source, prefill, decode, overhead_ms}``, optional ``groups`` per (GPU, engine)
+    and ``models``, the models the factors were fitted on: absent, the file applies to any model).
 
     Raises:
-        InputError: a missing file, a missing or non-positive factor.
+        InputError: a missing file, a missing or non-positive factor, ``models`` not a list of names.
     """
     import math
 
@@ -315,5 +376,11 @@ def read_calibration(path: Path, instance: Optional[Path], field: str = "perform
     if isinstance(held, dict) and held.get("ttft_median_abs_error") is not None:
         band = {"rows": held.get("rows"), "ttft_median_abs_error": held["ttft_median_abs_error"],
                 "tpot_median_abs_error": held["tpot_median_abs_error"], "from": f"{path.name} (leave one group out)"}
+    models = c.get("models")
+    if models is None:
+        models = []
+    if not isinstance(models, list) or not all(isinstance(m, str) and m.strip() for m in models):
+        raise InputError(path, "calibration.models", f"expected a list of model names (HuggingFace ids or config "
+                                                     f"names), got {models!r}")
     return Calibration(vals["prefill"], vals["decode"], vals["overhead_ms"] * 1e-3, base, path.name, band,
-                       tuple(groups), tuple(str(m) for m in c.get("models") or ()))
+                       tuple(groups), tuple(m.strip() for m in models))

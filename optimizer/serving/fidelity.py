@@ -8,6 +8,14 @@ source asked (``analytic``, ``measured``). Rows the product cannot run are kept 
 Errors are ``|predicted / measured - 1|``; a group is (GPU, engine, model, mode); nothing is
 fitted on the rows (the analytic source runs at the catalog peaks, the measured one is the
 database as shipped).
+
+With a calibration file (``optimize fidelity --calibration cal.yaml``, written by ``optimize
+calibrate``) every predicted row is predicted a second time with the file's factors applied the way
+an instance applies them (``performance.calibration``: :func:`optimizer.model.steptimes.resolve`
+picks the row's (GPU, engine) group), so each group and the whole file have a *before* and an
+*after* error. The factors apply to the source they were fitted on and to the models the file
+names (:meth:`optimizer.model.steptimes.Calibration.refusal`); other rows keep their uncalibrated
+prediction in the after figures, with the reason (``rows[].not_calibrated``).
 """
 from __future__ import annotations
 
@@ -38,6 +46,11 @@ DEFINITIONS = {  # optimize fidelity --format json
     "rows[].client": "the benchmark client (instances/fidelity/clients.yaml) whose traffic the row is simulated with; null: exact lengths, all users at time 0",
     "groups[].errors.<source>.ttft_median": "median of |predicted / measured - 1| of TTFT over the group's predicted rows (a fraction)",
     "groups[].errors.<source>.tpot_median": "the same for TPOT",
+    "rows[].calibrated.<source>": "with --calibration: the row's simulated mean TTFT/TPOT (ms) with the file's factors applied (performance.calibration)",
+    "rows[].not_calibrated.<source>": "with --calibration: why the factors were not applied to the row under that source (another source, another model)",
+    "groups[].errors_after.<source>": "with --calibration: the errors over the same rows as errors.<source>, each row by its calibrated prediction where the factors apply, else its uncalibrated one; calibrated_rows: how many were calibrated",
+    "overall.<source>": "median |predicted / measured - 1| of TTFT and TPOT over every predicted row (before any calibration)",
+    "overall_after.<source>": "with --calibration: the same after it (rows the factors do not apply to count uncalibrated)",
 }
 
 
@@ -110,11 +123,19 @@ class Row:
     measured: dict
     predicted: dict = field(default_factory=dict)  # source -> {ttft_ms, tpot_ms}
     skipped: dict = field(default_factory=dict)  # source -> reason
+    calibrated: dict = field(default_factory=dict)  # --calibration: source -> {ttft_ms, tpot_ms} with the factors
+    not_calibrated: dict = field(default_factory=dict)  # --calibration: source -> why the factors were not applied
 
-    def to_dict(self) -> dict:
+    def to_dict(self, calibration: bool = False) -> dict:
         client = self.fields.get("client")
         return {"id": self.id, "group": list(self.group), "client": client.name if client else None,
-                "measured": self.measured, "predicted": self.predicted, "skipped": self.skipped}
+                "measured": self.measured, "predicted": self.predicted, "skipped": self.skipped,
+                **({"calibrated": self.calibrated, "not_calibrated": self.not_calibrated} if calibration else {})}
+
+    def after(self, src: str) -> dict:
+        """The row's prediction under ``src`` after a calibration: calibrated where the factors
+        applied, else the uncalibrated one."""
+        return self.calibrated.get(src) or self.predicted[src]
 
 
 def _num(v: str, path: Path, where: str, name: str, integer: bool = True):
@@ -396,65 +417,119 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
     return raw, ""
 
 
-def predict(rows: list[Row], sources: tuple[str, ...], path: Path) -> list[Row]:
-    """Fill ``row.predicted[source]`` (TTFT and TPOT means, ms) or ``row.skipped[source]``."""
+def read_calibration_option(path: Path):
+    """The :class:`~optimizer.model.steptimes.Calibration` of ``--calibration FILE``.
+
+    Raises:
+        InputError: no such file (names ``--calibration``), a bad file (names its field)."""
+    from optimizer.model.steptimes import read_calibration
+
+    return read_calibration(path, "--calibration", "")
+
+
+def predict(rows: list[Row], sources: tuple[str, ...], path: Path, calibration: Optional[Path] = None) -> list[Row]:
+    """Fill ``row.predicted[source]`` (TTFT and TPOT means, ms) or ``row.skipped[source]``; with a
+    ``calibration`` file, also ``row.calibrated[source]`` (the same row with the file's factors,
+    through ``performance.calibration``) or ``row.not_calibrated[source]`` (why not: the factors
+    were fitted on another source, or on other models).
+
+    Raises:
+        InputError: a calibration file that is not there or cannot be read."""
     from optimizer.errors import take_warnings
     from optimizer.serving import load_problem
-    from optimizer.serving.estimate import estimate
 
+    cal = None if calibration is None else read_calibration_option(calibration)
+    cal_file = None if calibration is None else str(calibration.resolve())
     mapping = _mapping()
+
+    def run(raw: dict, src: str):
+        try:
+            p = load_problem(raw, path)
+            if src == "measured" and p.pools[0].steps.name != "measured":
+                raise InputError(path, "", p.pools[0].steps.why)
+            return _estimate(p), None
+        except InputError as exc:
+            field_ = {"serving.fixed.workers[0].tp": "tp_size", "serving.fixed.workers[0]": "layout"}.get(exc.field)
+            return None, (f"{field_}: {exc.problem}" if field_ else exc.problem)
+        finally:
+            take_warnings()
+
     for row in rows:
         for src in sources:
             raw, why = instance_of(row, src, mapping)
             if raw is None:
                 row.skipped[src] = why
                 continue
-            try:
-                p = load_problem(raw, path)
-                if src == "measured" and p.pools[0].steps.name != "measured":
-                    raise InputError(path, "", p.pools[0].steps.why)
-                e = estimate(p)[0].sim
-            except InputError as exc:
-                field_ = {"serving.fixed.workers[0].tp": "tp_size", "serving.fixed.workers[0]": "layout"}.get(exc.field)
-                row.skipped[src] = f"{field_}: {exc.problem}" if field_ else exc.problem
+            got, why = run(raw, src)
+            if got is None:
+                row.skipped[src] = why
                 continue
-            finally:
-                take_warnings()
-            row.predicted[src] = {"ttft_ms": e.ttft_s["mean"] * 1e3, "tpot_ms": e.tpot_s["mean"] * 1e3}
+            row.predicted[src] = got
+            if cal is None:
+                continue
+            why = (f"{cal.file} was fitted on the {cal.base} source" if cal.base != src else
+                   cal.refusal(((raw["model"]["hf_id"], ""),), "this row's model"))
+            if why:
+                row.not_calibrated[src] = why
+                continue
+            raw["performance"]["calibration"] = cal_file
+            got, why = run(raw, src)
+            if got is None:
+                row.not_calibrated[src] = f"calibrated: {why}"
+            else:
+                row.calibrated[src] = got
     return rows
 
 
-def _errors(got: list[Row], src: str) -> dict:
-    """``n`` and the median and mean of ``|predicted / measured - 1|`` of TTFT and TPOT over ``got``."""
+def _estimate(p) -> dict:
+    """Mean TTFT and TPOT (ms) of a fixed plan's closed-loop estimate."""
+    from optimizer.serving.estimate import estimate
+
+    e = estimate(p)[0].sim
+    return {"ttft_ms": e.ttft_s["mean"] * 1e3, "tpot_ms": e.tpot_s["mean"] * 1e3}
+
+
+def _errors(got: list[Row], src: str, after: bool = False) -> dict:
+    """``n`` and the median and mean of ``|predicted / measured - 1|`` of TTFT and TPOT over ``got``
+    (``after``: each row's prediction after a calibration, :meth:`Row.after`, and ``calibrated_rows``)."""
+    pick = (lambda r: r.after(src)) if after else (lambda r: r.predicted[src])  # noqa: E731
     out = {"n": len(got)}
     for k in ("ttft", "tpot"):
-        e = np.array([abs(r.predicted[src][f"{k}_ms"] / r.measured[f"{k}_ms"] - 1) for r in got])
+        e = np.array([abs(pick(r)[f"{k}_ms"] / r.measured[f"{k}_ms"] - 1) for r in got])
         out[f"{k}_median"], out[f"{k}_mean"] = float(np.median(e)), float(e.mean())
+    if after:
+        out["calibrated_rows"] = sum(src in r.calibrated for r in got)
     return out
 
 
-def groups(rows: list[Row], sources: tuple[str, ...]) -> list[dict]:
-    """Per (GPU, engine, model, mode) group and source: rows, median and mean absolute error of TTFT and TPOT."""
+def groups(rows: list[Row], sources: tuple[str, ...], calibrated: bool = False) -> list[dict]:
+    """Per (GPU, engine, model, mode) group and source: rows, median and mean absolute error of TTFT
+    and TPOT (``errors``); with ``calibrated``, the same after the calibration (``errors_after``)."""
     out = []
     for g in sorted({r.group for r in rows}):
         members = [r for r in rows if r.group == g]
         d = {"system": g[0], "engine": g[1], "model": g[2], "mode": g[3], "rows": len(members), "errors": {}}
+        if calibrated:
+            d["errors_after"] = {}
         for src in sources:
             got = [r for r in members if src in r.predicted]
             if got:
                 d["errors"][src] = _errors(got, src)
+                if calibrated:
+                    d["errors_after"][src] = _errors(got, src, after=True)
         out.append(d)
     return out
 
 
-def overall(rows: list[Row], sources: tuple[str, ...], keep=lambda r: True) -> dict:
-    """``n`` and the median absolute TTFT/TPOT error per source over the rows ``keep`` selects."""
+def overall(rows: list[Row], sources: tuple[str, ...], keep=lambda r: True, after: bool = False) -> dict:
+    """``n`` and the median absolute TTFT/TPOT error per source over the rows ``keep`` selects
+    (``after``: after a calibration, with ``calibrated_rows``)."""
     out = {}
     for src in sources:
         got = [r for r in rows if keep(r) and src in r.predicted]
         if got:
-            e = _errors(got, src)
-            out[src] = {"n": e["n"], "ttft_median": e["ttft_median"], "tpot_median": e["tpot_median"]}
+            e = _errors(got, src, after)
+            out[src] = {k: e[k] for k in ("n", "ttft_median", "tpot_median", "calibrated_rows") if k in e}
     return out
 
 
