@@ -213,6 +213,17 @@ def bench_cold_text() -> str:
     return _stdout_of(bench_cold.main, ["bench_cold.py"])
 
 
+def published_text() -> str:
+    """The published-tables rows from ``benchmarks/results/published.json`` (``python -m
+    benchmarks.bench_published`` writes it)."""
+    import json
+
+    from benchmarks import bench_published
+
+    rows = json.loads((REPO / "benchmarks" / "results" / "published.json").read_text())["rows"]
+    return bench_published.markdown(rows) + "\n\n" + bench_published.summary_text(bench_published.summary(rows))
+
+
 def efficiency_text() -> str:
     """The fitted shares of peak from ``instances/hardware/efficiency.yaml`` (``python -m
     benchmarks.fit_efficiency`` writes it)."""
@@ -260,6 +271,7 @@ BLOCKS: list[Block] = [
     Block("fidelity-benchmark", bench=fidelity_text),
     Block("efficiency-fit", bench=efficiency_text),
     Block("cold-benchmark", bench=bench_cold_text, volatile="cold-benchmark"),
+    Block("published-benchmark", bench=published_text),
 ]
 BY_NAME = {b.name: b for b in BLOCKS}
 
