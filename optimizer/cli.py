@@ -122,9 +122,10 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         # --plot counts against the limit too: its figures' time is kept out of the work's budget
         reserve = _plot_reserve_s(raw) if plot_dir is not None else 0.0
         if robust and spec.section not in ("deployment", "serving"):
-            raise InputError("--robust", "", f"applies to deployment and serving instances (this one is {spec.section})")
+            raise InputError(instance, "--robust", f"applies to deployment and serving instances (this one is "
+                                                   f"{spec.section})")
         if robust and pareto is not None:
-            raise InputError("--robust", "", "does not apply with --pareto")
+            raise InputError(instance, "--robust", "does not apply with --pareto")
         # --robust: the nominal solve leaves half of a --time-limit to the robust one
         half = time_limit / 2.0 if robust and time_limit is not None else 0.0
         budget = Budget.for_command(time_limit, started, reserve + half)
@@ -185,12 +186,18 @@ def _robust(spec, raw, report, instance: Path, objective, budget) -> dict:
     from optimizer.problems import robust_twin
 
     twin, how = robust_twin(spec.section, raw, report, instance)
-    rep = run_problem(spec, twin, instance, objective, budget, None, None)
+    try:
+        rep = run_problem(spec, twin, instance, objective, budget, None, None)
+    except InputError as exc:  # the twin's own field (serving.slo_margin) is not one the user wrote
+        if exc.field != "serving.slo_margin":
+            raise
+        raise InputError(instance, "--robust", exc.problem.replace(", use slo_margin: none", "")) from None
     d, n = rep.to_dict(), report.to_dict()
     m = (d.get("plan") or {}).get("slo_margin")
     if m:  # serving: the targets the twin was planned to
         how = {**how, "tightened": f"TTFT {m['ttft_ms_asked']:g} ms / (1 + {m['ttft_error']:.0%}), TPOT "
-                                   f"{m['tpot_ms_asked']:g} ms / (1 + {m['tpot_error']:.0%})"}
+                                   f"{m['tpot_ms_asked']:g} ms / (1 + {m['tpot_error']:.0%})",
+               "band": {"ttft_error": m["ttft_error"], "tpot_error": m["tpot_error"]}}
     value = (d.get("objective") or {}).get("value") if d.get("plan") is not None else None
     nominal = (n.get("objective") or {}).get("value") if n.get("plan") is not None else None
     return {"status": d.get("status"), "objective": (d.get("objective") or {}).get("name"),

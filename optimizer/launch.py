@@ -105,6 +105,20 @@ def flag_list(engine: str, version: str) -> frozenset[str]:
     return frozenset(yaml.safe_load(f.read_text())["flags"])
 
 
+def check_engine_version(perf) -> None:
+    """``performance.engine_version`` (a :class:`optimizer.model.steptimes.Performance`) must have a
+    flag list (the plan's launch commands are checked against it).
+
+    Raises:
+        InputError: naming the instance file, ``performance.engine_version`` and the versions there are."""
+    if perf.engine_version is None:
+        return
+    try:
+        flag_list(perf.engine, perf.engine_version)
+    except InputError as exc:
+        raise InputError(perf.path, f"{perf.where}.engine_version", exc.problem) from None
+
+
 def quote(s: str) -> str:
     """Shell quoting that leaves ``${VARIABLE}`` references expandable (double quotes)."""
     return f'"{s}"' if s.startswith("${") else shlex.quote(s)

@@ -214,11 +214,11 @@ def robust_twin(section: str, raw: dict[str, Any], report, path: Path) -> tuple[
     twin = copy.deepcopy(raw)
     if section == "serving":
         if (raw.get("serving") or {}).get("slo_margin") == "band":
-            raise InputError("--robust", "", "serving.slo_margin is band already: that plan is the robust one")
+            raise InputError(path, "--robust", "serving.slo_margin is band already: that plan is the robust one")
         twin["serving"]["slo_margin"] = "band"
         return twin, {"tightened": "TTFT and TPOT targets / (1 + the source's measured error)", "band": None}
     if section != "deployment":
-        raise InputError("--robust", "", f"applies to deployment and serving instances (this one is {section})")
+        raise InputError(path, "--robust", f"applies to deployment and serving instances (this one is {section})")
     band = (report.timing() or {}).get("error_band")
     if band is None:
         raise InputError(path, "performance", f"--robust needs a measured error band for the nominal plan's source "

@@ -163,3 +163,21 @@ def test_supernode_bad_performance_block(cli, tmp_path, perf, field, needle):
 
     path = write(tmp_path, _supernode_raw(perf))
     assert_one_line_error(cli(path), str(path), field, *([needle] if needle else []))
+
+
+@pytest.mark.parametrize("gpu, server", [("h100-sxm", "hgx-h100"), ("h800-sxm", "hgx-h800")])
+def test_an_engine_version_nobody_has_is_one_line_under_the_default(cli, tmp_path, gpu, server):
+    """Under auto an engine version the database lacks was a fallback to the roofline and then a
+    traceback from the launch commands (a new user's run): now one line naming the field."""
+    from tests.conftest import assert_one_line_error
+
+    raw = _question("llama70b", 1, {"engine": "vllm", "engine_version": "0.99.0"})
+    raw["hardware"].update(gpu=gpu, server=server)
+    path = write(tmp_path, raw)
+    assert_one_line_error(cli(path), str(path), "performance.engine_version", "0.99.0")
+    book = yaml.safe_load((INSTANCES / "qwen32b_128k.yaml").read_text())
+    book["model"]["config"] = str(INSTANCES / book["model"]["config"])
+    book["performance"] = {"engine": "vllm", "engine_version": "0.99.0"}
+    book["hardware"].update(gpu=gpu, server=server)
+    path = write(tmp_path, book, "book.yaml")
+    assert_one_line_error(cli(path), str(path), "performance.engine_version", "0.99.0")

@@ -30,6 +30,8 @@ def test_serving_robust_plan_meets_the_tightened_targets_and_says_what_it_costs(
     rb = d["robust"]
     assert rb["status"] == "optimal" and rb["value"] > rb["nominal_value"] == d["objective"]["value"]
     assert rb["extra"] == rb["value"] - rb["nominal_value"]
+    assert rb["band"] == {"ttft_error": rb["plan"]["slo_margin"]["ttft_error"],
+                          "tpot_error": rb["plan"]["slo_margin"]["tpot_error"]}
     m = rb["plan"]["slo_margin"]
     assert 0 < m["tpot_error"] < 1 and "TPOT 50 ms / (1 + " in rb["tightened"]
     raw = _qwen3_30b()
@@ -63,10 +65,14 @@ def test_deployment_robust_plan_tightens_every_deadline_by_the_finish_time_band(
 
 
 def test_robust_bad_input(cli, tmp_path):
-    assert_one_line_error(cli(INSTANCES / "hgx_h100_120kw.yaml", "--robust"), "--robust", "deployment and serving")
+    assert_one_line_error(cli(INSTANCES / "hgx_h100_120kw.yaml", "--robust"), "hgx_h100_120kw.yaml", "--robust",
+                          "deployment and serving")
     raw = _qwen3_30b()
     raw["serving"]["slo_margin"] = "band"
-    assert_one_line_error(cli(write(tmp_path, raw), "--robust"), "--robust", "band already")
+    assert_one_line_error(cli(write(tmp_path, raw), "--robust"), "inst.yaml", "--robust", "band already")
+    raw = _qwen3_30b()
+    raw["hardware"].update(gpu="h800-sxm", server="hgx-h800")  # no measured runs: no band
+    assert_one_line_error(cli(write(tmp_path, raw, "h800.yaml"), "--robust"), "h800.yaml: --robust", "no measured error band")
     book = yaml.safe_load((INSTANCES / "qwen32b_128k.yaml").read_text())
     book["model"]["config"] = str(INSTANCES / book["model"]["config"])
     with_inline_h100_like_gpu(book)

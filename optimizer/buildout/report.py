@@ -138,13 +138,13 @@ class BuildoutReport:
         p = self.problem
         if not any(t.delivered is not None for t in p.types):
             return None
-        per_type = {t.name: {"tokens_per_s_per_server": round(t.delivered.per_server, 1),
+        per_type = {t.name: {"tokens_per_s_per_server": t.tokens_per_s_int,
                              "tokens_per_s_per_gpu": round(t.delivered.per_gpu, 1), "worker": t.delivered.worker,
                              "timed_by": t.delivered.why, "tpot_error_band": t.delivered.tpot_band}
                     for t in p.types if t.delivered is not None}
-        total = sum(t.delivered.per_server * plan["servers"].get(t.name, 0) for t in p.types if t.delivered is not None)
+        total = sum(t.tokens_per_s_int * plan["servers"].get(t.name, 0) for t in p.types if t.delivered is not None)
         bands = [t.delivered.tpot_band for t in p.types if t.delivered is not None and plan["servers"].get(t.name, 0)]
-        return {"tokens_per_s": round(total, 1), "tpot_error_band": None if not bands or None in bands else max(bands),
+        return {"tokens_per_s": total, "tpot_error_band": None if not bands or None in bands else max(bands),
                 "types": per_type}
 
     def to_dict(self) -> dict[str, Any]:
@@ -223,7 +223,8 @@ class BuildoutReport:
         if plan.get("delivered"):
             dv = plan["delivered"]
             band = (f" (±{dv['tpot_error_band']:.0%}, the source's TPOT band)" if dv["tpot_error_band"] is not None
-                    else " (no error band: a GPU of the plan has no measured runs)")
+                    else " (no error band: instances/hardware/fidelity.yaml has none for a GPU of the plan and its "
+                          "engine)")
             per = "; ".join(f"{n}: {v['tokens_per_s_per_server']:,.0f} per server ({v['worker']} workers)"
                             for n, v in dv["types"].items())
             console.print(escape(f"delivers {dv['tokens_per_s']:,.0f} tokens/s for the workload{band}; {per}"))

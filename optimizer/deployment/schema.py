@@ -435,6 +435,9 @@ def build_problem(raw: dict[str, Any], path: Path) -> Problem:
     if inst.deployment.allreduce == "measured" and server.scale_out.table is None and server.scale_up.table is None:
         raise InputError(path, "deployment.allreduce", "'measured' needs hardware.server.scale_out.allreduce_log (an nccl-tests all_reduce_perf file)")
     performance = performance_from_input(inst.performance, "vllm", path)
+    from optimizer.launch import check_engine_version
+
+    check_engine_version(performance)
     from optimizer.launch import DEFAULT_VERSION
 
     # dtypes not given: the checkpoint's, and the KV cache the engine that times the plan keeps for it

@@ -219,7 +219,9 @@ def _resolve(perf, model_perf, config_file, gpu, eff, weight_dtype, kv_dtype, hf
             src.fallback = analytic
         return src
     except measured.NotCovered as exc:
-        if perf.source == "measured":
+        # an engine version the user named and the database lacks is a mistake to report, not a
+        # case for auto's fallback (the launch commands of that version would not exist either)
+        if perf.source == "measured" or exc.field == "engine_version":
             raise InputError(perf.path, f"{perf.where}.{exc.field}", str(exc)) from None
         warn_input(perf.path, f"{perf.where}.source",
                    f"auto: timed by the analytic roofline on fitted peaks ({exc})")

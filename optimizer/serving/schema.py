@@ -728,6 +728,9 @@ def load(raw: dict[str, Any], path: str | Path, objective: Optional[str], object
     e = s.efficiency
     eff = Efficiency(e.compute, e.memory, e.network)
     performance = performance_of(inst.performance, s.engine, path)
+    from optimizer.launch import check_engine_version
+
+    check_engine_version(performance)
     from optimizer.launch import DEFAULT_VERSION
 
     # dtypes not given: the checkpoint's, and the KV cache the engine that times the plan keeps for it
