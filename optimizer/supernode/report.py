@@ -17,7 +17,9 @@ GENERATED_CHEAPER = 4  # ... of which at least this many with a cheaper fabric t
 
 DEFINITIONS = {
     "plan.timing": "the step-time source (performance.source): chapter (eq. 6-15 at the datasheet peaks) or analytic "
-                   "(the same roofline on the card's achieved peaks fitted to the measured kernel database), and why",
+                   "(the same roofline on the card's achieved peaks fitted to the measured kernel database), why, and "
+                   "its error band: the source's median TPOT error over measured serving runs of the card's GPU "
+                   "(None: an inline card or a GPU without runs)",
     "solver.solve_time_s": "CP-SAT time of the lexicographic stages only, seconds (solver.time_s adds model "
                            "building, the independent re-check and the explanation's what-if solves)",
     "weights_per_card_gb": "bytes each card stores for weights, eq 6-14: replicated resident + (routed experts + "
@@ -329,7 +331,12 @@ class SupernodeReport:
         o, s = d["objective"], d["solver"]
         console.print(f"[bold]{escape(self.problem.name)}[/bold]  supernode sizing, objective {o['name']} "
                       f"({o['sense']})  status [bold]{d['status']}[/bold]")
-        console.print(escape(f"step times: {self.problem.timing['why']}"))
+        tm = self.problem.timing
+        b = tm.get("error_band")
+        console.print(escape(f"step times: {tm['why']}; " + (
+            f"error band: tokens/s per card ±{b['tokens_per_s_error']:.0%} (this source's median TPOT error over "
+            f"{b['rows']} measured {b['engine']} runs on this GPU)" if b else
+            "no error band (no measured runs of this card)")))
         if d["plan"] is None:
             print_no_plan(console, self.conflict, self.achievable)
             console.print(f"solver {s['name']}: {s['status']}, {s['time_s']:.3f} s")

@@ -333,8 +333,9 @@ def resolve(inst: InstanceIn, path: str | Path, objective: "SupernodeObjective")
     s = inst.supernode
     sys_in, sys_name = _system(s, path)
     hw = resolve_hardware(sys_in, sys_name, path)
-    hw, shares, timing = _timed_hardware(inst.performance, hw, sys_in.card if isinstance(sys_in.card, str) else None,
-                                         path)
+    card_gpu = sys_in.card if isinstance(sys_in.card, str) else None
+    hw, shares, timing = _timed_hardware(inst.performance, hw, card_gpu, path)
+    timing["error_band"] = _band(card_gpu, inst.performance.engine or "vllm", timing["source"])
     inv = _inventory(inst.model, path)
     if s.cards > MAX_SERVERS * hw.server_cards:
         raise InputError(path, "supernode.cards", f"{s.cards} cards is more than {MAX_SERVERS} servers of "
@@ -466,6 +467,18 @@ def _timed_hardware(pin: PerformanceIn, hw: Hardware, gpu: Optional[str], path: 
     return out, f, {"source": "analytic", "why": f"{lead} at achieved peaks (compute {f.compute:.2f}, memory "
                                                  f"{f.memory:.2f}, network {f.network:.2f} of the datasheet's; "
                                                  f"{f.why})"}
+
+
+def _band(gpu: Optional[str], engine: str, source: str) -> Optional[dict]:
+    """The source's measured TPOT error over serving runs of the card's GPU and ``engine``
+    (``instances/hardware/fidelity.yaml``; a decode step's tokens/s per card inherits it), or None
+    (an inline card, or a GPU without measured runs)."""
+    from optimizer.model.bands import band
+    from optimizer.model.measured import systems
+
+    b = band(systems().get(gpu or ""), engine, source)
+    return None if b is None else {"tokens_per_s_error": b["tpot_median_abs_error"], "rows": b.get("rows"),
+                                   "engine": engine, "from": b.get("from")}
 
 
 def _derated_fabric(fabric: Optional[FabricSpec], shares) -> Optional[FabricSpec]:
