@@ -181,3 +181,14 @@ def test_an_engine_version_nobody_has_is_one_line_under_the_default(cli, tmp_pat
     book["hardware"].update(gpu=gpu, server=server)
     path = write(tmp_path, book, "book.yaml")
     assert_one_line_error(cli(path), str(path), "performance.engine_version", "0.99.0")
+
+
+def test_an_inline_gpu_in_a_serving_instance_says_serving_needs_a_catalog_name(cli, tmp_path):
+    """A new user copied deployment's inline GPU into a serving instance and got "Input should be a
+    valid string"; the line now says what serving needs."""
+    from tests.conftest import assert_one_line_error
+
+    raw = _question("llama70b", 1, None)
+    raw["hardware"]["gpu"] = {"name": "mine", "memory_gb": 80}
+    path = write(tmp_path, raw)
+    assert_one_line_error(cli(path), str(path), "hardware.gpu", "catalog.yaml", "deployment instances")

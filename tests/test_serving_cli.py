@@ -147,7 +147,7 @@ def test_rate_sweep_table(cli, tmp_path):
     raw["serving"]["traffic"]["rate_rps"] = [2, 8]
     r = cli(write(tmp_path, raw))
     assert r.exit_code == 0, r.output
-    assert "Plans (analytic | simulated)" in r.stdout and "why not" in r.stdout and "vllm serve" in r.stdout
+    assert "Plans (analytic | simulated; * the best mode)" in r.stdout and "why not" in r.stdout and "vllm serve" in r.stdout
 
 
 def test_unsorted_trace_starts_at_its_earliest_arrival(tmp_path):

@@ -308,7 +308,7 @@ class ServingReport:
                                  f"(asked {m['ttft_ms_asked']:g} / {m['tpot_ms_asked']:g} ms, less the band's "
                                  f"{m['ttft_error']:.0%} / {m['tpot_error']:.0%})"))
         rates = self.rates()
-        t = Table(title="Plans (analytic | simulated)")
+        t = Table(title="Plans (analytic | simulated; * the best mode)")
         q = f"p{p.quantile * 100:g}"  # the analytic column's quantile; the simulated one is p90
         for col in ("rate/s", "mode", "GPUs", "$/h", "workers", f"TTFT ms a {q}|sim p90", f"TPOT ms a {q}|sim p90", "attain",
                     "tok/s/GPU", "tok/s/user"):
@@ -322,7 +322,7 @@ class ServingReport:
                 a, s = m["analytic"], m["simulated"]
                 ws = ", ".join(f"{g['count']}x {g['role'][0].upper()} {g['layout']} {g['gpu']}" for g in m["workers"])
                 sim = (lambda k, q: f"{s[k][q]:.0f}" if s else "-")
-                t.add_row(f"{m['rate_rps']:.4g}", mode + star, str(m["gpus"]),
+                t.add_row(f"{m['rate_rps']:.4g}", star + mode, str(m["gpus"]),
                           "-" if m["dollars_per_hour"] is None else f"{m['dollars_per_hour']:.1f}", escape(ws),
                           f"{a['ttft_ms']:.0f} | {sim('ttft_ms', 'p90')}",
                           f"{a['tpot_ms']:.1f} | " + (f"{s['tpot_ms']['p90']:.1f}" if s else "-"),

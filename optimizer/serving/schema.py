@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import numpy as np
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from optimizer.catalog import check_gpu_in_server, lookup
 from optimizer.errors import InputError
@@ -75,6 +75,15 @@ class PoolIn(_In):
 
 class HardwareIn(_In):
     gpu: Optional[str] = None
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _catalog_gpu(cls, v):
+        if isinstance(v, dict):  # deployment takes inline GPUs; serving times catalog GPUs only
+            raise ValueError("a GPU name of instances/hardware/catalog.yaml (serving reads peaks, memory and "
+                             "measured timings by name; an inline GPU mapping is for deployment instances)")
+        return v
+
     server: Optional[str] = None
     servers: Optional[PosInt] = None
     dollars_per_gpu_hour: Optional[PosFloat] = None
