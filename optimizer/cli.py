@@ -121,7 +121,7 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
                     PARETO_POINTS if pareto_points is None else pareto_points, fmt)
         # --plot counts against the limit too: its figures' time is kept out of the work's budget
         reserve = _plot_reserve_s(raw) if plot_dir is not None else 0.0
-        if robust and spec.section not in ("deployment", "serving"):
+        if robust and not hasattr(spec.module().PIPELINE, "robust_twin"):
             raise InputError(instance, "--robust", f"applies to deployment and serving instances (this one is "
                                                    f"{spec.section})")
         if robust and pareto is not None:
@@ -180,24 +180,13 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
 
 
 def _robust(spec, raw, report, instance: Path, objective, budget) -> dict:
-    """``--robust``: solve the instance's band-tightened twin (:func:`optimizer.problems.robust_twin`)
-    and summarise it beside the nominal plan: ``{status, value, nominal_value, extra, unit,
-    objective, tightened, band, plan}``."""
-    from optimizer.problems import robust_twin
-
-    twin, how = robust_twin(spec.section, raw, report, instance)
-    try:
-        rep = run_problem(spec, twin, instance, objective, budget, None, None)
-    except InputError as exc:  # the twin's own field (serving.slo_margin) is not one the user wrote
-        if exc.field != "serving.slo_margin":
-            raise
-        raise InputError(instance, "--robust", exc.problem.replace(", use slo_margin: none", "")) from None
+    """``--robust``: solve the instance's band-tightened twin (its pipeline's ``robust_twin``:
+    :meth:`optimizer.serving.ServingPipeline.robust_twin`,
+    :meth:`optimizer.deployment.pipeline.DeploymentPipeline.robust_twin`) and summarise it beside
+    the nominal plan: ``{status, value, nominal_value, extra, unit, objective, tightened, band, plan}``."""
+    twin, how = spec.module().PIPELINE.robust_twin(raw, report, instance)
+    rep = run_problem(spec, twin, instance, objective, budget, None, None)
     d, n = rep.to_dict(), report.to_dict()
-    m = (d.get("plan") or {}).get("slo_margin")
-    if m:  # serving: the targets the twin was planned to
-        how = {**how, "tightened": f"TTFT {m['ttft_ms_asked']:g} ms / (1 + {m['ttft_error']:.0%}), TPOT "
-                                   f"{m['tpot_ms_asked']:g} ms / (1 + {m['tpot_error']:.0%})",
-               "band": {"ttft_error": m["ttft_error"], "tpot_error": m["tpot_error"]}}
     value = (d.get("objective") or {}).get("value") if d.get("plan") is not None else None
     nominal = (n.get("objective") or {}).get("value") if n.get("plan") is not None else None
     return {"status": d.get("status"), "objective": (d.get("objective") or {}).get("name"),

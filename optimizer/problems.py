@@ -151,7 +151,10 @@ def exit_code_for(status: Status) -> int:
 
 @runtime_checkable
 class Pipeline(Protocol):
-    """The one protocol of the five problems (see the module docstring)."""
+    """The one protocol of the five problems (see the module docstring). A pipeline may also offer
+    ``robust_twin(raw, report, path) -> (raw of the twin, {"tightened", "band"})``: the instance
+    whose plan still meets its targets at the pessimistic end of the step-time source's measured
+    error band (``--robust``; deployment and serving)."""
 
     def load(self, raw: dict[str, Any], path: Path, objective: Optional[str] = None) -> Any:
         """Validated problem data; raises InputError naming file, field and problem."""
@@ -190,41 +193,3 @@ def run_problem(spec: ProblemSpec, raw: dict[str, Any], path: Path, objective: O
     """Run an instance's problem: its package's ``PIPELINE`` through :func:`run_pipeline`."""
     return run_pipeline(spec.module().PIPELINE, raw, path, objective, budget, output_dir, progress)
 
-
-def robust_twin(section: str, raw: dict[str, Any], report, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``--robust``: the instance whose plan still meets the targets at the pessimistic end of the
-    step-time source's measured error band (issue #38 point 5), and what was tightened.
-
-    * serving: ``serving.slo_margin: band`` (TTFT and TPOT targets divided by ``1 +`` the worst
-      pool's median TTFT / TPOT error, :func:`optimizer.serving.schema._with_band`);
-    * deployment: every session's ``deadline_ms`` divided by ``1 +`` the finish-time band of the
-      nominal plan's source (``report.timing()['error_band']``: the median TPOT error over measured
-      runs of the GPU and engine, or the calibration file's own held-out error).
-
-    Returns ``(raw of the twin, {"tightened": text, "band": fraction or None})``.
-
-    Raises:
-        InputError: another problem; serving already planned to the band; no band for the source
-            (uncalibrated: a GPU or engine without measured runs).
-    """
-    import copy
-
-    from optimizer.errors import InputError
-
-    twin = copy.deepcopy(raw)
-    if section == "serving":
-        if (raw.get("serving") or {}).get("slo_margin") == "band":
-            raise InputError(path, "--robust", "serving.slo_margin is band already: that plan is the robust one")
-        twin["serving"]["slo_margin"] = "band"
-        return twin, {"tightened": "TTFT and TPOT targets / (1 + the source's measured error)", "band": None}
-    if section != "deployment":
-        raise InputError(path, "--robust", f"applies to deployment and serving instances (this one is {section})")
-    band = (report.timing() or {}).get("error_band")
-    if band is None:
-        raise InputError(path, "performance", f"--robust needs a measured error band for the nominal plan's source "
-                                              f"({report.timing().get('why')}): uncalibrated")
-    e = float(band["finish_time_error"])
-    for s in (twin.get("workload") or {}).get("sessions") or []:
-        if isinstance(s, dict) and s.get("deadline_ms") is not None:
-            s["deadline_ms"] = float(s["deadline_ms"]) / (1.0 + e)
-    return twin, {"tightened": f"every deadline / (1 + {e:.1%}) (finish-time band)", "band": e}

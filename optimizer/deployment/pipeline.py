@@ -154,5 +154,29 @@ class DeploymentPipeline:
                                 total_time_s=time.perf_counter() - solution.t0, achievable=explanation.achievable,
                                 cut_short=explanation.cut_short, perf=solution.perf)
 
+    def robust_twin(self, raw: dict[str, Any], report: DeploymentReport, path: Path) -> tuple[dict[str, Any], dict]:
+        """``--robust``: the instance with every session's ``deadline_ms`` divided by ``1 +`` the
+        finish-time band of the nominal plan's source (``report.timing()['error_band']``: the median
+        TPOT error over measured runs of the GPU and engine, or the calibration file's own held-out
+        error), and what was tightened.
+
+        Raises:
+            InputError: the source has no band (uncalibrated: a GPU or engine without measured runs)."""
+        import copy
+
+        from optimizer.errors import InputError
+
+        timing = report.timing()
+        band = timing.get("error_band")
+        if band is None:
+            raise InputError(path, "performance", f"--robust needs a measured error band for the nominal plan's "
+                                                  f"source ({timing.get('why')}): uncalibrated")
+        e = float(band["finish_time_error"])
+        twin = copy.deepcopy(raw)
+        for s in (twin.get("workload") or {}).get("sessions") or []:
+            if isinstance(s, dict) and s.get("deadline_ms") is not None:
+                s["deadline_ms"] = float(s["deadline_ms"]) / (1.0 + e)
+        return twin, {"tightened": f"every deadline / (1 + {e:.1%}) (finish-time band)", "band": e}
+
 
 PIPELINE = DeploymentPipeline()

@@ -11,6 +11,7 @@ from optimizer.deployment.launch import replica_launches
 from optimizer.deployment.launch import write as write_launch
 from optimizer.deployment.perf import PerfModel, model_summary
 from optimizer.deployment.schema import Problem
+from optimizer.model.steptimes import ANALYTIC
 from optimizer.deployment.outcome import SolveOutcome
 from optimizer.launch import DEFAULT_VERSION
 from optimizer.result import Binding, ConstraintKey, Status, envelope, group_conflicts
@@ -60,7 +61,7 @@ class DeploymentReport:
                                                   steps.name)
         ev = self.outcome.evaluation
         lays = sorted({inst.lay for inst in ev.plan.instances} if ev is not None else set(), key=lambda lay: lay.label())
-        return {"source": steps.name, "why": steps.why, "engine": p.performance.engine if steps.name not in ("chapter", "analytic") else None,
+        return {"source": steps.name, "why": steps.why, "engine": p.performance.engine if steps.name not in ANALYTIC else None,
                 "calibrated": cal is not None, "layouts": {lay.label(): steps.source_of(lay) for lay in lays},
                 "error_band": None if b is None else {"finish_time_error": b["tpot_median_abs_error"],
                                                       "rows": b.get("rows"), "from": b.get("from")},

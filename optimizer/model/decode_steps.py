@@ -39,6 +39,7 @@ import numpy as np
 
 from optimizer.model.layout import Layout
 from optimizer.model.perf import PerfModel, StepFloor, _concave_floor, batch_step_table
+from optimizer.model.steptimes import ANALYTIC
 from optimizer.model.weights import ACTIVATION_BYTES
 
 
@@ -350,7 +351,7 @@ def decode_steps(model: PerfModel, source=None, max_batch: int = 1, min_position
     base, cal = source, getattr(source, "cal", None)
     if cal is not None:
         base = source.base
-    if base.name in ("analytic", "chapter"):
+    if base.name in ANALYTIC:
         view = AnalyticDecode(getattr(base, "perf", model), base.why, base.name)
     elif hasattr(base, "timing_table"):
         view = MeasuredDecode(model, base, max_batch, min_positions)

@@ -260,13 +260,17 @@ class PerfModel:
         self.reserve_bytes = reserve_bytes
         self.weight_dtype = weight_dtype
         self.kv_dtype = kv_dtype if kv_dtype is not None or kv_bytes is not None else weight_dtype
-        bf16 = hw.gpu.peak_flops
+        self._set_peaks()
+        self._stages: dict[int, list[Stage]] = {}
+
+    def _set_peaks(self) -> None:
+        """The tensor-core peaks of ``self.hw`` for the weights' and the KV cache's dtypes (see above)."""
+        bf16 = self.hw.gpu.peak_flops
         self.peak_flops = bf16
-        self.matmul_peak_flops = peak_flops_for(hw.gpu, weight_dtype)
-        self.attention_peak_flops = (peak_flops_for(hw.gpu, self.kv_dtype)
+        self.matmul_peak_flops = peak_flops_for(self.hw.gpu, self.weight_dtype)
+        self.attention_peak_flops = (peak_flops_for(self.hw.gpu, self.kv_dtype)
                                      if isinstance(self.kv_dtype, str) and self.kv_dtype.lower() in FP8_DTYPES else bf16)
         self._one_peak = self.matmul_peak_flops == bf16 and self.attention_peak_flops == bf16
-        self._stages: dict[int, list[Stage]] = {}
 
     def with_hardware(self, hw: Hardware) -> "PerfModel":
         """The same model, dtypes and options on other hardware (the analytic source's achieved
@@ -276,12 +280,7 @@ class PerfModel:
 
         out = copy.copy(self)
         out.hw = hw
-        bf16 = hw.gpu.peak_flops
-        out.peak_flops = bf16
-        out.matmul_peak_flops = peak_flops_for(hw.gpu, self.weight_dtype)
-        out.attention_peak_flops = (peak_flops_for(hw.gpu, self.kv_dtype)
-                                    if isinstance(self.kv_dtype, str) and self.kv_dtype.lower() in FP8_DTYPES else bf16)
-        out._one_peak = out.matmul_peak_flops == bf16 and out.attention_peak_flops == bf16
+        out._set_peaks()
         return out
 
     # ------------------------------------------------------------------ stages

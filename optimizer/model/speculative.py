@@ -67,6 +67,7 @@ from optimizer.model.config import ModelSpec, read_hf_config
 from optimizer.model.layout import Layout
 from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import PEAK, Efficiency, mixed_step_s, prefill_s
+from optimizer.model.steptimes import ANALYTIC
 
 METHODS = ("mtp", "eagle", "draft")
 MAX_TOKENS = 16  # drafted tokens per step (engines default to 1-5; beyond 16 the formula is all tail)
@@ -279,7 +280,7 @@ class SpeculativeSteps:
         dl = _draft_layout(lay)
         draft_w = self.draft_static_bytes_per_gpu(lay)
         draft_kv = self.draft.kv_bytes_per_gpu(dl, context, new)
-        if self.base.name in ("analytic", "chapter"):
+        if self.base.name in ANALYTIC:
             best = None
             stages = tp.stages(lay.pp)
             for i, st in enumerate(stages):

@@ -109,7 +109,7 @@ def performance_from_input(pin, default_engine: str, path: Path, where: str = "p
     """
     from optimizer.errors import InputError
 
-    if pin.source in ("analytic", "chapter"):
+    if pin.source in ANALYTIC:
         for field_ in ("engine_version", "memory_fraction", "gemm_quant"):
             if getattr(pin, field_) is not None:
                 raise InputError(path, f"{where}.{field_}", "applies to the measured source only "
@@ -207,7 +207,7 @@ def analytic_steps(perf: Performance, model_perf: PerfModel, gpu: str, eff: Effi
 
 
 def _resolve(perf, model_perf, config_file, gpu, eff, weight_dtype, kv_dtype, hf_id):
-    if perf.source in ("analytic", "chapter"):
+    if perf.source in ANALYTIC:
         return analytic_steps(perf, model_perf, gpu, eff)
     analytic = analytic_steps(perf, model_perf, gpu, eff, " (auto, where the database cannot time a layout)")
     from optimizer.errors import InputError, warn_input

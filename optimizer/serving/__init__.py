@@ -475,5 +475,29 @@ class ServingPipeline:
             return DayReport(solution)
         return ServingReport(solution, explanation)
 
+    def robust_twin(self, raw: dict[str, Any], report, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``--robust``: the instance planned to ``serving.slo_margin: band`` (TTFT and TPOT targets /
+        (1 + the worst pool's measured error), :func:`optimizer.serving.schema._with_band`) and what
+        was tightened.
+
+        Raises:
+            InputError: the instance is planned to the band already, or a pool's source has no band."""
+        import copy
+
+        p = report.problem
+        if p.slo_margin is not None:
+            raise InputError(path, "--robust", "serving.slo_margin is band already: that plan is the robust one")
+        missing = [name for name, t in p.timing.items() if t["error_band"] is None]
+        if missing:
+            raise InputError(path, "--robust", f"no measured error band for {', '.join(missing)} under "
+                                               f"{p.timing[missing[0]]['why']} (instances/hardware/fidelity.yaml): "
+                                               f"uncalibrated")
+        et = max(t["error_band"]["ttft_median_abs_error"] for t in p.timing.values())
+        ep = max(t["error_band"]["tpot_median_abs_error"] for t in p.timing.values())
+        twin = copy.deepcopy(raw)
+        twin["serving"]["slo_margin"] = "band"
+        return twin, {"tightened": f"TTFT {p.ttft_s * 1e3:g} ms / (1 + {et:.0%}), TPOT {p.tpot_s * 1e3:g} ms / "
+                                   f"(1 + {ep:.0%})", "band": {"ttft_error": et, "tpot_error": ep}}
+
 
 PIPELINE = ServingPipeline()

@@ -29,7 +29,7 @@ from optimizer.model.hardware import Hardware, LinkSpec, ServerSpec, gpu_spec_fr
 from optimizer.model.perf import PerfModel
 from optimizer.model.prefill import Efficiency
 from optimizer.model.prefix import PrefixReuse
-from optimizer.model.steptimes import Performance, performance_from_input, roofline_only
+from optimizer.model.steptimes import ANALYTIC, Performance, performance_from_input, roofline_only
 from optimizer.model.steptimes import resolve as resolve_steps
 from optimizer.schema_base import MAX_SERVERS, PerformanceIn, RopeScalingIn, StrictModel, existing_file, validate
 
@@ -419,7 +419,7 @@ KV_ADMISSION = {"vllm": "on_demand", "trtllm": "reserve", "sglang": "on_demand"}
 def scheduler_of(pin: PerformanceIn, perf: Performance) -> str:
     """The simulator's scheduler: the engine's (:data:`SCHEDULERS`) when ``performance.engine`` is
     given or the source is not analytic, else ``chunked`` (the engine-neutral default)."""
-    if pin.engine is None and perf.source in ("analytic", "chapter"):
+    if pin.engine is None and perf.source in ANALYTIC:
         return "chunked"
     return SCHEDULERS[perf.engine]
 
