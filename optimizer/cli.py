@@ -130,8 +130,12 @@ def main(instance: Path, objective: str | None, fmt: str, time_limit: float | No
         half = time_limit / 2.0 if robust and time_limit is not None else 0.0
         budget = Budget.for_command(time_limit, started, reserve + half)
         report = run_problem(spec, raw, instance, objective, budget, output_dir, live_sink)
-        robust_summary = _robust(spec, raw, report, instance, objective, Budget.for_command(time_limit, started, reserve)) \
-            if robust else None
+        robust_summary = None
+        if robust:
+            # the twin's solve sizes its parts from its own limit: what the nominal one left of the work's time
+            whole = Budget.for_command(time_limit, started, reserve)
+            robust_summary = _robust(spec, raw, report, instance, objective, Budget.unlimited() if not whole.limited
+                                     else Budget.seconds(max(0.1, whole.deadline - time.perf_counter())))
         files: list[str] = []
         if deploy == "kubernetes":
             from optimizer.serving.deploy import write_kubernetes
