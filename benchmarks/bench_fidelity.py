@@ -29,9 +29,10 @@ def silicon_sample() -> Path:
     return Path(str(files("aiconfigurator_core") / "systems" / "silicon_sample.csv"))
 
 
-def select(all_rows: bool, disagg: bool = False) -> Path:
+def select(all_rows: bool, disagg: bool = False, systems: tuple[str, ...] = ()) -> Path:
     """A CSV of the rows benchmarked (written to a temporary file): the dense aggregated rows on
-    H100/H200, every aggregated row (``all_rows``) or every disaggregated row (``disagg``)."""
+    H100/H200, every aggregated row (``all_rows``), every disaggregated row (``disagg``), or every
+    row, aggregated and disaggregated, of the database systems ``systems``."""
     src = silicon_sample()
     out = Path(tempfile.mkdtemp()) / "rows.csv"
     with src.open(newline="") as fh, out.open("w", newline="") as oh:
@@ -39,6 +40,10 @@ def select(all_rows: bool, disagg: bool = False) -> Path:
         w = csv.DictWriter(oh, r.fieldnames)
         w.writeheader()
         for row in r:
+            if systems:
+                if row["system"] in systems:
+                    w.writerow(row)
+                continue
             if row["mode"] != ("disagg" if disagg else "agg"):
                 continue
             if disagg:
@@ -164,6 +169,19 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def unpredicted(rows, sources) -> list[dict]:
+    """Why rows were not predicted: per (system, mode, reason), the row count (a reason names the
+    first source that skipped the row)."""
+    count: dict[tuple, int] = {}
+    for r in rows:
+        why = next((r.skipped[s] for s in sources if s in r.skipped), None)
+        if why is None:
+            continue
+        key = (r.group[0], r.fields["mode"], why)
+        count[key] = count.get(key, 0) + 1
+    return [{"system": k[0], "mode": k[1], "reason": k[2], "rows": n} for k, n in sorted(count.items())]
+
+
 def main(argv=None) -> dict:
     from optimizer.serving import fidelity as fd
 
@@ -171,8 +189,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--disagg", action="store_true", help="every disaggregated row")
     ap.add_argument("--clients", action="store_true", help="the benchmark client diagnostic (clients())")
+    ap.add_argument("--systems", default="", help="every row of these database systems (comma-separated: "
+                                                    "b300_sxm,gb200,gb300) -> fidelity_systems.json")
     a = ap.parse_args(argv)
-    path = select(a.all, a.disagg)
+    systems = tuple(x for x in a.systems.split(",") if x)
+    path = select(a.all, a.disagg, systems)
     if a.clients:
         t0 = time.perf_counter()
         res = clients(path)
@@ -187,11 +208,15 @@ def main(argv=None) -> dict:
     wall = time.perf_counter() - t0
     res = {"rows": [r.to_dict() for r in rows], "groups": fd.groups(rows, sources),
            "overall": fd.overall(rows, sources), "wall_s": wall}
-    name = "fidelity_disagg.json" if a.disagg else "fidelity_all.json" if a.all else "fidelity.json"
+    if systems:
+        res["systems"] = list(systems)
+        res["unpredicted"] = unpredicted(rows, sources)
+    name = ("fidelity_systems.json" if systems else "fidelity_disagg.json" if a.disagg
+            else "fidelity_all.json" if a.all else "fidelity.json")
     out = Path(__file__).parent / "results" / name
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
-    if not (a.all or a.disagg):
+    if not (a.all or a.disagg or systems):
         write_bands(rows, sources)
     print(f"{len(rows)} rows, {wall:.0f} s")
     print(table(res))

@@ -35,10 +35,6 @@ TPS = (1, 2, 4, 8)
 BATCHES = (1, 8, 32, 128)
 CONTEXTS = (1024, 8192)
 PROMPTS = (512, 2048, 8192)
-# the architecture of each catalog GPU (NVIDIA datasheets: Hopper H100/H200/H800/H20, Ampere
-# A100/A800, Blackwell B200); the factors of a GPU the database lacks are its generation's
-GENERATION_OF = {"h100-sxm": "hopper", "h200-sxm": "hopper", "h100-pcie": "hopper", "h800-sxm": "hopper",
-                 "a100-sxm-80gb": "ampere", "b200": "blackwell"}
 ENGINES = ("vllm", "sglang", "trtllm")
 
 
@@ -174,9 +170,12 @@ def main(argv=None) -> int:
             by_gpu.setdefault(gpu, []).extend(pts)
             print(f"{gpu:14s} {engine:7s} compute {c:.3f} memory {m:.3f} network {n:.3f}  "
                   f"median error {e:5.1f}% (at peak {peak:5.1f}%), {len(pts)} steps", flush=True)
+    from optimizer.catalog import generation_of
+
+    generations = generation_of()  # the catalog's `generation` field: a GPU the database lacks takes its generation's
     gens = {}
-    for gen in sorted(set(GENERATION_OF.values())):
-        members = [g for g in sorted(by_gpu) if GENERATION_OF.get(g) == gen]
+    for gen in sorted(set(generations.values())):
+        members = [g for g in sorted(by_gpu) if generations.get(g) == gen]
         if not members:
             continue
         pooled = [p for g in members for p in by_gpu[g]]
@@ -196,7 +195,7 @@ def main(argv=None) -> int:
                   "Qwen3-30B-A3B (BF16, TP1-8); carry_error_pct: the worst median error of a generation's factors "
                   "fitted without one of its GPUs, on that GPU",
         "database": f"aiconfigurator-core {_aic()}",
-        "generation_of": GENERATION_OF,
+        "generation_of": generations,
         "fits": fits,
         "generations": gens,
     }

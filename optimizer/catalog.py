@@ -13,6 +13,14 @@ from optimizer.errors import InputError
 from optimizer.schema_base import read_yaml
 
 
+_NOT_SPECS = ("gpu_models", "generation")  # catalog bookkeeping, not fields of an inline GPU or server
+
+
+def generation_of() -> dict[str, str]:
+    """``{catalog GPU: architecture}`` (the ``generation`` field: hopper, ampere, blackwell, ada)."""
+    return {g: e["generation"] for g, e in load_catalog()["gpus"].items() if e.get("generation")}
+
+
 def catalog_path() -> Path:
     """Path of the hardware catalog YAML (``instances/hardware/catalog.yaml``)."""
     return Path(__file__).resolve().parent.parent / "instances" / "hardware" / "catalog.yaml"
@@ -34,7 +42,7 @@ def load_catalog() -> dict[str, dict[str, dict[str, Any]]]:
 
 def lookup(kind: str, name: str, file: str | Path, field: str) -> dict[str, Any]:
     """Catalog entry ``name`` of section ``kind`` ("gpus" or "servers"), without its sources
-    (``source``, ``price_source``).
+    (``source``, ``price_source``) and catalog bookkeeping (``gpu_models``, ``generation``).
 
     Raises:
         InputError: unknown name (the message lists the known names).
@@ -43,7 +51,7 @@ def lookup(kind: str, name: str, file: str | Path, field: str) -> dict[str, Any]
     if name not in cat:
         known = ", ".join(sorted(cat))
         raise InputError(file, field, f"unknown catalog name '{name}' (known: {known})")
-    return {k: v for k, v in cat[name].items() if not k.endswith("source") and k != "gpu_models"} | {"name": name}
+    return {k: v for k, v in cat[name].items() if not k.endswith("source") and k not in _NOT_SPECS} | {"name": name}
 
 
 def check_gpu_in_server(gpu: str, server: str, file: str | Path, field: str) -> None:

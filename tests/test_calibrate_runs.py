@@ -43,6 +43,11 @@ def test_fixture_files_read_without_error():
     (m,) = br.measurements(p, "aiperf")
     assert (m["ttft_ms"], m["tpot_ms"], m["concurrency"]) == (1588.797775365, 51.76, 100)
     assert m["isl"] == pytest.approx(110000 / 200) and m["osl"] == 96.85
+    v = FIXTURES / "vllm_benchmark_serving_qwen3.5-397b-a17b-fp8_4xb300_tp4_conc16.json"
+    assert br.detect(v) == "vllm"
+    (m,) = br.measurements(v, "vllm")
+    assert (m["ttft_ms"], m["tpot_ms"], m["concurrency"]) == (327.184301075431, 17.287081457823227, 16)
+    assert (m["isl"], m["osl"]) == (122535 / 160, 119275 / 160)
     assert br.detect(SILICON) == "silicon_sample"
     from optimizer.serving.fidelity import read_rows
 
@@ -73,6 +78,23 @@ def test_each_format_is_told_by_its_content(tmp_path):
                                                                    "isl": 2000.0, "concurrency": 4, "where": 0}
     old = _write(tmp_path, "d.txt", gp | {"input_config": {"concurrency": 2, "model": ["m"]}})
     assert br.measurements(old, br.detect(old))[0]["concurrency"] == 2
+
+
+def test_real_files_through_calibrate(cli_any):
+    """The kept vLLM result (a B300 run) goes through ``optimize calibrate`` to a prediction; the kept
+    SGLang file is open-loop (request rates, no --max-concurrency) and is refused on its first line."""
+    v = FIXTURES / "vllm_benchmark_serving_qwen3.5-397b-a17b-fp8_4xb300_tp4_conc16.json"
+    cfg = files("aiconfigurator_core") / "model_configs" / "Qwen--Qwen3.5-397B-A17B_config.json"
+    r = cli_any("calibrate", v, "--gpu", "b300", "--engine", "sglang", "--tp", "4", "--config", str(cfg),
+                "--dtype", "fp8", "--hf-id", "Qwen/Qwen3.5-397B-A17B-FP8", "--source", "analytic")
+    assert r.exit_code == 0, r.output
+    assert "b300_sxm sglang" in r.output and "(1 rows)" in r.output
+    s = FIXTURES / "sglang_bench_serving_llama-3.3-70b_4xh200_tp4_online.jsonl"
+    assert br.detect(s) == "sglang"
+    assert_one_line_error(cli_any("calibrate", s, "--config", INSTANCES / "models" / "llama-3.1-70b.json",
+                                  "--gpu", "h200-sxm", "--engine", "sglang", "--tp", "4"),
+                          "sglang_bench_serving_llama-3.3-70b_4xh200_tp4_online.jsonl", "line 1.max_concurrency",
+                          "request_rate 1.0", "closed-loop")
 
 
 def test_bad_result_files_one_line_each(cli_any, tmp_path):

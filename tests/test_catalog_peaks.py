@@ -51,7 +51,9 @@ def test_catalog_figures():
     """Datasheet figures halved for 2:4 sparsity: Hopper FP8 is twice BF16, Blackwell FP4 twice FP8."""
     peaks = {n: (g.get("fp8_tflops"), g.get("fp4_tflops")) for n, g in GPUS.items()}
     assert peaks == {"h100-sxm": (1978.9, None), "h200-sxm": (1978.9, None), "h800-sxm": (1978.9, None),
-                     "h100-pcie": (1513, None), "b200": (4500, 9000), "a100-sxm-80gb": (None, None)}
+                     "h100-pcie": (1513, None), "b200": (4500, 9000), "a100-sxm-80gb": (None, None),
+                     "b300": (4500, 13500), "gb200": (5000, 10000), "gb300": (5000, 15000), "h20": (296, None),
+                     "l20": (239, None), "a800-sxm-80gb": (None, None)}
     for n in ("h100-sxm", "h200-sxm", "h800-sxm", "h100-pcie"):
         assert GPUS[n]["fp8_tflops"] / GPUS[n]["bf16_tflops"] == pytest.approx(2.0, rel=1e-3)
 

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import yaml
 
-from optimizer.catalog import catalog_path
+from optimizer.catalog import catalog_path, generation_of
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,10 @@ def _table() -> dict[str, Any]:
 
 def fitted_efficiency(gpu: str, engine: str) -> Optional[FittedEfficiency]:
     """The fitted factors of catalog GPU ``gpu`` under ``engine``: the (GPU, engine) fit, else the
-    GPU's mean over engines, else its generation's (``generations`` of the file); None when the
-    file has neither (the caller falls back to the peaks and says so)."""
+    GPU's mean over engines, else its generation's (``generations`` of the file; the generation from
+    the file's ``generation_of`` or the catalog's ``generation``), else, for a generation with no GPU
+    in the database (Ada: L20), the mean of the fitted generations, said so in the note; None when
+    the file has none of these (the caller falls back to the peaks and says so)."""
     t = _table()
     fits = t.get("fits", {})
     db = t.get("database", "the measured kernel database")
@@ -68,12 +70,28 @@ def fitted_efficiency(gpu: str, engine: str) -> Optional[FittedEfficiency]:
         return FittedEfficiency(*(sum(v[k] for v in vals) / len(vals) for k in ("compute", "memory", "network")),
                                 f"fitted to {db} ({gpu}, mean of {', '.join(sorted(g))}; {engine} not in the fit)")
     gen = t.get("generation_of", {}).get(gpu)
-    e = t.get("generations", {}).get(gen) if gen else None
+    if gen is None:  # a GPU added to the catalog after the fit: its catalog generation
+        gen = generation_of().get(gpu)
+    gens = t.get("generations", {})
+    e = gens.get(gen) if gen else None
+    if e is None and gen and gens:
+        # no GPU of this generation is in the database: the mean of the fitted generations, with the
+        # worst carry-over error measured between GPUs of one generation as its stated error
+        vals = list(gens.values())
+        carry = max((v["carry_error_pct"] for v in vals if v.get("carry_error_pct") is not None), default=None)
+        return FittedEfficiency(*(sum(v[k] for v in vals) / len(vals) for k in ("compute", "memory", "network")),
+                                f"no {gen} GPU in {db}: the mean of the {', '.join(sorted(gens))} factors (a "
+                                f"carry-over across generations, not measured; within one generation "
+                                f"{carry:g}% median step error)" if carry is not None else
+                                f"no {gen} GPU in {db}: the mean of the {', '.join(sorted(gens))} factors "
+                                f"(a carry-over across generations, not measured)")
     if e is None:
         return None
+    carried = (f"carrying them to a left-out {gen} GPU measured {e['carry_error_pct']:g}% median step error"
+               if e.get("carry_error_pct") is not None else
+               f"one {gen} GPU in the fit, so the carry-over error is not measured")
     return FittedEfficiency(e["compute"], e["memory"], e["network"],
-                            f"carried from the {gen} GPUs fitted to {db} ({', '.join(e['from'])}); carrying "
-                            f"them to a left-out {gen} GPU measured {e['carry_error_pct']:g}% median step error")
+                            f"carried from the {gen} GPUs fitted to {db} ({', '.join(e['from'])}); {carried}")
 
 
 def derated(hw: Any, compute: float, memory: float, network: float) -> Any:

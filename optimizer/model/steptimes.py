@@ -99,6 +99,29 @@ class Performance:
     gemm_quant: Optional[str] = None
 
 
+def kv_token_budget(steps: StepTimes, lay: Layout, probe_tokens: int = 1024) -> tuple[float, float]:
+    """The KV cache of one worker as an engine's block manager sees it: ``(T, S)``, where a set of
+    running requests with ``tokens`` KV tokens in all fits while ``tokens + S * requests <= T``.
+
+    ``S`` is the fixed per-request state in KV-token equivalents: zero for attention-only models,
+    the recurrent state of the linear-attention layers for hybrid ones (Qwen3.5 / Qwen3-Next Gated
+    DeltaNet, a per-sequence state whatever the context). Read off the source's own memory model
+    through ``max_sessions`` at two contexts, which for eq. 6-1 (and the measured source's token
+    capacity, ``S = 0``) is ``floor(T / (context + S))``: ``n1 = n(1)``, ``n2 = n(probe)`` give
+    ``S = (n2 * probe - n1) / (n1 - n2)`` (clamped at 0) and ``T = n1 * (1 + S)``. The floors make
+    ``S`` exact to about ``probe / (n1 - n2)`` tokens.
+
+    Returns ``(0, 0)`` when not even one request of one token fits."""
+    n1 = steps.max_sessions(lay, 1, 0)
+    if n1 <= 0:
+        return 0.0, 0.0
+    n2 = steps.max_sessions(lay, probe_tokens, 0)
+    if n2 <= 0 or n2 >= n1:
+        return float(n1), 0.0
+    state = max(0.0, (n2 * probe_tokens - n1) / (n1 - n2))
+    return n1 * (1.0 + state), state
+
+
 def performance_from_input(pin, default_engine: str, path: Path, where: str = "performance") -> Performance:
     """The resolved ``performance:`` block of an instance (``pin``: a
     :class:`optimizer.schema_base.PerformanceIn`); the engine defaults to ``default_engine``;

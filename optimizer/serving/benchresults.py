@@ -140,10 +140,10 @@ def _objects(path: Path, text: str) -> list:
 def _kind(o) -> Optional[str]:
     if not isinstance(o, dict):
         return None
-    if "mean_ttft_ms" in o or "mean_tpot_ms" in o:
+    if any(k in o for k in ("mean_ttft_ms", "mean_tpot_ms", "median_ttft_ms", "median_itl_ms")):
         if "date" in o and "endpoint_type" in o or "model_id" in o or "tokenizer_id" in o:
             return "vllm"
-        if "dataset_name" in o or "backend" in o:
+        if "dataset_name" in o or "backend" in o:  # also SGLang's 2024 lines (medians, no means)
             return "sglang"
         return None
     if isinstance(o.get("time_to_first_token"), dict):
@@ -182,6 +182,11 @@ def measurements(path: Path, fmt: str) -> list[dict]:
     for n, o in enumerate(objs, 1):
         where = f"line {n}." if fmt == "sglang" else ""
         if fmt in ("vllm", "sglang"):
+            c = o.get("max_concurrency")  # an open-loop run is refused before its metrics are read
+            if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+                rate = o.get("request_rate")
+                raise InputError(path, f"{where}max_concurrency", f"missing (got {c!r}{f', request_rate {rate!r}' if rate is not None else ''}): "
+                                                                  f"only closed-loop runs (--max-concurrency) are predicted")
             done = _pos(path, where, o.get("completed"), "completed")
             m = {"ttft_ms": _pos(path, where, o.get("mean_ttft_ms"), "mean_ttft_ms"),
                  "tpot_ms": _pos(path, where, o.get("mean_tpot_ms"), "mean_tpot_ms"),

@@ -30,6 +30,7 @@ import numpy as np
 import yaml
 from pydantic import Field
 
+from optimizer.catalog import load_catalog
 from optimizer.errors import InputError
 from optimizer.schema_base import StrictModel
 
@@ -398,7 +399,7 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
     else:
         workers = [worker("aggregated", "", 1)]
     gpus = sum(w["tp"] * w["dp"] * w["count"] for w in workers)
-    per_server = 8
+    per_server = int(load_catalog()["servers"][mapping["servers"][gpu]]["gpus"])
     raw = {"name": row.id,
            # the KV cache: the serving schema's default (model.kv_dtype: BF16, vLLM's and SGLang's
            # "auto" for a checkpoint without a KV scheme) except TensorRT-LLM with FP8 weights,

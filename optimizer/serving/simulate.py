@@ -45,6 +45,7 @@ import numpy as np
 import simpy
 
 from optimizer.model.prefill import kv_bytes_per_request, kv_transfer_s
+from optimizer.model.steptimes import kv_token_budget
 from optimizer.model.prefix import prefill_s as prefix_prefill_s
 from optimizer.serving.perf import Worker
 from optimizer.serving.schema import Problem, length_bounds
@@ -359,11 +360,13 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
             # running request is preempted (recomputed later) when it overflows. Reserve: the
             # max batch of mean-length requests (the engine-neutral rule, TensorRT-LLM's)
             on_demand = p.kv_admission == "on_demand"
-            kv_cap = p.pools[w.pool].steps.max_sessions(w.layout, 1, 0) if on_demand else math.inf
+            # tokens the cache holds, and each request's fixed state (hybrid linear attention) in tokens
+            kv_cap, kv_state = kv_token_budget(p.pools[w.pool].steps, w.layout) if on_demand else (math.inf, 0.0)
             alloc = 0.0  # KV tokens of the prompts being prefilled
             while True:
                 while q and dec.n + len(prefilling) < w.max_batch:
-                    if on_demand and (dec.n or prefilling) and dec.ctx + alloc + q[0].ptotal > (1 - KV_WATERMARK) * kv_cap:
+                    held = dec.ctx + alloc + kv_state * (dec.n + len(prefilling) + 1)
+                    if on_demand and (dec.n or prefilling) and held + q[0].ptotal > (1 - KV_WATERMARK) * kv_cap:
                         break  # the next prompt's blocks do not fit (one request alone always enters)
                     prefilling.append(q.popleft())
                     alloc += prefilling[-1].ptotal
@@ -408,7 +411,7 @@ def simulate(p: Problem, workers: list[Worker], counts: dict[int, int], mode: st
                         prefilling.remove(r)
                         alloc -= r.ptotal
                         dec.add(r, r.osl - 1, r.ptotal + 1)
-                while on_demand and dec.n > 1 and dec.ctx + alloc > kv_cap:
+                while on_demand and dec.n > 1 and dec.ctx + alloc + kv_state * (dec.n + len(prefilling)) > kv_cap:
                     r = dec.preempt_newest()
                     r.ptotal = r.isl + int(round(r.decoded * tau))  # prompt and tokens so far, recomputed
                     r.left = r.ptotal
