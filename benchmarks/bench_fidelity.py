@@ -169,6 +169,21 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def unpredicted_table(items: list[dict]) -> str:
+    """Markdown of :func:`unpredicted`: rows not predicted per (system, mode, reason), the reason cut
+    at its first digit-bearing detail so that rows differing only in sizes group together."""
+    import re
+
+    agg: dict[tuple, int] = {}
+    for it in items:
+        reason = re.sub(r"\d[\d.,]*", "N", it["reason"])[:160]
+        key = (it["system"], it["mode"], reason)
+        agg[key] = agg.get(key, 0) + it["rows"]
+    lines = ["| system | mode | rows | why not predicted |", "|---|---|---|---|"]
+    lines += [f"| {k[0]} | {k[1]} | {n} | {k[2].replace('|', '/')} |" for k, n in sorted(agg.items(), key=lambda x: (x[0][0], -x[1]))]
+    return "\n".join(lines)
+
+
 def unpredicted(rows, sources) -> list[dict]:
     """Why rows were not predicted: per (system, mode, reason), the row count (a reason names the
     first source that skipped the row)."""

@@ -207,6 +207,20 @@ def fidelity_text() -> str:
     return bench_fidelity.table(json.loads((REPO / "benchmarks" / "results" / "fidelity.json").read_text()))
 
 
+def fidelity_file_text(name: str) -> str:
+    """The tables of another ``bench_fidelity`` result (``--all`` -> ``fidelity_all.json``,
+    ``--systems`` -> ``fidelity_systems.json``, with the reasons rows were not predicted)."""
+    import json
+
+    from benchmarks import bench_fidelity
+
+    res = json.loads((REPO / "benchmarks" / "results" / name).read_text())
+    text = bench_fidelity.table(res) + f"\n\n{len(res['rows'])} rows, {res['wall_s']:.0f} s."
+    if res.get("unpredicted"):
+        text += "\n\n" + bench_fidelity.unpredicted_table(res["unpredicted"])
+    return text
+
+
 def bench_cold_text() -> str:
     from benchmarks import bench_cold
 
@@ -270,6 +284,8 @@ BLOCKS: list[Block] = [
     Block("exactness-benchmark", bench=bench_exactness_text, volatile="exactness-benchmark"),
     Block("fidelity-benchmark", bench=fidelity_text),
     Block("efficiency-fit", bench=efficiency_text),
+    Block("fidelity-all", bench=lambda: fidelity_file_text("fidelity_all.json")),
+    Block("fidelity-systems", bench=lambda: fidelity_file_text("fidelity_systems.json")),
     Block("cold-benchmark", bench=bench_cold_text, volatile="cold-benchmark"),
     Block("published-benchmark", bench=published_text),
 ]

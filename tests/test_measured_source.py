@@ -637,9 +637,10 @@ def test_fidelity_lists_rows_it_cannot_run(tmp_path):
     r = run("fidelity", p, "--format", "json", "--source", "analytic")
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)["plan"]["rows"]
-    # DeepSeek-V3/R1 over 16 GPUs does not fit one 8-GPU server: listed with the reason and the row's field
-    assert len(rows) == 2 and all("needs 16 GPUs, more than a hgx-h100 server has" in row["skipped"]["analytic"]
-                                  and row["skipped"]["analytic"].startswith("tp_size: ") for row in rows)
+    # DeepSeek-V3/R1 at TP16 crosses the 8-GPU server's NVLink domain: listed with the reason and the row's field
+    assert len(rows) == 2 and all("TP16 crosses the scale-up domain (8 GPUs per server)" in row["skipped"]["analytic"]
+                                  and row["skipped"]["analytic"].startswith(("prefill_tp_size: ", "decode_tp_size: "))
+                                  for row in rows)
 
 
 def test_checkpoint_fp8_fmha_without_a_context_table_is_timed_with_bf16_fmha(tmp_path):

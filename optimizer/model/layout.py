@@ -146,6 +146,47 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def span_problem(lay: Layout, gpus_per_server: int) -> Optional[tuple[str, str]]:
+    """Why a worker of layout ``lay`` cannot run on servers of ``gpus_per_server`` GPUs, or None.
+
+    A worker may span servers (wide EP, DeepSeek / SGLang style): its attention-DP ranks and its
+    experts' EP groups spread over whole servers and talk over the scale-out NICs (All-to-All
+    dispatch and combine, :meth:`optimizer.model.hardware.Hardware.alltoall_s`), while every TP
+    group (attention TP, experts TP) stays inside one server's scale-up domain, as the engines
+    place them. Returns ``(field, message)``: ``tp`` for a TP group wider than a server,
+    ``gpus`` for a spanning worker that does not take whole servers."""
+    s = gpus_per_server
+    if lay.gpus <= s:
+        return None
+    if lay.attention_tp > s:
+        return "tp", (f"TP{lay.attention_tp} crosses the scale-up domain ({s} GPUs per server): a worker spans "
+                      f"servers through attention DP x EP, its TP groups stay inside one server")
+    if lay.experts_tp > s:
+        return "tp", (f"experts TP{lay.experts_tp} crosses the scale-up domain ({s} GPUs per server): spread the "
+                      f"experts with EP across servers instead")
+    if lay.gpus % s:
+        return "gpus", (f"{lay.label()} needs {lay.gpus} GPUs: a worker that spans servers takes whole servers "
+                        f"(a multiple of {s})")
+    return None
+
+
+def spanning_layouts(m: ModelSpec, gpus_per_server: int, max_gpus: int) -> list[Layout]:
+    """Wide-EP layouts of MoE model ``m`` over 2 or more whole servers, up to ``max_gpus`` GPUs:
+    attention TP ``t`` (a divisor of the server's GPUs) x attention DP ``g / t``, the routed experts
+    over all ``g`` GPUs (experts TP 1, EP ``g``), for every ``g = k * gpus_per_server``; only the
+    ones :func:`layout_problem` and :func:`span_problem` accept. Empty for a dense model."""
+    if m.moe is None:
+        return []
+    out = []
+    s = gpus_per_server
+    for g in range(2 * s, max_gpus + 1, s):
+        for atp in _divisors(s):
+            lay = Layout(atp, g // atp, 1, g, 1)
+            if layout_problem(m, lay) is None and span_problem(lay, s) is None:
+                out.append(lay)
+    return out
+
+
 def enumerate_layouts(m: ModelSpec, max_gpus: int) -> Iterator[Layout]:
     """Every valid layout of ``m`` on 1..``max_gpus`` GPUs, ordered by GPUs, then pp, attention
     TP, experts EP. Dense models get ``experts.tp = attention.tp`` and ``experts.ep = 1``."""

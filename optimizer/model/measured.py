@@ -398,6 +398,12 @@ class MeasuredSteps:
             self._untimed[lay] = NotCovered("source", f"{lay.label()}: the measured database has no context- or "
                                                       f"sequence-parallel timings")
             raise self._untimed[lay]
+        per_server = self.model_perf.hw.server.gpus
+        if lay.gpus > per_server:
+            self._untimed[lay] = NotCovered("source", (
+                f"{lay.label()} spans {lay.gpus // per_server} servers: the database's All-to-All (DeepEP) "
+                f"tables are of one node, so no cross-server dispatch/combine is measured"))
+            raise self._untimed[lay]
         key = self._key(lay)
         if key in _UNTIMED:  # another instance of this process already failed to build it
             self._untimed[lay] = _UNTIMED[key]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from optimizer.errors import InputError
-from optimizer.model.layout import Layout, layout_problem
+from optimizer.model.layout import Layout, layout_problem, span_problem
 from optimizer.model.measured import LayoutNotTimed
 from optimizer.serving.perf import ServingModel, Worker
 from optimizer.serving.schema import Problem
@@ -113,9 +113,10 @@ def fixed_workers(p: Problem) -> tuple[list[Worker], dict[int, int], str]:
         bad = layout_problem(p.model, lay)
         if bad is not None:
             raise InputError(p.path, f"{where}.{'sp' if bad[0] == 'sp' else 'tp'}", bad[1])
-        if lay.gpus > p.pools[pool].hw.server.gpus:
-            raise InputError(p.path, f"{where}.tp", f"{lay.label()} needs {lay.gpus} GPUs, more than a "
-                                                    f"{p.pools[pool].server} server has ({p.pools[pool].hw.server.gpus})")
+        span = span_problem(lay, p.pools[pool].hw.server.gpus)
+        if span is not None:
+            raise InputError(p.path, f"{where}.{span[0] if span[0] == 'tp' else 'dp'}",
+                             f"{span[1]} (on {p.pools[pool].server})")
         w = Worker(f.role, pool, lay, lay.gpus, 0, rate=1.0)
         if f.role == "prefill":
             w.max_batch = lay.attention_dp

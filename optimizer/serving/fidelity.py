@@ -418,6 +418,17 @@ def instance_of(row: Row, source: str, mapping: dict) -> tuple[Optional[dict], s
     return raw, ""
 
 
+def _row_field(field: str, disagg: bool) -> Optional[str]:
+    """The CSV column behind an instance field of :func:`instance_of`'s workers (``tp_size``, or
+    ``prefill_tp_size`` / ``decode_tp_size`` of a disaggregated row; ``layout`` for a whole worker)."""
+    m = re.fullmatch(r"serving\.fixed\.workers\[(\d)\](\.tp)?", field or "")
+    if m is None:
+        return None
+    if not m.group(2):
+        return "layout"
+    return (("prefill_", "decode_")[int(m.group(1))] if disagg else "") + "tp_size"
+
+
 def read_calibration_option(path: Path):
     """The :class:`~optimizer.model.steptimes.Calibration` of ``--calibration FILE``.
 
@@ -450,7 +461,7 @@ def predict(rows: list[Row], sources: tuple[str, ...], path: Path, calibration: 
                 raise InputError(path, "", p.pools[0].steps.why)
             return _estimate(p), None
         except InputError as exc:
-            field_ = {"serving.fixed.workers[0].tp": "tp_size", "serving.fixed.workers[0]": "layout"}.get(exc.field)
+            field_ = _row_field(exc.field, len(raw["serving"]["fixed"]["workers"]) > 1)
             return None, (f"{field_}: {exc.problem}" if field_ else exc.problem)
         finally:
             take_warnings()

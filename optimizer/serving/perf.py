@@ -44,7 +44,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from optimizer.model.layout import Layout, enumerate_layouts
+from optimizer.model.layout import Layout, enumerate_layouts, spanning_layouts
 from optimizer.model.measured import LayoutNotTimed
 from optimizer.model.prefill import kv_bytes_per_request, kv_transfer_s
 from optimizer.model.prefix import no_reuse, prefill_s as prefix_prefill_s, weighted_quantile
@@ -214,7 +214,10 @@ class ServingModel:
     def layouts(self, pool: Pool, role: str) -> list[Layout]:
         """pp = 1 layouts on one server that the engines launch: dense TP (DP attention only for
         MoE); MoE experts either follow attention TP (EP 1) or spread over every GPU (EP = TP x DP).
-        ``serving.<role>.tp`` / ``max_gpus`` restrict them. Prefill workers also get each of those
+        ``serving.<role>.tp`` / ``max_gpus`` restrict them; a ``max_gpus`` above the server's GPUs
+        adds, for MoE models, the wide-EP layouts over 2 or more whole servers up to it
+        (:func:`optimizer.model.layout.spanning_layouts`: attention TP inside a server x DP, EP over
+        all the worker's GPUs), so the optimiser chooses the span. Prefill workers also get each of those
         layouts with every CP degree of ``serving.prefill.cp`` that still fits the server
         (``cp x GPUs``; chapter 6.2.4), after the ``cp = 1`` ones. ``serving.<role>.sp: true``
         runs the role's layouts with attention TP > 1 with sequence parallelism instead (chapter
@@ -222,8 +225,12 @@ class ServingModel:
         from dataclasses import replace
 
         role_in = self.p.roles[role]
-        max_g = min(role_in.max_gpus or pool.hw.server.gpus, pool.hw.server.gpus)
+        per_server = pool.hw.server.gpus
+        max_g = min(role_in.max_gpus or per_server, per_server)
         base = self._base_layouts(role_in, max_g)
+        if role_in.max_gpus and role_in.max_gpus > per_server:  # wide EP over whole servers (opt-in)
+            base += [lay for lay in spanning_layouts(self.p.model, per_server, min(role_in.max_gpus, pool.count))
+                     if role_in.tp is None or lay.attention_tp in role_in.tp]
         if getattr(role_in, "sp", False):
             base = [replace(lay, sp=True) if lay.attention_tp > 1 else lay for lay in base]
         cps = [c for c in (getattr(role_in, "cp", None) or [1]) if c > 1] if role == "prefill" else []

@@ -180,7 +180,9 @@ class EfficiencyIn(_In):
 
 class RoleIn(_In):
     tp: Optional[list[PosInt]] = Field(default=None, min_length=1)
-    max_gpus: Optional[PosInt] = None
+    max_gpus: Optional[PosInt] = Field(default=None, description=(
+        "most GPUs per worker of this role (default: one server); above a server's GPUs, MoE workers also "
+        "span whole servers with wide EP (attention TP inside a server x DP, EP over all the GPUs)"))
     cp: Optional[list[PosInt]] = Field(default=None, min_length=1, description=(
         "context-parallel degrees tried for prefill workers (chapter 6.2.4), e.g. [1, 2, 4, 8]; default [1] (no CP)"))
     sp: bool = Field(default=False, description=(
