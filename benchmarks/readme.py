@@ -284,7 +284,6 @@ BLOCKS: list[Block] = [
     Block("exactness-benchmark", bench=bench_exactness_text, volatile="exactness-benchmark"),
     Block("fidelity-benchmark", bench=fidelity_text),
     Block("efficiency-fit", bench=efficiency_text),
-    Block("fidelity-all", bench=lambda: fidelity_file_text("fidelity_all.json")),
     Block("fidelity-systems", bench=lambda: fidelity_file_text("fidelity_systems.json")),
     Block("cold-benchmark", bench=bench_cold_text, volatile="cold-benchmark"),
     Block("published-benchmark", bench=published_text),
