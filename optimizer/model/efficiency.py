@@ -50,6 +50,11 @@ def _table() -> dict[str, Any]:
     return yaml.safe_load(p.read_text(encoding="utf-8")) or {}
 
 
+def _mean(fits: list[dict]) -> tuple[float, float, float]:
+    """The mean compute, memory and network shares of several fits."""
+    return tuple(sum(f[k] for f in fits) / len(fits) for k in ("compute", "memory", "network"))
+
+
 def fitted_efficiency(gpu: str, engine: str) -> Optional[FittedEfficiency]:
     """The fitted factors of catalog GPU ``gpu`` under ``engine``: the (GPU, engine) fit, else the
     GPU's mean over engines, else its generation's (``generations`` of the file; the generation from
@@ -67,8 +72,7 @@ def fitted_efficiency(gpu: str, engine: str) -> Optional[FittedEfficiency]:
                                 f"{e['median_error_pct']:g}% over {e['points']} steps)")
     if g:
         vals = list(g.values())
-        return FittedEfficiency(*(sum(v[k] for v in vals) / len(vals) for k in ("compute", "memory", "network")),
-                                f"fitted to {db} ({gpu}, mean of {', '.join(sorted(g))}; {engine} not in the fit)")
+        return FittedEfficiency(*_mean(vals), f"fitted to {db} ({gpu}, mean of {', '.join(sorted(g))}; {engine} not in the fit)")
     gen = t.get("generation_of", {}).get(gpu)
     if gen is None:  # a GPU added to the catalog after the fit: its catalog generation
         gen = generation_of().get(gpu)
@@ -79,12 +83,9 @@ def fitted_efficiency(gpu: str, engine: str) -> Optional[FittedEfficiency]:
         # worst carry-over error measured between GPUs of one generation as its stated error
         vals = list(gens.values())
         carry = max((v["carry_error_pct"] for v in vals if v.get("carry_error_pct") is not None), default=None)
-        return FittedEfficiency(*(sum(v[k] for v in vals) / len(vals) for k in ("compute", "memory", "network")),
-                                f"no {gen} GPU in {db}: the mean of the {', '.join(sorted(gens))} factors (a "
-                                f"carry-over across generations, not measured; within one generation "
-                                f"{carry:g}% median step error)" if carry is not None else
-                                f"no {gen} GPU in {db}: the mean of the {', '.join(sorted(gens))} factors "
-                                f"(a carry-over across generations, not measured)")
+        within = f"; within one generation {carry:g}% median step error" if carry is not None else ""
+        return FittedEfficiency(*_mean(vals), f"no {gen} GPU in {db}: the mean of the {', '.join(sorted(gens))} "
+                                              f"factors (a carry-over across generations, not measured{within})")
     if e is None:
         return None
     carried = (f"carrying them to a left-out {gen} GPU measured {e['carry_error_pct']:g}% median step error"
